@@ -1,0 +1,69 @@
+# Two commands from a fresh clone: `make synth` and `make test`. Each bootstraps what it needs:
+# .venv with pinned Python packages, Node.js >= 22 (the machine's own, or one from PyPI into
+# .venv), and the pinned CDK CLI from package-lock.json.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+CDK := $(CURDIR)/node_modules/.bin/cdk
+ARGS ?=
+
+# .venv/bin first: its python, and its node when the machine's is too old.
+export PATH := $(BIN):$(PATH)
+# No telemetry or notices from the CLI: these machines reach only package registries.
+export CDK_DISABLE_CLI_TELEMETRY := true
+
+.PHONY: bootstrap synth test deploy diff destroy bench lint format clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.runtime: requirements.txt requirements-node.txt | $(VENV)/bin/python
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	@if node -e 'process.exit(parseInt(process.versions.node) >= 22 ? 0 : 1)' 2>/dev/null; then \
+		echo "node $$(node --version) is recent enough"; \
+	else \
+		echo "node missing or older than 22: installing Node.js from PyPI into $(VENV)"; \
+		$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-node.txt; \
+	fi
+	@touch $@
+
+$(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json $(VENV)/.runtime
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+bootstrap: $(VENV)/.runtime node_modules/.installed
+
+synth: bootstrap
+	$(CDK) synth --quiet $(ARGS)
+
+test: bootstrap $(VENV)/.dev
+	$(BIN)/pytest $(ARGS)
+
+deploy: bootstrap
+	$(CDK) deploy --all $(ARGS)
+
+diff: bootstrap
+	$(CDK) diff $(ARGS)
+
+destroy: bootstrap
+	$(CDK) destroy --all $(ARGS)
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: bootstrap $(VENV)/.dev
+	$(BIN)/python bench/bench.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache .ruff_cache

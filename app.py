@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""CDK entry point: read the context once, build the stacks, check them with cdk-nag."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from config.context import ConfigError, read_settings
+from config.settings import AppSettings
+from stacks.network_stack import NetworkStack
+from training_constructs.retention import retention_days
+
+STACK_PREFIX = "Training"
+
+
+def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None:
+    """Add every stack to `app`. Tests call this with their own App and settings."""
+    retention = retention_days(settings.log_retention_days)
+    NetworkStack(
+        app,
+        f"{STACK_PREFIX}Network",
+        settings=settings.network,
+        log_retention=retention,
+        env=env,
+        description="Training platform: VPC, training subnet, NAT, S3 endpoint, flow logs, EFA security group",
+    )
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+
+
+def main() -> None:
+    app = cdk.App()
+    # Set by the CDK CLI when it knows them; without them the stacks are environment-agnostic.
+    env = cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION"))
+    try:
+        settings = read_settings(app.node.get_all_context(), region=env.region)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    build_app(app, settings, env)
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Typed settings for the app: the instance catalog, frozen settings and the context reader."""

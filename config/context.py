@@ -1,0 +1,288 @@
+"""Reads the app's context keys once, parses CLI strings, validates them and builds AppSettings.
+
+Every key the app understands is listed in KEYS with its default and what is allowed; the README
+table documents the same list (a test keeps the two in step). Values from `-c key=value` arrive as
+strings, values from cdk.json as JSON types; both are accepted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from config.catalog import CATALOG, InstanceSpec, Profile, types_for
+from config.settings import AppSettings, NetworkSettings, ParallelClusterSettings, ProfileSettings
+
+# AWS Batch multi-node parallel jobs: at most 1,000 nodes (Batch user guide, multi-node-parallel-jobs).
+MAX_NODES = 1000
+# A multi-node job needs at least two nodes; a single node is an ordinary Batch job.
+MIN_NODES = 2
+# Values CloudWatch Logs accepts for RetentionInDays (CloudWatch Logs API, PutRetentionPolicy).
+LOG_RETENTION_DAYS = (
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
+)
+# Interface endpoints the network stack can add on request (short service names).
+INTERFACE_ENDPOINTS = (
+    "batch",
+    "ec2messages",
+    "ecr.api",
+    "ecr.dkr",
+    "ecs",
+    "ecs-agent",
+    "ecs-telemetry",
+    "logs",
+    "monitoring",
+    "ssm",
+    "ssmmessages",
+    "sts",
+)
+
+
+class ConfigError(ValueError):
+    """A context value the app cannot use. The message is one line, fit for the user."""
+
+
+@dataclass(frozen=True)
+class ContextKey:
+    name: str
+    default: Any
+    allowed: str
+    meaning: str
+
+
+def _key(name: str, default: Any, allowed: str, meaning: str) -> ContextKey:
+    return ContextKey(name, default, allowed, meaning)
+
+
+_GPU_TYPES = types_for(Profile.GPU)
+_TRN_TYPES = types_for(Profile.TRAINIUM)
+_EFA_TYPES = _GPU_TYPES + _TRN_TYPES
+
+KEYS: dict[str, ContextKey] = {
+    k.name: k
+    for k in (
+        _key(
+            "gpuInstanceType",
+            "g6.12xlarge",
+            "EFA-capable NVIDIA types: " + ", ".join(_GPU_TYPES),
+            "GPU profile instance type",
+        ),
+        _key("gpuNodes", 2, f"integer {MIN_NODES}..{MAX_NODES}", "nodes per GPU multi-node job"),
+        _key("gpuMaxNodes", 4, f"integer gpuNodes..{MAX_NODES}", "nodes the GPU compute environment may scale to"),
+        _key(
+            "trainiumInstanceType",
+            "trn1.32xlarge",
+            "EFA-capable Trainium types: " + ", ".join(_TRN_TYPES),
+            "Trainium profile instance type",
+        ),
+        _key("trainiumNodes", 2, f"integer {MIN_NODES}..{MAX_NODES}", "nodes per Trainium multi-node job"),
+        _key(
+            "trainiumMaxNodes",
+            4,
+            f"integer trainiumNodes..{MAX_NODES}",
+            "nodes the Trainium compute environment may scale to",
+        ),
+        _key(
+            "availabilityZone",
+            None,
+            "an AZ name such as us-east-1a, in the stack's region",
+            "AZ of the training subnet and placement groups (default: the region's first AZ)",
+        ),
+        _key("natGateways", 1, "integer 1..2 (1 when availabilityZone is set)", "NAT gateways for outbound traffic"),
+        _key(
+            "interfaceEndpoints",
+            "",
+            "comma-separated subset of: " + ", ".join(INTERFACE_ENDPOINTS),
+            "VPC interface endpoints to add (each costs money per hour and AZ)",
+        ),
+        _key(
+            "logRetentionDays",
+            30,
+            "one of " + ", ".join(map(str, LOG_RETENTION_DAYS)),
+            "retention of the app's CloudWatch log groups",
+        ),
+        _key(
+            "gpuImage",
+            None,
+            "an image URI (registry/repository:tag or @sha256:digest)",
+            "existing GPU image to use instead of building container/gpu",
+        ),
+        _key(
+            "trainiumImage",
+            None,
+            "an image URI (registry/repository:tag or @sha256:digest)",
+            "existing Trainium image to use instead of building container/trainium",
+        ),
+        _key(
+            "gpuCapacityReservationId",
+            None,
+            "cr- followed by 17 hex digits",
+            "ODCR or capacity block for the GPU profile",
+        ),
+        _key(
+            "trainiumCapacityReservationId",
+            None,
+            "cr- followed by 17 hex digits",
+            "ODCR or capacity block for the Trainium profile",
+        ),
+        _key("parallelCluster", False, "true or false", "add the optional ParallelCluster (Slurm) stack"),
+        _key(
+            "pclusterInstanceType",
+            "p5e.48xlarge",
+            "EFA-capable types: " + ", ".join(_EFA_TYPES),
+            "Slurm compute instance type",
+        ),
+        _key("pclusterMaxNodes", 2, f"integer 1..{MAX_NODES}", "Slurm queue MaxCount"),
+    )
+}
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+_AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
+_IMAGE = re.compile(
+    r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})$"
+)
+
+
+class _Reader:
+    def __init__(self, context: Mapping[str, Any]) -> None:
+        self._context = context
+
+    def raw(self, key: str) -> Any:
+        value = self._context.get(key)
+        return KEYS[key].default if value is None else value
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(f"context key {key}={self.raw(key)!r}: {problem}; allowed: {KEYS[key].allowed}")
+
+    def integer(self, key: str, low: int, high: int) -> int:
+        value = self.raw(key)
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise self.fail(key, "not an integer")
+        if isinstance(value, str):
+            if not re.fullmatch(r"[+-]?\d+", value.strip()):
+                raise self.fail(key, "not an integer")
+            value = int(value)
+        if not low <= value <= high:
+            raise self.fail(key, f"out of range {low}..{high}")
+        return value
+
+    def boolean(self, key: str) -> bool:
+        value = self.raw(key)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise self.fail(key, "not a boolean")
+
+    def optional(self, key: str, pattern: re.Pattern[str]) -> str | None:
+        value = self.raw(key)
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise self.fail(key, "malformed")
+        return value
+
+    def instance_type(self, key: str, allowed: tuple[str, ...], family: str) -> InstanceSpec:
+        name = self.raw(key)
+        spec = CATALOG.get(name) if isinstance(name, str) else None
+        if spec is None:
+            raise self.fail(key, "not in the instance catalog")
+        if not spec.efa_supported:
+            raise self.fail(key, "has no EFA (multi-node training needs it)")
+        if name not in allowed:
+            raise self.fail(key, f"is a {spec.accelerator_kind} type, not {family}")
+        return spec
+
+
+def check_keys(context: Mapping[str, Any]) -> None:
+    """Refuse context keys that look like ours but are not: a wrong case or a near miss."""
+    known = {k.lower(): k for k in KEYS}
+    for key in sorted(context):
+        if key in KEYS or not _PLAIN_KEY.match(key):
+            continue  # namespaced keys (feature flags, aws:cdk:*) belong to CDK
+        guess = known.get(key.lower()) or next(iter(difflib.get_close_matches(key, KEYS, n=1, cutoff=0.75)), None)
+        hint = f"did you mean {guess}?" if guess else "known keys: " + ", ".join(KEYS)
+        raise ConfigError(f"unknown context key {key!r}: {hint}")
+
+
+def _profile(r: _Reader, profile: Profile, prefix: str, family: str, allowed: tuple[str, ...]) -> ProfileSettings:
+    nodes = r.integer(f"{prefix}Nodes", MIN_NODES, MAX_NODES)
+    return ProfileSettings(
+        profile=profile,
+        instance=r.instance_type(f"{prefix}InstanceType", allowed, family),
+        nodes=nodes,
+        max_nodes=r.integer(f"{prefix}MaxNodes", nodes, MAX_NODES),
+        image_uri=r.optional(f"{prefix}Image", _IMAGE),
+        capacity_reservation_id=r.optional(f"{prefix}CapacityReservationId", _RESERVATION),
+    )
+
+
+def _endpoints(r: _Reader) -> tuple[str, ...]:
+    raw = r.raw("interfaceEndpoints")
+    if not isinstance(raw, str):
+        raise r.fail("interfaceEndpoints", "not a comma-separated string")
+    names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+    unknown = [n for n in names if n not in INTERFACE_ENDPOINTS]
+    if unknown:
+        raise r.fail("interfaceEndpoints", f"unknown service {unknown[0]!r}")
+    return names
+
+
+def _network(r: _Reader, region: str | None) -> NetworkSettings:
+    az = r.optional("availabilityZone", _AZ)
+    if az and region and not az.startswith(region):
+        raise r.fail("availabilityZone", f"is not in the stack's region {region}")
+    return NetworkSettings(
+        availability_zone=az,
+        nat_gateways=r.integer("natGateways", 1, 1 if az else 2),
+        interface_endpoints=_endpoints(r),
+    )
+
+
+def _retention(r: _Reader) -> int:
+    days = r.integer("logRetentionDays", 1, max(LOG_RETENTION_DAYS))
+    if days not in LOG_RETENTION_DAYS:
+        raise r.fail("logRetentionDays", "not a value CloudWatch Logs accepts")
+    return days
+
+
+def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> AppSettings:
+    """Build AppSettings from the app's context. Raises ConfigError on the first bad value."""
+    check_keys(context)
+    r = _Reader(context)
+    return AppSettings(
+        network=_network(r, region),
+        gpu=_profile(r, Profile.GPU, "gpu", "NVIDIA GPU", _GPU_TYPES),
+        trainium=_profile(r, Profile.TRAINIUM, "trainium", "Trainium", _TRN_TYPES),
+        parallel_cluster=ParallelClusterSettings(
+            enabled=r.boolean("parallelCluster"),
+            instance=r.instance_type("pclusterInstanceType", _EFA_TYPES, "EFA-capable"),
+            max_nodes=r.integer("pclusterMaxNodes", 1, MAX_NODES),
+        ),
+        log_retention_days=_retention(r),
+    )

@@ -1,0 +1,45 @@
+"""Frozen settings handed to the stacks. Built only by config.context.read_settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from config.catalog import InstanceSpec, Profile
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkSettings:
+    # None: the region's first Availability Zone, resolved by CloudFormation at deploy time.
+    availability_zone: str | None
+    nat_gateways: int
+    # Short service names ("ecr.api", "logs", ...) that get an interface endpoint.
+    interface_endpoints: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileSettings:
+    """One training profile (gpu or trainium): what its compute and jobs run on."""
+
+    profile: Profile
+    instance: InstanceSpec
+    nodes: int
+    max_nodes: int
+    # An existing image to run instead of building one from container/.
+    image_uri: str | None
+    capacity_reservation_id: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelClusterSettings:
+    enabled: bool
+    instance: InstanceSpec
+    max_nodes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppSettings:
+    network: NetworkSettings
+    gpu: ProfileSettings
+    trainium: ProfileSettings
+    parallel_cluster: ParallelClusterSettings
+    log_retention_days: int

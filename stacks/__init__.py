@@ -1,0 +1,1 @@
+"""Deployable units. Each stack composes constructs; stacks are wired by object reference."""

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Fn, Stack
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from config.settings import NetworkSettings
+from training_constructs.training_network import TrainingNetwork
+
+
+class NetworkStack(Stack):
+    """VPC, training subnet, NAT, S3 endpoint, flow logs and the EFA security group."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: NetworkSettings,
+        log_retention: logs.RetentionDays,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        if settings.availability_zone:
+            self._azs = [settings.availability_zone]
+        else:
+            self._azs = [Fn.select(0, Fn.get_azs()), Fn.select(1, Fn.get_azs())]
+
+        self.network = TrainingNetwork(
+            self,
+            "Network",
+            availability_zones=self._azs,
+            nat_gateways=settings.nat_gateways,
+            interface_endpoints=settings.interface_endpoints,
+            flow_log_retention=log_retention,
+        )
+
+    @property
+    def availability_zones(self) -> list[str]:
+        # Overridden so that an environment-bound stack never triggers CDK's AZ context lookup
+        # (an AWS call at synth); CloudFormation resolves Fn::GetAZs at deploy time instead.
+        return self._azs

@@ -1,0 +1,86 @@
+"""Synthesizes the app in-process, once per context variant, the way `cdk synth` would.
+
+Every test that looks at templates goes through `synth(variant)`, which caches the result for the
+whole session. The app is built by app.build_app with cdk.json's feature flags, so tests see the
+same templates and the same cdk-nag checks as the CLI.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+
+from app import build_app
+from config.context import read_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+FEATURE_FLAGS: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
+
+# Context variants the suite synthesizes. Each is synthesized once per session; cdk-nag and
+# cfn-lint run over all of them. Later stacks add the variants that exercise them.
+VARIANTS: dict[str, dict[str, str]] = {
+    "default": {},
+    "pinned-az-endpoints": {
+        "availabilityZone": "us-west-2b",
+        "interfaceEndpoints": "ecr.api,ecr.dkr,logs,sts",
+        "logRetentionDays": "365",
+    },
+    "two-nat": {"natGateways": "2"},
+}
+
+_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Synth:
+    app: cdk.App
+    assembly: cdk.cx_api.CloudAssembly
+    templates: dict[str, dict[str, Any]]
+    manifest: dict[str, Any]
+
+
+def build(context: dict[str, str], env: cdk.Environment | None = None) -> cdk.App:
+    """An app with every stack added but not yet synthesized."""
+    app = cdk.App(context={**FEATURE_FLAGS, **context}, outdir=tempfile.mkdtemp(prefix="cdkout-"))
+    env = env or cdk.Environment()
+    build_app(app, read_settings(app.node.get_all_context(), region=env.region), env)
+    return app
+
+
+def _synth(app: cdk.App) -> Synth:
+    assembly = app.synth()
+    templates = {stack.stack_name: stack.template for stack in assembly.stacks}
+    manifest = json.loads((Path(assembly.directory) / "manifest.json").read_text())
+    return Synth(app, assembly, templates, manifest)
+
+
+@functools.cache
+def synth(variant: str) -> Synth:
+    return _synth(build(VARIANTS[variant]))
+
+
+def synth_with(context: dict[str, str], env: cdk.Environment | None = None) -> Synth:
+    """An uncached synth for one-off contexts."""
+    return _synth(build(context, env))
+
+
+def scrub(value: Any) -> Any:
+    """Replace every 64-hex asset hash, wherever it appears, so snapshots survive asset changes."""
+    if isinstance(value, dict):
+        return {k: scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    if isinstance(value, str):
+        return _HASH.sub("<asset-hash>", value)
+    return value
+
+
+def resources(template: dict[str, Any], resource_type: str) -> dict[str, dict[str, Any]]:
+    return {k: r for k, r in template["Resources"].items() if r["Type"] == resource_type}

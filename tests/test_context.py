@@ -1,0 +1,118 @@
+import pytest
+
+from config.catalog import Profile
+from config.context import KEYS, ConfigError, read_settings
+
+
+def error(**context) -> str:
+    with pytest.raises(ConfigError) as caught:
+        read_settings(context)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_defaults_match_the_design():
+    s = read_settings({})
+    assert s.gpu.instance.name == "g6.12xlarge" and s.gpu.profile is Profile.GPU
+    assert (s.gpu.nodes, s.gpu.max_nodes) == (2, 4)
+    assert s.trainium.instance.name == "trn1.32xlarge"
+    assert (s.trainium.nodes, s.trainium.max_nodes) == (2, 4)
+    assert s.gpu.image_uri is None and s.gpu.capacity_reservation_id is None
+    assert s.network.availability_zone is None and s.network.nat_gateways == 1
+    assert s.network.interface_endpoints == ()
+    assert s.parallel_cluster.enabled is False
+    assert s.parallel_cluster.instance.name == "p5e.48xlarge" and s.parallel_cluster.max_nodes == 2
+    assert s.log_retention_days == 30
+
+
+def test_cli_strings_are_parsed():
+    s = read_settings(
+        {
+            "gpuNodes": "8",
+            "gpuMaxNodes": "16",
+            "parallelCluster": "TRUE",
+            "pclusterMaxNodes": "80",
+            "interfaceEndpoints": "ecr.api, ecr.dkr,ecr.api",
+            "gpuImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/isaaclab-batch:latest",
+            "trainiumCapacityReservationId": "cr-0123456789abcdef0",
+            "availabilityZone": "us-east-1c",
+        },
+        region="us-east-1",
+    )
+    assert (s.gpu.nodes, s.gpu.max_nodes) == (8, 16)
+    assert s.parallel_cluster.enabled is True and s.parallel_cluster.max_nodes == 80
+    assert s.network.interface_endpoints == ("ecr.api", "ecr.dkr")
+    assert s.gpu.image_uri.endswith("isaaclab-batch:latest")
+    assert s.trainium.capacity_reservation_id == "cr-0123456789abcdef0"
+    assert s.network.availability_zone == "us-east-1c"
+
+
+def test_json_types_from_cdk_json_are_accepted():
+    s = read_settings({"gpuNodes": 3, "gpuMaxNodes": 3, "parallelCluster": False})
+    assert (s.gpu.nodes, s.gpu.max_nodes) == (3, 3)
+
+
+@pytest.mark.parametrize(
+    ("context", "expected"),
+    [
+        ({"gpuInstanceType": "trn1.32xlarge"}, ["gpuInstanceType", "trn1.32xlarge", "g6.12xlarge", "p5.48xlarge"]),
+        ({"trainiumInstanceType": "p5.48xlarge"}, ["trainiumInstanceType", "p5.48xlarge", "trn1n.32xlarge"]),
+        ({"gpuInstanceType": "g6.4xlarge"}, ["gpuInstanceType", "g6.4xlarge", "no EFA"]),
+        ({"gpuInstanceType": "m5.large"}, ["gpuInstanceType", "m5.large", "not in the instance catalog"]),
+        ({"gpuNodes": "0"}, ["gpuNodes", "'0'", "2..1000"]),
+        ({"gpuNodes": "1001"}, ["gpuNodes", "1001", "2..1000"]),
+        ({"trainiumNodes": "-3"}, ["trainiumNodes", "-3"]),
+        ({"gpuNodes": "four"}, ["gpuNodes", "four", "not an integer"]),
+        ({"gpuNodes": "2.5"}, ["gpuNodes", "not an integer"]),
+        ({"gpuNodes": True}, ["gpuNodes", "not an integer"]),
+        ({"gpuNodes": "8", "gpuMaxNodes": "4"}, ["gpuMaxNodes", "'4'", "8..1000"]),
+        ({"trainiumMaxNodes": "1"}, ["trainiumMaxNodes", "2..1000"]),
+        ({"parallelCluster": "yes"}, ["parallelCluster", "yes", "true or false"]),
+        ({"pclusterMaxNodes": "0"}, ["pclusterMaxNodes", "1..1000"]),
+        ({"pclusterInstanceType": "g6.4xlarge"}, ["pclusterInstanceType", "no EFA"]),
+        ({"gpuCapacityReservationId": "cr-123"}, ["gpuCapacityReservationId", "cr-123", "17 hex"]),
+        ({"gpuImage": "not an image"}, ["gpuImage", "malformed"]),
+        ({"availabilityZone": "use1-az1"}, ["availabilityZone", "use1-az1", "malformed"]),
+        ({"interfaceEndpoints": "ecr.api,s3"}, ["interfaceEndpoints", "'s3'", "ecr.dkr"]),
+        ({"logRetentionDays": "10"}, ["logRetentionDays", "10", "14"]),
+        ({"natGateways": "3"}, ["natGateways", "1..2"]),
+        ({"availabilityZone": "us-east-1a", "natGateways": "2"}, ["natGateways", "1..1"]),
+    ],
+)
+def test_bad_values_name_key_value_and_allowed(context, expected):
+    message = error(**context)
+    for fragment in expected:
+        assert fragment in message, message
+
+
+def test_availability_zone_must_be_in_the_region():
+    with pytest.raises(ConfigError, match=r"availabilityZone='eu-west-1a': is not in the stack's region us-east-1"):
+        read_settings({"availabilityZone": "eu-west-1a"}, region="us-east-1")
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("gpuNode", "gpuNodes"),
+        ("GPUNodes", "gpuNodes"),
+        ("gpuinstancetype", "gpuInstanceType"),
+        ("trainumNodes", "trainiumNodes"),
+    ],
+)
+def test_misspelt_keys_are_refused_with_a_suggestion(typo, meant):
+    assert error(**{typo: "4"}) == f"unknown context key {typo!r}: did you mean {meant}?"
+
+
+def test_unknown_plain_key_lists_known_keys():
+    message = error(flavour="vanilla")
+    assert "unknown context key 'flavour'" in message and "gpuInstanceType" in message
+
+
+def test_cdk_own_keys_are_left_alone():
+    read_settings({"@aws-cdk/core:explicitStackTags": True, "aws:cdk:enable-path-metadata": True})
+
+
+def test_every_key_has_allowed_text_and_meaning():
+    for key in KEYS.values():
+        assert key.allowed and key.meaning

@@ -1,0 +1,13 @@
+"""cdk-nag AwsSolutions: no unacknowledged finding in any variant, and every acknowledgement has a reason."""
+
+import pytest
+from cdk_nag import AwsSolutionsChecks
+
+from tests.harness import VARIANTS, build
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_no_unacknowledged_findings(variant):
+    app = build(VARIANTS[variant])
+    report = AwsSolutionsChecks(app).validate_scope(app)
+    assert [(v.rule_name, [r.construct_path for r in v.violating_resources]) for v in report.violations] == []

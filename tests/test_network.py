@@ -1,0 +1,133 @@
+"""Security- and cost-relevant properties of the network stack, asserted one by one."""
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from tests.harness import resources, synth, synth_with
+
+STACK = "TrainingNetwork"
+
+
+@pytest.fixture(scope="module")
+def template():
+    return synth("default").templates[STACK]
+
+
+def efa_group_id(template):
+    (logical_id,) = [
+        k
+        for k, r in resources(template, "AWS::EC2::SecurityGroup").items()
+        if r["Properties"]["GroupDescription"].startswith("EFA")
+    ]
+    return logical_id
+
+
+def test_one_nat_gateway_and_two_azs_by_default(template):
+    assert len(resources(template, "AWS::EC2::NatGateway")) == 1
+    azs = {str(r["Properties"]["AvailabilityZone"]) for r in resources(template, "AWS::EC2::Subnet").values()}
+    assert len(azs) == 2
+
+
+def test_azs_come_from_cloudformation_not_a_lookup(template):
+    subnets = resources(template, "AWS::EC2::Subnet").values()
+    assert all("Fn::Select" in s["Properties"]["AvailabilityZone"] for s in subnets)
+
+
+def test_environment_bound_synth_needs_no_lookup():
+    result = synth_with({}, cdk.Environment(account="123456789012", region="us-east-1"))
+    assert "missing" not in result.manifest
+    assert result.templates[STACK]["Resources"]
+
+
+def test_pinned_az_puts_every_subnet_in_it():
+    template = synth("pinned-az-endpoints").templates[STACK]
+    azs = {r["Properties"]["AvailabilityZone"] for r in resources(template, "AWS::EC2::Subnet").values()}
+    assert azs == {"us-west-2b"}
+
+
+def test_s3_gateway_endpoint_on_the_training_subnets(template):
+    Template.from_json(template).has_resource_properties(
+        "AWS::EC2::VPCEndpoint",
+        {"VpcEndpointType": "Gateway", "ServiceName": Match.object_like({"Fn::Join": Match.any_value()})},
+    )
+    (endpoint,) = resources(template, "AWS::EC2::VPCEndpoint").values()
+    assert "s3" in str(endpoint["Properties"]["ServiceName"])
+    assert len(endpoint["Properties"]["RouteTableIds"]) == 2  # the two private (training) subnets
+
+
+def test_no_interface_endpoints_unless_asked(template):
+    types = [r["Properties"].get("VpcEndpointType") for r in resources(template, "AWS::EC2::VPCEndpoint").values()]
+    assert types == ["Gateway"]
+
+
+def test_interface_endpoints_on_request():
+    template = synth("pinned-az-endpoints").templates[STACK]
+    interface = [
+        r
+        for r in resources(template, "AWS::EC2::VPCEndpoint").values()
+        if r["Properties"]["VpcEndpointType"] == "Interface"
+    ]
+    names = sorted(str(r["Properties"]["ServiceName"]) for r in interface)
+    assert len(interface) == 4
+    for service in ("ecr.api", "ecr.dkr", "logs", "sts"):
+        assert any(service in n for n in names), names
+    assert all(r["Properties"]["PrivateDnsEnabled"] for r in interface)
+
+
+def test_two_nat_gateways_on_request():
+    assert len(resources(synth("two-nat").templates[STACK], "AWS::EC2::NatGateway")) == 2
+
+
+def test_flow_logs_all_traffic_with_retention(template):
+    (flow_log,) = resources(template, "AWS::EC2::FlowLog").values()
+    assert flow_log["Properties"]["TrafficType"] == "ALL"
+    assert flow_log["Properties"]["LogDestinationType"] == "cloud-watch-logs"
+    (group,) = resources(template, "AWS::Logs::LogGroup").values()
+    assert group["Properties"]["RetentionInDays"] == 30
+    assert group["DeletionPolicy"] == "Retain"
+
+
+def test_flow_log_retention_follows_context():
+    template = synth("pinned-az-endpoints").templates[STACK]
+    (group,) = resources(template, "AWS::Logs::LogGroup").values()
+    assert group["Properties"]["RetentionInDays"] == 365
+
+
+def test_efa_group_allows_only_itself(template):
+    sg = efa_group_id(template)
+    group = template["Resources"][sg]["Properties"]
+    assert "SecurityGroupIngress" not in group
+    # allow_all_outbound=False renders a placeholder egress that matches nothing (255.255.255.255/32).
+    assert [e["CidrIp"] for e in group.get("SecurityGroupEgress", [])] in ([], ["255.255.255.255/32"])
+    ingress = list(resources(template, "AWS::EC2::SecurityGroupIngress").values())
+    egress = list(resources(template, "AWS::EC2::SecurityGroupEgress").values())
+    assert len(ingress) == 1 and len(egress) == 1
+    for rule, peer in ((ingress[0], "SourceSecurityGroupId"), (egress[0], "DestinationSecurityGroupId")):
+        p = rule["Properties"]
+        assert p["IpProtocol"] == "-1"
+        assert p["GroupId"] == {"Fn::GetAtt": [sg, "GroupId"]}
+        assert p[peer] == {"Fn::GetAtt": [sg, "GroupId"]}
+        assert "CidrIp" not in p and "CidrIpv6" not in p
+
+
+def test_no_security_group_is_open_to_the_world(template):
+    for r in resources(template, "AWS::EC2::SecurityGroup").values():
+        assert "SecurityGroupIngress" not in r["Properties"]
+    for r in resources(template, "AWS::EC2::SecurityGroupIngress").values():
+        assert "CidrIp" not in r["Properties"]
+
+
+def test_default_security_group_is_kept_for_batch_task_enis(template):
+    # Batch MNP task ENIs get the VPC default group (see training_network.py); CDK's restrict
+    # custom resource would remove its self-ingress and egress rules, so it must not be there.
+    assert not [r for r in template["Resources"].values() if r["Type"].startswith("Custom::")]
+    assert not resources(template, "AWS::Lambda::Function")
+
+
+def test_stack_exposes_objects_for_other_stacks():
+    stack = synth("default").app.node.find_child(STACK)
+    net = stack.network
+    assert net.training_subnet.subnet_id and net.efa_security_group.security_group_id and net.vpc.vpc_id
+    assert net.training_subnet.node.path == net.vpc.private_subnets[0].node.path
+    assert stack.resolve(net.training_subnet.availability_zone) == {"Fn::Select": [0, {"Fn::GetAZs": ""}]}
