@@ -11,6 +11,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from config.context import ConfigError, read_settings
 from config.settings import AppSettings
+from stacks.compute_stack import ComputeStack
 from stacks.network_stack import NetworkStack
 from training_constructs.retention import retention_days
 
@@ -20,13 +21,23 @@ STACK_PREFIX = "Training"
 def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None:
     """Add every stack to `app`. Tests call this with their own App and settings."""
     retention = retention_days(settings.log_retention_days)
-    NetworkStack(
+    network = NetworkStack(
         app,
         f"{STACK_PREFIX}Network",
         settings=settings.network,
         log_retention=retention,
         env=env,
         description="Training platform: VPC, training subnet, NAT, S3 endpoint, flow logs, EFA security group",
+    )
+    ComputeStack(
+        app,
+        f"{STACK_PREFIX}Compute",
+        network=network.network,
+        gpu=settings.gpu,
+        trainium=settings.trainium,
+        root_volume_gib=settings.root_volume_gib,
+        env=env,
+        description="Training platform: EFA launch templates, placement groups, Batch compute environments",
     )
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
 

@@ -45,6 +45,10 @@ LOG_RETENTION_DAYS = (
     3288,
     3653,
 )
+# Root volume bounds: big training images (Isaac Sim, Neuron DLC) unpack to tens of GiB each;
+# 16 TiB is the gp3 maximum (EBS user guide, volume types).
+MIN_ROOT_GIB = 100
+MAX_ROOT_GIB = 16384
 # Interface endpoints the network stack can add on request (short service names).
 INTERFACE_ENDPOINTS = (
     "batch",
@@ -149,6 +153,26 @@ KEYS: dict[str, ContextKey] = {
             "cr- followed by 17 hex digits",
             "ODCR or capacity block for the Trainium profile",
         ),
+        _key("gpuCapacityReservationType", "odcr", "odcr or capacity-block", "what gpuCapacityReservationId names"),
+        _key(
+            "trainiumCapacityReservationType",
+            "odcr",
+            "odcr or capacity-block",
+            "what trainiumCapacityReservationId names",
+        ),
+        _key("gpuPurchaseOption", "on-demand", "on-demand (multi-node jobs do not run on Spot)", "GPU purchase option"),
+        _key(
+            "trainiumPurchaseOption",
+            "on-demand",
+            "on-demand (multi-node jobs do not run on Spot)",
+            "Trainium purchase option",
+        ),
+        _key(
+            "rootVolumeGib",
+            300,
+            f"integer {MIN_ROOT_GIB}..{MAX_ROOT_GIB}",
+            "encrypted gp3 root volume of each training node (images unpack here)",
+        ),
         _key("parallelCluster", False, "true or false", "add the optional ParallelCluster (Slurm) stack"),
         _key(
             "pclusterInstanceType",
@@ -199,6 +223,12 @@ class _Reader:
             return value.strip().lower() == "true"
         raise self.fail(key, "not a boolean")
 
+    def choice(self, key: str, options: tuple[str, ...]) -> str:
+        value = self.raw(key)
+        if value not in options:
+            raise self.fail(key, "not a known option")
+        return value
+
     def optional(self, key: str, pattern: re.Pattern[str]) -> str | None:
         value = self.raw(key)
         if value is None or value == "":
@@ -232,13 +262,24 @@ def check_keys(context: Mapping[str, Any]) -> None:
 
 def _profile(r: _Reader, profile: Profile, prefix: str, family: str, allowed: tuple[str, ...]) -> ProfileSettings:
     nodes = r.integer(f"{prefix}Nodes", MIN_NODES, MAX_NODES)
+    purchase = r.choice(f"{prefix}PurchaseOption", ("on-demand", "spot"))
+    if purchase == "spot":
+        # Batch user guide, multi-node-parallel-jobs: MNP jobs are not supported on Spot.
+        raise r.fail(
+            f"{prefix}PurchaseOption", "AWS Batch multi-node parallel jobs do not run on Spot compute environments"
+        )
+    reservation = r.optional(f"{prefix}CapacityReservationId", _RESERVATION)
+    reservation_type = r.choice(f"{prefix}CapacityReservationType", ("odcr", "capacity-block"))
+    if reservation_type == "capacity-block" and not reservation:
+        raise r.fail(f"{prefix}CapacityReservationType", f"needs {prefix}CapacityReservationId, the block's cr- id")
     return ProfileSettings(
         profile=profile,
         instance=r.instance_type(f"{prefix}InstanceType", allowed, family),
         nodes=nodes,
         max_nodes=r.integer(f"{prefix}MaxNodes", nodes, MAX_NODES),
         image_uri=r.optional(f"{prefix}Image", _IMAGE),
-        capacity_reservation_id=r.optional(f"{prefix}CapacityReservationId", _RESERVATION),
+        capacity_reservation_id=reservation,
+        capacity_reservation_type=reservation_type,
     )
 
 
@@ -285,4 +326,5 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
             max_nodes=r.integer("pclusterMaxNodes", 1, MAX_NODES),
         ),
         log_retention_days=_retention(r),
+        root_volume_gib=r.integer("rootVolumeGib", MIN_ROOT_GIB, MAX_ROOT_GIB),
     )

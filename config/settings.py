@@ -27,6 +27,8 @@ class ProfileSettings:
     # An existing image to run instead of building one from container/.
     image_uri: str | None
     capacity_reservation_id: str | None
+    # "odcr" (On-Demand Capacity Reservation) or "capacity-block" (EC2 Capacity Block for ML).
+    capacity_reservation_type: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,3 +45,4 @@ class AppSettings:
     trainium: ProfileSettings
     parallel_cluster: ParallelClusterSettings
     log_retention_days: int
+    root_volume_gib: int

@@ -18,10 +18,14 @@ from typing import Any
 import aws_cdk as cdk
 
 from app import build_app
+from config.catalog import Profile, types_for
 from config.context import read_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 FEATURE_FLAGS: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
+
+GPU_TYPES = types_for(Profile.GPU)
+TRAINIUM_TYPES = types_for(Profile.TRAINIUM)
 
 # Context variants the suite synthesizes. Each is synthesized once per session; cdk-nag and
 # cfn-lint run over all of them. Later stacks add the variants that exercise them.
@@ -33,7 +37,21 @@ VARIANTS: dict[str, dict[str, str]] = {
         "logRetentionDays": "365",
     },
     "two-nat": {"natGateways": "2"},
+    "reservations": {
+        "gpuCapacityReservationId": "cr-0123456789abcdef0",
+        "trainiumCapacityReservationId": "cr-0fedcba9876543210",
+        "trainiumCapacityReservationType": "capacity-block",
+        "gpuMaxNodes": "10",
+        "rootVolumeGib": "500",
+    },
 }
+# Every catalog type of each profile, paired so that one synth covers a GPU and a Trainium type.
+TYPE_VARIANTS: dict[str, tuple[str, str]] = {
+    f"types-{gpu}": (gpu, TRAINIUM_TYPES[i % len(TRAINIUM_TYPES)]) for i, gpu in enumerate(GPU_TYPES)
+}
+VARIANTS.update(
+    {name: {"gpuInstanceType": gpu, "trainiumInstanceType": trn} for name, (gpu, trn) in TYPE_VARIANTS.items()}
+)
 
 _HASH = re.compile(r"[0-9a-f]{64}")
 

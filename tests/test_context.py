@@ -116,3 +116,23 @@ def test_cdk_own_keys_are_left_alone():
 def test_every_key_has_allowed_text_and_meaning():
     for key in KEYS.values():
         assert key.allowed and key.meaning
+
+
+@pytest.mark.parametrize(
+    ("context", "expected"),
+    [
+        ({"gpuPurchaseOption": "spot"}, ["gpuPurchaseOption", "spot", "do not run on Spot"]),
+        ({"trainiumPurchaseOption": "spot"}, ["trainiumPurchaseOption", "do not run on Spot"]),
+        ({"gpuPurchaseOption": "reserved"}, ["gpuPurchaseOption", "reserved", "not a known option"]),
+        (
+            {"gpuCapacityReservationType": "capacity-block"},
+            ["gpuCapacityReservationType", "needs gpuCapacityReservationId"],
+        ),
+        ({"trainiumCapacityReservationType": "block"}, ["trainiumCapacityReservationType", "odcr or capacity-block"]),
+        ({"rootVolumeGib": "20"}, ["rootVolumeGib", "100..16384"]),
+    ],
+)
+def test_compute_bad_values(context, expected):
+    message = error(**context)
+    for fragment in expected:
+        assert fragment in message, message
