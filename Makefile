@@ -29,8 +29,8 @@ $(VENV)/.runtime: requirements.txt requirements-node.txt | $(VENV)/bin/python
 	fi
 	@touch $@
 
-$(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+$(VENV)/.dev: requirements-dev.txt requirements-test.txt $(VENV)/.runtime
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt -r requirements-test.txt
 	@touch $@
 
 node_modules/.installed: package.json package-lock.json $(VENV)/.runtime

@@ -1,0 +1,252 @@
+"""container/distributed_run.sh and allreduce_bench.py, proven by running them.
+
+Every process binds and connects on 127.0.0.1 only (MASTER_ADDR, the child's main-node address
+and GLOO_SOCKET_IFNAME=lo are all loopback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ROOT
+
+LAUNCHER = ROOT / "container" / "distributed_run.sh"
+BENCH = ROOT / "container" / "allreduce_bench.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_BATCH_", "MASTER_", "NPROC_"))}
+    # The venv's torchrun first; loopback only.
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+def launch(env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(LAUNCHER), *args],
+        cwd=ROOT / "container",
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def bench_line(stdout: str) -> dict:
+    (line,) = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
+    return line
+
+
+needs_torch = pytest.mark.skipif(
+    shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
+    reason="torch is installed by `make test` (requirements-test.txt)",
+)
+
+
+@needs_torch
+def test_two_nodes_of_two_processes_rendezvous_as_batch_starts_them():
+    port = str(free_port())
+    common = {
+        "AWS_BATCH_JOB_NUM_NODES": "2",
+        "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+        "NPROC_PER_NODE": "2",
+        "MASTER_PORT": port,
+    }
+    # Main node: Batch never sets the main-address variable there; the test pins its address to loopback.
+    main = launch(
+        base_env(**common, AWS_BATCH_JOB_NODE_INDEX="0", AWS_BATCH_JOB_ID="4f2a9c#0", MASTER_ADDR="127.0.0.1"),
+        "allreduce_bench.py",
+        "--size-mb",
+        "1",
+        "--iters",
+        "3",
+    )
+    child = launch(
+        base_env(
+            **common,
+            AWS_BATCH_JOB_NODE_INDEX="1",
+            AWS_BATCH_JOB_ID="4f2a9c#1",
+            AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="127.0.0.1",
+        ),
+        "allreduce_bench.py",
+        "--size-mb",
+        "1",
+        "--iters",
+        "3",
+    )
+    child_out, child_err = child.communicate(timeout=240)
+    main_out, main_err = main.communicate(timeout=240)
+    assert child.returncode == 0, child_err
+    assert main.returncode == 0, main_err
+    result = bench_line(main_out)
+    assert result["world_size"] == 4 and result["backend"] == "gloo" and result["correct"] is True
+    assert result["bytes"] == 1024 * 1024 and result["busbw_gbps"] > 0
+    assert set(result) >= {"world_size", "backend", "bytes", "algbw_gbps", "busbw_gbps"}
+    assert not [x for x in child_out.splitlines() if x.startswith("{")]  # only rank 0 reports
+    assert "rendezvous 127.0.0.1:" in main_err and "id 4f2a9c:" in child_err
+
+
+@needs_torch
+def test_single_node_without_batch_variables():
+    proc = launch(base_env(NPROC_PER_NODE="2"), "allreduce_bench.py", "--size-mb", "1", "--iters", "2")
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert bench_line(out)["world_size"] == 2
+    assert "single node, 2 processes" in err
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    """A PYTHON that records its arguments and exits with $FAKE_STATUS."""
+    script = tmp_path / "python.sh"
+    script.write_text('#!/bin/sh\necho "ARGS: $*"\nexit "${FAKE_STATUS:-0}"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def run_fake(fake_python: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(LAUNCHER), "train.py", "--task", "Isaac-Velocity-Rough-H1-v0"],
+        env=base_env(PYTHON=fake_python, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_python_is_honoured_and_arguments_passed_through(fake_python):
+    result = run_fake(
+        fake_python,
+        NPROC_PER_NODE="4",
+        AWS_BATCH_JOB_NUM_NODES="2",
+        AWS_BATCH_JOB_NODE_INDEX="1",
+        AWS_BATCH_JOB_MAIN_NODE_INDEX="0",
+        AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="10.1.2.3",
+        AWS_BATCH_JOB_ID="job#1",
+    )
+    assert result.returncode == 0, result.stderr
+    (args,) = [x for x in result.stdout.splitlines() if x.startswith("ARGS: ")]
+    assert args.startswith("ARGS: -m torch.distributed.run ")
+    for fragment in (
+        "--nnodes=2",
+        "--node_rank=1",
+        "--nproc_per_node=4",
+        "--rdzv_endpoint=10.1.2.3:29500",
+        "--rdzv_backend=c10d",
+        "--rdzv_id=job",
+        "--rdzv_conf=is_host=0",
+    ):
+        assert fragment in args
+    assert args.endswith("train.py --task Isaac-Velocity-Rough-H1-v0")
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("distributed_run.sh: node 1 of 2")
+
+
+def test_rendezvous_id_strips_everything_from_hash_at_node_index_ten_and_up(fake_python):
+    ids = set()
+    for index in (0, 9, 10, 11):
+        env = {
+            "AWS_BATCH_JOB_NUM_NODES": "12",
+            "AWS_BATCH_JOB_NODE_INDEX": str(index),
+            "AWS_BATCH_JOB_ID": f"b0e1-77#{index}",
+            "MASTER_ADDR": "127.0.0.1",
+            "NPROC_PER_NODE": "1",
+        }
+        result = run_fake(fake_python, **env)
+        assert result.returncode == 0, result.stderr
+        ids.add(next(a for a in result.stdout.split() if a.startswith("--rdzv_id=")))
+    assert ids == {"--rdzv_id=b0e1-77"}
+
+
+def test_main_node_becomes_rank_zero_whatever_its_index(fake_python):
+    ranks = {}
+    for index in range(3):
+        result = run_fake(
+            fake_python,
+            AWS_BATCH_JOB_NUM_NODES="3",
+            AWS_BATCH_JOB_NODE_INDEX=str(index),
+            AWS_BATCH_JOB_MAIN_NODE_INDEX="2",
+            MASTER_ADDR="127.0.0.1",
+            NPROC_PER_NODE="1",
+        )
+        assert result.returncode == 0, result.stderr
+        ranks[index] = next(a for a in result.stdout.split() if a.startswith("--node_rank="))
+        assert ("--rdzv_conf=is_host=1" in result.stdout) == (index == 2)
+    assert ranks == {2: "--node_rank=0", 0: "--node_rank=1", 1: "--node_rank=2"}
+
+
+def test_exit_status_is_the_training_commands(fake_python):
+    assert run_fake(fake_python, FAKE_STATUS="7", NPROC_PER_NODE="1").returncode == 7
+
+
+def test_preset_master_addr_wins_on_a_child(fake_python):
+    result = run_fake(
+        fake_python,
+        AWS_BATCH_JOB_NUM_NODES="2",
+        AWS_BATCH_JOB_NODE_INDEX="1",
+        AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="10.9.9.9",
+        MASTER_ADDR="127.0.0.1",
+        NPROC_PER_NODE="1",
+    )
+    assert "--rdzv_endpoint=127.0.0.1:29500" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "2"},
+            "AWS_BATCH_JOB_NODE_INDEX=2 is not below AWS_BATCH_JOB_NUM_NODES=2",
+        ),
+        (
+            {"AWS_BATCH_JOB_NUM_NODES": "two", "AWS_BATCH_JOB_NODE_INDEX": "0"},
+            "AWS_BATCH_JOB_NUM_NODES='two' is not a positive integer",
+        ),
+        (
+            {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "x"},
+            "AWS_BATCH_JOB_NODE_INDEX='x' is not a non-negative integer",
+        ),
+        (
+            {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "5"},
+            "AWS_BATCH_JOB_MAIN_NODE_INDEX=5 is not below",
+        ),
+        ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1"}, "child node 1 has neither MASTER_ADDR nor"),
+        ({"NPROC_PER_NODE": "0"}, "NPROC_PER_NODE='0' is not a positive integer"),
+        ({"NPROC_PER_NODE": "2", "MASTER_PORT": "70000"}, "MASTER_PORT='70000' is not a port number"),
+    ],
+)
+def test_inconsistent_input_fails_clearly(fake_python, env, message):
+    result = run_fake(fake_python, **{"NPROC_PER_NODE": "1", **env})
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "ARGS:" not in result.stdout  # nothing was launched
+
+
+def test_no_script_is_a_usage_error():
+    result = subprocess.run([str(LAUNCHER)], env=base_env(), capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "usage: distributed_run.sh SCRIPT" in result.stderr
+
+
+def test_shellcheck_is_clean():
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    if not shellcheck.exists():
+        pytest.skip("shellcheck is installed by `make test` (requirements-test.txt)")
+    result = subprocess.run(
+        [str(shellcheck), "--severity=style", str(LAUNCHER)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout
