@@ -13,6 +13,7 @@ from config.context import ConfigError, read_settings
 from config.settings import AppSettings
 from stacks.compute_stack import ComputeStack
 from stacks.network_stack import NetworkStack
+from stacks.registry_stack import RegistryStack
 from training_constructs.retention import retention_days
 
 STACK_PREFIX = "Training"
@@ -38,6 +39,14 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
         root_volume_gib=settings.root_volume_gib,
         env=env,
         description="Training platform: EFA launch templates, placement groups, Batch compute environments",
+    )
+    RegistryStack(
+        app,
+        f"{STACK_PREFIX}Registry",
+        gpu_image_uri=settings.gpu.image_uri,
+        trainium_image_uri=settings.trainium.image_uri,
+        env=env,
+        description="Training platform: training images (built from container/) and the team ECR repository",
     )
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
 

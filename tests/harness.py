@@ -37,6 +37,10 @@ VARIANTS: dict[str, dict[str, str]] = {
         "logRetentionDays": "365",
     },
     "two-nat": {"natGateways": "2"},
+    "existing-images": {
+        "gpuImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/isaaclab-batch:latest",
+        "trainiumImage": "public.ecr.aws/neuron/pytorch-training-neuronx:2.5.1-neuronx-py310-sdk2.21.0-ubuntu22.04",
+    },
     "reservations": {
         "gpuCapacityReservationId": "cr-0123456789abcdef0",
         "trainiumCapacityReservationId": "cr-0fedcba9876543210",

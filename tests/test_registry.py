@@ -1,0 +1,74 @@
+"""Registry stack: images staged from container/ without Docker, or replaced by URIs; the team repository."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ROOT, resources, synth, synth_with
+
+STACK = "TrainingRegistry"
+URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/isaaclab-batch:latest"
+
+
+def docker_assets(result, stack=STACK):
+    manifest = Path(result.assembly.directory) / f"{stack}.assets.json"
+    return json.loads(manifest.read_text()).get("dockerImages", {})
+
+
+def test_both_images_are_staged_from_container_without_docker():
+    result = synth("default")
+    assets = docker_assets(result)
+    files = sorted(a["source"]["dockerFile"] for a in assets.values())
+    assert files == ["gpu/Dockerfile", "trainium/Dockerfile"]
+    for asset in assets.values():
+        staged = Path(result.assembly.directory) / asset["source"]["directory"]
+        assert (staged / "distributed_run.sh").exists() and (staged / "allreduce_bench.py").exists()
+        assert asset["source"]["platform"] == "linux/amd64"
+
+
+def test_image_uri_replaces_the_asset():
+    result = synth_with({"gpuImage": URI})
+    files = [a["source"]["dockerFile"] for a in docker_assets(result).values()]
+    assert files == ["trainium/Dockerfile"]
+    stack = result.app.node.find_child(STACK)
+    assert stack.gpu_image.asset is None and stack.gpu_image.image_uri == URI
+    assert stack.trainium_image.asset is not None
+
+
+def test_team_repository_is_scanned_immutable_and_retained():
+    template = synth("default").templates[STACK]
+    (repo,) = resources(template, "AWS::ECR::Repository").values()
+    props = repo["Properties"]
+    assert props["ImageScanningConfiguration"] == {"ScanOnPush": True}
+    assert props["ImageTagMutability"] == "IMMUTABLE"
+    assert repo["DeletionPolicy"] == "Retain" and repo["UpdateReplacePolicy"] == "Retain"
+    rules = json.loads(props["LifecyclePolicy"]["LifecyclePolicyText"])["rules"]
+    assert {r["selection"]["tagStatus"] for r in rules} == {"untagged", "any"}
+
+
+def test_registry_stack_has_termination_protection():
+    stack = synth("default").app.node.find_child(STACK)
+    assert stack.termination_protection is True
+
+
+DOCKERFILES = sorted((ROOT / "container").glob("*/Dockerfile"))
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[p.parent.name for p in DOCKERFILES])
+def test_dockerfiles_pass_hadolint(dockerfile):
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.exists():
+        pytest.skip("hadolint is installed by `make test` (requirements-test.txt)")
+    result = subprocess.run([str(hadolint), str(dockerfile)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[p.parent.name for p in DOCKERFILES])
+def test_dockerfiles_pin_their_base_and_copy_the_launcher(dockerfile):
+    text = dockerfile.read_text()
+    base_arg = next(line for line in text.splitlines() if line.startswith("ARG ") and "IMAGE=" in line)
+    assert ":" in base_arg.split("=", 1)[1] and not base_arg.endswith(":latest")
+    assert "COPY distributed_run.sh allreduce_bench.py /opt/training/" in text
