@@ -55,10 +55,6 @@ class InstanceSpec:
     def neuron_cores(self) -> int:
         return self.accelerator_count * self.neuron_cores_per_device
 
-    @property
-    def memory_mib(self) -> int:
-        return self.memory_gib * 1024
-
 
 def _gpu(name: str, vcpus: int, mem: int, model: str, count: int, cards: int, gbps: int) -> InstanceSpec:
     return InstanceSpec(

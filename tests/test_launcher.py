@@ -203,6 +203,7 @@ def test_preset_master_addr_wins_on_a_child(fake_python):
         MASTER_ADDR="127.0.0.1",
         NPROC_PER_NODE="1",
     )
+    assert result.returncode == 0, result.stderr
     assert "--rdzv_endpoint=127.0.0.1:29500" in result.stdout
 
 
