@@ -37,6 +37,8 @@ class InstanceSpec:
     accelerator_count: int
     # NeuronCores per Neuron device; 0 for GPUs.
     neuron_cores_per_device: int = 0
+    # Physical NeuronCores the Neuron runtime groups into one logical core by default (LNC).
+    logical_core_group: int = 1
     network_cards: int
     network_gbps: int
     efa_supported: bool = True
@@ -55,6 +57,13 @@ class InstanceSpec:
     def neuron_cores(self) -> int:
         return self.accelerator_count * self.neuron_cores_per_device
 
+    @property
+    def processes_per_node(self) -> int:
+        """Training processes per node: one per GPU, or one per logical NeuronCore."""
+        if self.accelerator_kind is AcceleratorKind.NEURON:
+            return self.neuron_cores // self.logical_core_group
+        return self.accelerator_count
+
 
 def _gpu(name: str, vcpus: int, mem: int, model: str, count: int, cards: int, gbps: int) -> InstanceSpec:
     return InstanceSpec(
@@ -70,7 +79,7 @@ def _gpu(name: str, vcpus: int, mem: int, model: str, count: int, cards: int, gb
 
 
 def _trainium(
-    name: str, vcpus: int, mem: int, model: str, cores_per_device: int, cards: int, gbps: int
+    name: str, vcpus: int, mem: int, model: str, cores_per_device: int, cards: int, gbps: int, lnc: int = 1
 ) -> InstanceSpec:
     # Every Trainium type here carries 16 Neuron devices.
     return InstanceSpec(
@@ -81,6 +90,7 @@ def _trainium(
         accelerator_model=model,
         accelerator_count=16,
         neuron_cores_per_device=cores_per_device,
+        logical_core_group=lnc,
         network_cards=cards,
         network_gbps=gbps,
     )
@@ -126,9 +136,11 @@ _SPECS: tuple[InstanceSpec, ...] = (
     # Trainium: 8 network cards on trn1.32xlarge, 16 on trn1n.32xlarge (Neuron docs, multi-node
     # setup "EFA interfaces per instance"); trn2.48xlarge 16 cards, 3200 Gbps. Trainium1 devices
     # have 2 NeuronCores each, Trainium2 devices 8 (Neuron docs, Trainium / Trainium2 architecture).
+    # Trainium2 runs with Logical NeuronCore configuration 2 by default: 64 ranks per trn2.48xlarge
+    # (Neuron docs, "Best practices for training on AWS Neuron" and "Logical NeuronCore configuration").
     _trainium("trn1.32xlarge", 128, 512, "Trainium", 2, 8, 800),
     _trainium("trn1n.32xlarge", 128, 512, "Trainium", 2, 16, 1600),
-    _trainium("trn2.48xlarge", 192, 2048, "Trainium2", 8, 16, 3200),
+    _trainium("trn2.48xlarge", 192, 2048, "Trainium2", 8, 16, 3200, lnc=2),
 )
 
 CATALOG: dict[str, InstanceSpec] = {spec.name: spec for spec in _SPECS}

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from config.catalog import CATALOG, InstanceSpec, Profile, types_for
-from config.settings import AppSettings, NetworkSettings, ParallelClusterSettings, ProfileSettings
+from config.settings import (
+    AppSettings,
+    JobSettings,
+    NetworkSettings,
+    ParallelClusterSettings,
+    ProfileSettings,
+    Share,
+)
 
 # AWS Batch multi-node parallel jobs: at most 1,000 nodes (Batch user guide, multi-node-parallel-jobs).
 MAX_NODES = 1000
@@ -49,6 +56,16 @@ LOG_RETENTION_DAYS = (
 # 16 TiB is the gp3 maximum (EBS user guide, volume types).
 MIN_ROOT_GIB = 100
 MAX_ROOT_GIB = 16384
+# Job attempt timeout: Batch's minimum is 60 s (API JobTimeout). The 14-day ceiling is this app's,
+# so that a forgotten job on a large fleet cannot bill for weeks; submit-job --timeout can go higher.
+MIN_TIMEOUT_SECONDS = 60
+MAX_TIMEOUT_SECONDS = 14 * 24 * 3600
+# Batch retry strategy: 1..10 attempts (API RetryStrategy).
+MAX_ATTEMPTS = 10
+# Fair-share identifiers: up to 255 alphanumeric characters, optionally ending in '*' for a prefix;
+# at most 500 active in a queue (API ShareAttributes). Shares are relative: 1..1000.
+MAX_SHARE_IDENTIFIERS = 500
+MAX_SHARE = 1000
 # Interface endpoints the network stack can add on request (short service names).
 INTERFACE_ENDPOINTS = (
     "batch",
@@ -173,6 +190,25 @@ KEYS: dict[str, ContextKey] = {
             f"integer {MIN_ROOT_GIB}..{MAX_ROOT_GIB}",
             "encrypted gp3 root volume of each training node (images unpack here)",
         ),
+        _key(
+            "jobTimeoutSeconds",
+            3600,
+            f"integer {MIN_TIMEOUT_SECONDS}..{MAX_TIMEOUT_SECONDS}",
+            "attempt timeout of the training job definitions (submit-job --timeout overrides it)",
+        ),
+        _key(
+            "jobAttempts",
+            3,
+            f"integer 1..{MAX_ATTEMPTS}",
+            "attempts per training job; only infrastructure failures are retried",
+        ),
+        _key(
+            "shares",
+            "default:1",
+            f"comma list of identifier:share; identifier up to 255 letters and digits (a trailing * "
+            f"makes it a prefix), share 1..{MAX_SHARE}, at most {MAX_SHARE_IDENTIFIERS} identifiers",
+            "fair-share identifiers of the job queues and their relative shares of the fleet",
+        ),
         _key("parallelCluster", False, "true or false", "add the optional ParallelCluster (Slurm) stack"),
         _key(
             "pclusterInstanceType",
@@ -185,6 +221,7 @@ KEYS: dict[str, ContextKey] = {
 }
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+_SHARE = re.compile(r"^(?P<identifier>[A-Za-z0-9]{1,255}\*?):(?P<share>\d{1,4})$")
 _AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
 _RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
 _IMAGE = re.compile(
@@ -305,6 +342,36 @@ def _network(r: _Reader, region: str | None) -> NetworkSettings:
     )
 
 
+def _shares(r: _Reader) -> tuple[Share, ...]:
+    raw = r.raw("shares")
+    if not isinstance(raw, str) or not raw.strip():
+        raise r.fail("shares", "not a comma-separated list")
+    shares: list[Share] = []
+    for item in (i.strip() for i in raw.split(",")):
+        match = _SHARE.fullmatch(item)
+        if not match or not 1 <= int(match["share"]) <= MAX_SHARE:
+            raise r.fail("shares", f"entry {item!r} is not identifier:share")
+        shares.append(Share(identifier=match["identifier"], share=int(match["share"])))
+    if len(shares) > MAX_SHARE_IDENTIFIERS:
+        raise r.fail("shares", f"{len(shares)} identifiers")
+    for i, a in enumerate(shares):
+        for b in shares[i + 1 :]:
+            # Batch refuses overlapping entries: a duplicate, or a prefix entry covering another.
+            if a.identifier == b.identifier or any(
+                x.identifier.endswith("*") and y.identifier.startswith(x.identifier[:-1]) for x, y in ((a, b), (b, a))
+            ):
+                raise r.fail("shares", f"{a.identifier!r} and {b.identifier!r} overlap")
+    return tuple(shares)
+
+
+def _jobs(r: _Reader) -> JobSettings:
+    return JobSettings(
+        timeout_seconds=r.integer("jobTimeoutSeconds", MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS),
+        attempts=r.integer("jobAttempts", 1, MAX_ATTEMPTS),
+        shares=_shares(r),
+    )
+
+
 def _retention(r: _Reader) -> int:
     days = r.integer("logRetentionDays", 1, max(LOG_RETENTION_DAYS))
     if days not in LOG_RETENTION_DAYS:
@@ -325,6 +392,7 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
             instance=r.instance_type("pclusterInstanceType", _EFA_TYPES, "EFA-capable"),
             max_nodes=r.integer("pclusterMaxNodes", 1, MAX_NODES),
         ),
+        jobs=_jobs(r),
         log_retention_days=_retention(r),
         root_volume_gib=r.integer("rootVolumeGib", MIN_ROOT_GIB, MAX_ROOT_GIB),
     )

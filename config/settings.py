@@ -39,10 +39,34 @@ class ParallelClusterSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Share:
+    """One fair-share identifier and its relative share of a fleet (more share, more compute)."""
+
+    identifier: str
+    share: int
+
+    @property
+    def weight_factor(self) -> float:
+        # Batch gives more compute to a LOWER weight factor (API ShareAttributes: a factor of
+        # 1/8 gets 8 times the compute of a factor of 1), so the share is inverted.
+        return round(1 / self.share, 4)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSettings:
+    """What every training job definition and queue shares."""
+
+    timeout_seconds: int
+    attempts: int
+    shares: tuple[Share, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class AppSettings:
     network: NetworkSettings
     gpu: ProfileSettings
     trainium: ProfileSettings
     parallel_cluster: ParallelClusterSettings
+    jobs: JobSettings
     log_retention_days: int
     root_volume_gib: int

@@ -4,8 +4,9 @@ Run it through the launcher, on one node or many:
 
     distributed_run.sh allreduce_bench.py --size-mb 256 --iters 20
 
-NCCL on GPUs (its network plugin uses EFA through aws-ofi-nccl), gloo on CPU. Neuron devices are
-not measured here. Rank 0 prints one JSON line: world_size, backend, bytes, algbw_gbps and
+NCCL on GPUs (its network plugin uses EFA through aws-ofi-nccl), the XLA backend on Neuron devices
+(Neuron collectives over EFA, as in the AWS Neuron Batch all-reduce sample), gloo on CPU; `--backend`
+picks one explicitly. Rank 0 prints one JSON line: world_size, backend, bytes, algbw_gbps and
 busbw_gbps in gigabits per second (busbw = algbw * 2 (n - 1) / n, the nccl-tests convention; the
 same figures in gigabytes per second, as nccl-tests prints them, are in algbw_GBps / busbw_GBps).
 The result is checked: every element must equal the world size after a sum of ones.
@@ -14,10 +15,13 @@ The result is checked: every element must equal the world size after a sum of on
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -28,50 +32,94 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--size-mb", type=float, default=64.0, help="message size in MiB (default 64)")
     parser.add_argument("--iters", type=int, default=20, help="timed iterations (default 20)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations first (default 5)")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "nccl", "xla", "gloo"),
+        default="auto",
+        help="auto: nccl with CUDA, else xla when torch_xla is installed (Neuron), else gloo",
+    )
     args = parser.parse_args(argv)
     if args.size_mb <= 0 or args.iters < 1 or args.warmup < 0:
         parser.error("--size-mb must be > 0, --iters >= 1, --warmup >= 0")
     return args
 
 
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    device: torch.device
+    all_reduce: Callable[[torch.Tensor], torch.Tensor]
+    # Waits until queued device work has run, so that the timer measures it.
+    sync: Callable[[], None]
+    # Lines every rank up before the timer starts.
+    barrier: Callable[[], None] = dist.barrier
+
+
+def choose_backend(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    if torch.cuda.is_available():
+        return "nccl"
+    if importlib.util.find_spec("torch_xla") is not None:
+        return "xla"
+    return "gloo"
+
+
+def _in_place(tensor: torch.Tensor) -> torch.Tensor:
+    dist.all_reduce(tensor)
+    return tensor
+
+
+def init_backend(name: str) -> Backend:
+    if name == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend="nccl")
+        return Backend(name, torch.device("cuda"), _in_place, torch.cuda.synchronize)
+    if name == "xla":
+        # torch-neuronx: the xla process group; tensors are lazy until mark_step runs the graph.
+        import torch_xla.core.xla_model as xm
+        import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" backend)
+
+        dist.init_process_group(backend="xla")
+
+        def xla_all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+            result = xm.all_reduce(xm.REDUCE_SUM, tensor)
+            xm.mark_step()
+            return result
+
+        return Backend(
+            name, xm.xla_device(), xla_all_reduce, xm.wait_device_ops, lambda: xm.rendezvous("allreduce_bench")
+        )
+    dist.init_process_group(backend="gloo")
+    return Backend(name, torch.device("cpu"), _in_place, lambda: None)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    use_cuda = torch.cuda.is_available()
-    backend = "nccl" if use_cuda else "gloo"
-    if use_cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend=backend)
+    backend = init_backend(choose_backend(args.backend))
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda") if use_cuda else torch.device("cpu")
 
     elements = max(1, int(args.size_mb * 1024 * 1024) // 4)
-    tensor = torch.ones(elements, dtype=torch.float32, device=device)
-
-    def sync() -> None:
-        if use_cuda:
-            torch.cuda.synchronize()
+    ones = torch.ones(elements, dtype=torch.float32, device=backend.device)
 
     for _ in range(args.warmup):
-        dist.all_reduce(tensor)
-    tensor.fill_(1.0)
-    dist.barrier()
-    sync()
+        backend.all_reduce(ones.clone())
+    backend.sync()
+    backend.barrier()
     start = time.perf_counter()
     for _ in range(args.iters):
-        dist.all_reduce(tensor)
-        tensor.fill_(1.0)
-    sync()
+        result = backend.all_reduce(ones.clone())
+    backend.sync()
     seconds = (time.perf_counter() - start) / args.iters
 
-    dist.all_reduce(tensor)
-    correct = bool(torch.all(tensor == float(world)).item())
+    correct = bool(torch.all(result.cpu() == float(world)).item())
     nbytes = elements * 4
     algbw = nbytes / seconds  # bytes per second
     busbw = algbw * 2 * (world - 1) / world if world > 1 else algbw
     if rank == 0:
         line = {
             "world_size": world,
-            "backend": backend,
+            "backend": backend.name,
             "bytes": nbytes,
             "algbw_gbps": round(algbw * 8 / 1e9, 3),
             "busbw_gbps": round(busbw * 8 / 1e9, 3),

@@ -66,3 +66,12 @@ def test_figures_are_plausible():
         assert spec.name.count(".") == 1
         assert spec.vcpus > 0 and spec.memory_gib >= spec.vcpus  # >= 1 GiB per vCPU on every listed family
         assert 1 <= spec.network_cards <= 32
+
+
+def test_processes_per_node():
+    # One rank per GPU; one per logical NeuronCore (trn1: 32 cores; trn2: 128 cores in pairs, LNC 2).
+    assert CATALOG["g6.12xlarge"].processes_per_node == 4
+    assert CATALOG["p5.48xlarge"].processes_per_node == 8
+    assert CATALOG["trn1.32xlarge"].processes_per_node == 32
+    assert CATALOG["trn1n.32xlarge"].processes_per_node == 32
+    assert CATALOG["trn2.48xlarge"].processes_per_node == 64

@@ -136,3 +136,43 @@ def test_compute_bad_values(context, expected):
     message = error(**context)
     for fragment in expected:
         assert fragment in message, message
+
+
+def test_job_defaults():
+    jobs = read_settings({}).jobs
+    assert jobs.timeout_seconds == 3600 and jobs.attempts == 3
+    assert [(s.identifier, s.share) for s in jobs.shares] == [("default", 1)]
+
+
+def test_shares_become_inverse_batch_weight_factors():
+    shares = read_settings({"shares": "llama:2, vision:1,team*:8,big:1000"}).jobs.shares
+    assert [(s.identifier, s.share, s.weight_factor) for s in shares] == [
+        ("llama", 2, 0.5),
+        ("vision", 1, 1.0),
+        ("team*", 8, 0.125),
+        ("big", 1000, 0.001),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("context", "expected"),
+    [
+        ({"jobTimeoutSeconds": "59"}, ["jobTimeoutSeconds", "60..1209600"]),
+        ({"jobTimeoutSeconds": "1209601"}, ["jobTimeoutSeconds", "60..1209600"]),
+        ({"jobAttempts": "0"}, ["jobAttempts", "1..10"]),
+        ({"jobAttempts": "11"}, ["jobAttempts", "1..10"]),
+        ({"shares": "llama"}, ["shares", "'llama' is not identifier:share"]),
+        ({"shares": "llama:0"}, ["shares", "'llama:0'", "share 1..1000"]),
+        ({"shares": "llama:1001"}, ["shares", "'llama:1001'"]),
+        ({"shares": "team-a:1"}, ["shares", "'team-a:1'", "letters and digits"]),
+        ({"shares": "llama:1,llama:2"}, ["shares", "'llama' and 'llama' overlap"]),
+        ({"shares": "team*:1,team7:2"}, ["shares", "'team*' and 'team7' overlap"]),
+        ({"shares": "team7:2,team*:1"}, ["shares", "'team7' and 'team*' overlap"]),
+        ({"shares": ""}, ["shares", "not a comma-separated list"]),
+        ({"shares": ",".join(f"t{i}:1" for i in range(501))}, ["shares", "501 identifiers"]),
+    ],
+)
+def test_job_bad_values(context, expected):
+    message = error(**context)
+    for fragment in expected:
+        assert fragment in message, message

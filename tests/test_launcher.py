@@ -251,3 +251,31 @@ def test_shellcheck_is_clean():
         [str(shellcheck), "--severity=style", str(LAUNCHER)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout
+
+
+def load_bench(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("allreduce_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "allreduce_bench", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    ("cuda", "torch_xla", "expected"),
+    [(True, True, "nccl"), (False, True, "xla"), (False, False, "gloo")],
+)
+def test_bench_picks_nccl_on_gpus_xla_on_neuron_and_gloo_otherwise(monkeypatch, cuda, torch_xla, expected):
+    bench = load_bench(monkeypatch)
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: cuda)
+    real_find_spec = bench.importlib.util.find_spec
+    monkeypatch.setattr(
+        bench.importlib.util,
+        "find_spec",
+        lambda name: (object() if torch_xla else None) if name == "torch_xla" else real_find_spec(name),
+    )
+    assert bench.choose_backend("auto") == expected
+    assert bench.choose_backend("gloo") == "gloo"  # an explicit choice always wins
