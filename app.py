@@ -12,6 +12,8 @@ from cdk_nag import AwsSolutionsChecks
 from config.context import ConfigError, read_settings
 from config.settings import AppSettings
 from stacks.compute_stack import ComputeStack
+from stacks.data_stack import DataStack
+from stacks.jobs_stack import JobsStack
 from stacks.network_stack import NetworkStack
 from stacks.registry_stack import RegistryStack
 from training_constructs.retention import retention_days
@@ -30,7 +32,7 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
         env=env,
         description="Training platform: VPC, training subnet, NAT, S3 endpoint, flow logs, EFA security group",
     )
-    ComputeStack(
+    compute = ComputeStack(
         app,
         f"{STACK_PREFIX}Compute",
         network=network.network,
@@ -40,7 +42,7 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
         env=env,
         description="Training platform: EFA launch templates, placement groups, Batch compute environments",
     )
-    RegistryStack(
+    registry = RegistryStack(
         app,
         f"{STACK_PREFIX}Registry",
         gpu_image_uri=settings.gpu.image_uri,
@@ -48,6 +50,34 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
         env=env,
         description="Training platform: training images (built from container/) and the team ECR repository",
     )
+    data = DataStack(
+        app,
+        f"{STACK_PREFIX}Data",
+        env=env,
+        description="Training platform: dataset and checkpoint buckets (retained) and their access logs",
+    )
+    jobs = JobsStack(
+        app,
+        f"{STACK_PREFIX}Jobs",
+        gpu=settings.gpu,
+        trainium=settings.trainium,
+        gpu_fleet=compute.gpu,
+        trainium_fleet=compute.trainium,
+        gpu_image=registry.gpu_image,
+        trainium_image=registry.trainium_image,
+        datasets=data.datasets,
+        checkpoints=data.checkpoints,
+        jobs=settings.jobs,
+        log_retention=retention,
+        env=env,
+        description="Training platform: multi-node job definitions, fair-share job queues, job role, job logs",
+    )
+    # Built images are published with the registry stack; job definitions must not point at an
+    # image before it exists.
+    jobs.add_stack_dependency(registry)
+    # The jobs stack reads the buckets through named exports, which CDK does not track as a
+    # reference between the stacks.
+    jobs.add_stack_dependency(data)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
 
 

@@ -48,6 +48,14 @@ VARIANTS: dict[str, dict[str, str]] = {
         "gpuMaxNodes": "10",
         "rootVolumeGib": "500",
     },
+    # The jobs issue's acceptance case, with non-default fair shares, timeout and attempts.
+    "p5-four-nodes": {
+        "gpuInstanceType": "p5.48xlarge",
+        "gpuNodes": "4",
+        "shares": "llama:2,vision:1,sweep*:4",
+        "jobTimeoutSeconds": "7200",
+        "jobAttempts": "5",
+    },
 }
 # Every catalog type of each profile, paired so that one synth covers a GPU and a Trainium type.
 TYPE_VARIANTS: dict[str, tuple[str, str]] = {

@@ -1,0 +1,68 @@
+"""One profile's way in: its fair-share job queue, its log group, and two multi-node job
+definitions (the training job and the all-reduce smoke test)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_batch as batch
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from config.catalog import InstanceSpec
+from training_constructs.multi_node_job import MultiNodeJobDefinition
+from training_constructs.training_queue import TrainingQueue
+from training_constructs.workloads import Workload, benchmark_workload, training_workload
+
+# The smoke test moves a few GiB; half an hour covers image pulls and a slow fabric.
+BENCHMARK_TIMEOUT_SECONDS = 1800
+
+
+class TrainingJobs(Construct):
+    """Attributes: `job_queue`, `log_group`, `training` and `benchmark` (MultiNodeJobDefinition)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        instance: InstanceSpec,
+        nodes: int,
+        image_uri: str,
+        compute_environment_arn: str,
+        scheduling_policy: batch.ISchedulingPolicy,
+        job_role: iam.IRole,
+        environment: Mapping[str, str],
+        timeout_seconds: int,
+        attempts: int,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.job_queue = TrainingQueue(
+            self, "Queue", compute_environment_arn=compute_environment_arn, scheduling_policy=scheduling_policy
+        ).job_queue
+        # Job output is the record of a run: kept when the stack goes.
+        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN)
+
+        def definition(construct_id: str, workload: Workload, timeout: int, prefix: str) -> MultiNodeJobDefinition:
+            return MultiNodeJobDefinition(
+                self,
+                construct_id,
+                instance=instance,
+                nodes=nodes,
+                image_uri=image_uri,
+                job_role=job_role,
+                log_group=self.log_group,
+                log_stream_prefix=prefix,
+                command=workload.command,
+                environment={**environment, **workload.environment},
+                timeout_seconds=timeout,
+                attempts=attempts,
+            )
+
+        self.training = definition("TrainingJob", training_workload(instance), timeout_seconds, "training")
+        self.benchmark = definition(
+            "BenchmarkJob", benchmark_workload(instance), min(timeout_seconds, BENCHMARK_TIMEOUT_SECONDS), "allreduce"
+        )
