@@ -1,0 +1,126 @@
+"""Turn `cdk diff --no-color` output into one pull-request comment (Markdown on stdout).
+
+    python cdk_diff_comment.py cdk-diff.txt > comment.md
+
+The first line is a marker the workflow uses to find and update its earlier comment. Changes that
+replace, destroy or orphan a stateful resource (buckets, repositories, file systems, log groups,
+...) are listed first, loudly; each stack's full diff follows in a collapsed section.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+
+MARKER = "<!-- cdk-diff-comment -->"
+# Resource types that hold data: replacing or deleting one loses it (or, when retained, leaves it
+# behind outside the stack).
+STATEFUL_TYPES = frozenset(
+    {
+        "AWS::S3::Bucket",
+        "AWS::ECR::Repository",
+        "AWS::FSx::FileSystem",
+        "AWS::FSx::DataRepositoryAssociation",
+        "AWS::EFS::FileSystem",
+        "AWS::Logs::LogGroup",
+        "AWS::DynamoDB::Table",
+        "AWS::RDS::DBInstance",
+        "AWS::RDS::DBCluster",
+        "AWS::KMS::Key",
+        "Custom::PclusterCluster",
+    }
+)
+# How `cdk diff` words the impact of a resource change, at the end of its line.
+RISKY_IMPACTS = ("may be replaced", "replace", "destroy", "orphan")
+# GitHub refuses comments over 65,536 characters; leave room for the summary.
+MAX_STACK_CHARS = 12_000
+
+_STACK = re.compile(r"^Stack (\S+)")
+_RESOURCE = re.compile(r"^\[(?P<op>[+~-])\] (?P<type>(?:AWS|Custom)::\S+) (?P<rest>.+)$")
+
+
+@dataclass
+class StackDiff:
+    name: str
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(_RESOURCE.match(line) for line in self.lines)
+
+
+@dataclass(frozen=True)
+class Risk:
+    stack: str
+    resource_type: str
+    resource: str
+    impact: str
+
+
+def parse(text: str) -> list[StackDiff]:
+    stacks: list[StackDiff] = []
+    for line in text.splitlines():
+        match = _STACK.match(line)
+        if match:
+            stacks.append(StackDiff(match.group(1)))
+        elif stacks:
+            stacks[-1].lines.append(line)
+    return stacks
+
+
+def risks(stacks: list[StackDiff]) -> list[Risk]:
+    found = []
+    for stack in stacks:
+        for line in stack.lines:
+            match = _RESOURCE.match(line.strip())
+            if not match or match["type"] not in STATEFUL_TYPES:
+                continue
+            rest = match["rest"]
+            impact = next((i for i in RISKY_IMPACTS if rest.endswith(f" {i}")), None)
+            if impact is None and match["op"] == "-":
+                impact = "destroy"
+            if impact:
+                resource = rest[: -len(impact)].strip() if rest.endswith(impact) else rest
+                found.append(Risk(stack.name, match["type"], resource, impact))
+    return found
+
+
+def render(stacks: list[StackDiff]) -> str:
+    changed = [s for s in stacks if s.changed]
+    out = [MARKER, "## cdk diff", ""]
+    at_risk = risks(stacks)
+    if at_risk:
+        out += [
+            "> [!CAUTION]",
+            f"> **{len(at_risk)} stateful resource change(s) can lose or orphan data.** "
+            "Check each before merging; a replaced bucket or file system starts empty.",
+            "",
+            "| stack | resource | type | change |",
+            "|---|---|---|---|",
+            *(f"| {r.stack} | `{r.resource}` | `{r.resource_type}` | **{r.impact}** |" for r in at_risk),
+            "",
+        ]
+    if not changed:
+        out.append(f"No differences in {len(stacks)} stack(s) against what is deployed.")
+        return "\n".join(out) + "\n"
+    out.append(f"{len(changed)} of {len(stacks)} stack(s) differ from what is deployed.")
+    for stack in changed:
+        body = "\n".join(stack.lines).strip()
+        if len(body) > MAX_STACK_CHARS:
+            body = body[:MAX_STACK_CHARS] + "\n... (truncated; the full diff is in the job log)"
+        out += ["", f"<details><summary><b>{stack.name}</b></summary>", "", "```", body, "```", "", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: cdk_diff_comment.py CDK_DIFF_OUTPUT", file=sys.stderr)
+        return 2
+    with open(argv[0], encoding="utf-8") as handle:
+        sys.stdout.write(render(parse(handle.read())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

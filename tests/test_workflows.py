@@ -1,0 +1,171 @@
+"""The GitHub Actions workflow: linted (actionlint, zizmor), pinned, least privilege, running the
+README's test command; and the script that turns `cdk diff` into the pull-request comment."""
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.harness import ROOT
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+CI = WORKFLOWS / "ci.yml"
+BIN = Path(sys.executable).parent
+
+
+def workflow() -> dict:
+    return yaml.safe_load(CI.read_text())
+
+
+def steps(job: str) -> list[dict]:
+    return workflow()["jobs"][job]["steps"]
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name, path=str(BIN))
+    assert found, f"{name} is installed by `make test` (requirements-test.txt)"
+    return found
+
+
+def test_actionlint_is_clean():
+    # shellcheck from the venv checks the run: scripts too.
+    env = {"PATH": f"{BIN}:/usr/bin:/bin"}
+    result = subprocess.run(
+        [tool("actionlint"), "-color=false"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_zizmor_is_clean_even_pedantic():
+    result = subprocess.run(
+        [tool("zizmor"), "--offline", "--persona", "pedantic", "--no-progress", str(WORKFLOWS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_workflow_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    quick_start = readme[readme.index("## Quick start") :]
+    (command,) = re.findall(r"^(make test)\b", quick_start, re.M)[:1]
+    assert command in [s.get("run") for s in steps("test")]
+    assert (ROOT / ".ci" / "run").read_text().strip().endswith(command)
+
+
+def test_workflow_runs_on_pull_requests_and_main():
+    # PyYAML reads the key `on` as True.
+    triggers = workflow()[True]
+    assert "pull_request" in triggers and triggers["push"]["branches"] == ["main"]
+
+
+def test_every_action_is_pinned_by_commit():
+    uses = re.findall(r"uses:\s*(\S+)", CI.read_text())
+    assert uses
+    for ref in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", ref), ref
+
+
+def test_permissions_are_least_per_job():
+    w = workflow()
+    assert w["permissions"] == {}
+    for name, job in w["jobs"].items():
+        assert "permissions" in job, name
+    assert w["jobs"]["test"]["permissions"] == {"contents": "read"}
+    assert w["jobs"]["diff"]["permissions"] == {"contents": "read", "id-token": "write", "pull-requests": "write"}
+    for job in w["jobs"].values():
+        for step in job["steps"]:
+            if "actions/checkout" in step.get("uses", ""):
+                assert step["with"]["persist-credentials"] is False
+
+
+def test_synth_with_and_without_parallelcluster_and_upload():
+    runs = [s.get("run", "") for s in steps("test")]
+    assert any(r.startswith("make synth") and "parallelCluster=true" not in r for r in runs)
+    assert any(r.startswith("make synth") and "-c parallelCluster=true" in r for r in runs)
+    (upload,) = [s for s in steps("test") if "upload-artifact" in s.get("uses", "")]
+    assert upload["with"]["path"] == "cdk.out/"
+
+
+def test_caches_pip_and_npm_and_uses_node_22_or_newer():
+    for job in ("test", "diff"):
+        python = next(s for s in steps(job) if "setup-python" in s.get("uses", ""))
+        node = next(s for s in steps(job) if "setup-node" in s.get("uses", ""))
+        assert python["with"]["cache"] == "pip" and node["with"]["cache"] == "npm"
+        assert int(node["with"]["node-version"]) >= 22
+
+
+def test_diff_runs_only_with_a_role_and_is_explained_otherwise():
+    jobs = workflow()["jobs"]
+    assert "vars.CDK_DIFF_ROLE_ARN != ''" in jobs["diff"]["if"]
+    assert "head.repo.full_name == github.repository" in jobs["diff"]["if"]
+    assert "vars.CDK_DIFF_ROLE_ARN == ''" in jobs["diff-skipped"]["if"]
+    assert "::notice" in jobs["diff-skipped"]["steps"][0]["run"]
+    (credentials,) = [s for s in steps("diff") if "configure-aws-credentials" in s.get("uses", "")]
+    assert credentials["with"]["role-to-assume"] == "${{ vars.CDK_DIFF_ROLE_ARN }}"
+    assert not any(k in credentials["with"] for k in ("aws-access-key-id", "aws-secret-access-key"))
+    # Template diff through the lookup role: no change set, so no deploy rights needed.
+    assert any("--method template" in s.get("run", "") for s in steps("diff"))
+
+
+def load_comment_script():
+    spec = importlib.util.spec_from_file_location("cdk_diff_comment", ROOT / ".github/scripts/cdk_diff_comment.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cdk_diff_comment"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# Written in the shape `cdk diff --no-color` prints: a "Stack" header, "[op] Type path LogicalId impact".
+DIFF = """\
+Stack TrainingNetwork
+There were no differences
+
+Stack TrainingData
+Resources
+[~] AWS::S3::Bucket Data/Checkpoints DataCheckpoints74303317 replace
+ └─ [~] BucketName (requires replacement)
+[-] AWS::ECR::Repository TeamImages TeamImages3D2B8C4A orphan
+
+Stack TrainingJobs
+Resources
+[+] AWS::Batch::JobDefinition Gpu/TrainingJob GpuTrainingJob4CCAFCF3
+[-] AWS::Logs::LogGroup Gpu/Logs GpuLogsB6EC144D destroy
+[~] AWS::Batch::JobQueue Gpu/Queue GpuQueueAC298B72 may be replaced
+
+\u2728  Number of stacks with differences: 2
+"""
+
+
+def test_comment_flags_stateful_replacements_and_deletions_loudly():
+    script = load_comment_script()
+    comment = script.render(script.parse(DIFF))
+    assert comment.startswith(script.MARKER + "\n")
+    risks = {(r.stack, r.resource_type, r.impact) for r in script.risks(script.parse(DIFF))}
+    assert risks == {
+        ("TrainingData", "AWS::S3::Bucket", "replace"),
+        ("TrainingData", "AWS::ECR::Repository", "orphan"),
+        ("TrainingJobs", "AWS::Logs::LogGroup", "destroy"),
+    }
+    assert "[!CAUTION]" in comment and "**3 stateful resource change(s)" in comment
+    # The job queue may be replaced but holds no data: in the diff, not in the warning table.
+    table = comment.split("2 of 3 stack(s) differ")[0]
+    assert "JobQueue" not in table
+    assert "<summary><b>TrainingData</b></summary>" in comment and "TrainingNetwork</b>" not in comment
+
+
+def test_comment_without_differences_is_quiet():
+    script = load_comment_script()
+    comment = script.render(script.parse("Stack TrainingNetwork\nThere were no differences\n"))
+    assert "CAUTION" not in comment and "No differences in 1 stack(s)" in comment
+
+
+@pytest.mark.parametrize("argv", [[], ["a", "b"]])
+def test_comment_script_usage(argv):
+    assert load_comment_script().main(argv) == 2
