@@ -15,6 +15,7 @@ from stacks.compute_stack import ComputeStack
 from stacks.data_stack import DataStack
 from stacks.jobs_stack import JobsStack
 from stacks.network_stack import NetworkStack
+from stacks.parallel_cluster_stack import ParallelClusterStack
 from stacks.registry_stack import RegistryStack
 from training_constructs.retention import retention_days
 
@@ -78,6 +79,20 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
     # The jobs stack reads the buckets through named exports, which CDK does not track as a
     # reference between the stacks.
     jobs.add_stack_dependency(data)
+    if settings.parallel_cluster.enabled:
+        cluster = ParallelClusterStack(
+            app,
+            f"{STACK_PREFIX}ParallelCluster",
+            network=network.network,
+            datasets=data.datasets,
+            checkpoints=data.checkpoints,
+            settings=settings.parallel_cluster,
+            log_retention_days=settings.log_retention_days,
+            root_volume_gib=settings.root_volume_gib,
+            env=env,
+            description="Training platform: optional AWS ParallelCluster (Slurm) cluster with FSx for Lustre",
+        )
+        cluster.add_stack_dependency(data)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
 
 

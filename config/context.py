@@ -66,6 +66,13 @@ MAX_ATTEMPTS = 10
 # at most 500 active in a queue (API ShareAttributes). Shares are relative: 1..1000.
 MAX_SHARE_IDENTIFIERS = 500
 MAX_SHARE = 1000
+# FSx for Lustre PERSISTENT_2 (SSD): 1200 GiB, 2400 GiB, then steps of 2400 GiB; throughput 125,
+# 250, 500 or 1000 MB/s per TiB (FSx for Lustre user guide, "Managing storage capacity" and
+# "Performance"). The upper bound is this app's, a guard against a typo costing a fortune.
+FSX_CAPACITY_STEP_GIB = 2400
+FSX_MIN_CAPACITY_GIB = 1200
+FSX_MAX_CAPACITY_GIB = 100 * FSX_CAPACITY_STEP_GIB
+FSX_THROUGHPUTS = (125, 250, 500, 1000)
 # Interface endpoints the network stack can add on request (short service names).
 INTERFACE_ENDPOINTS = (
     "batch",
@@ -213,15 +220,62 @@ KEYS: dict[str, ContextKey] = {
         _key(
             "pclusterInstanceType",
             "p5e.48xlarge",
-            "EFA-capable types: " + ", ".join(_EFA_TYPES),
-            "Slurm compute instance type",
+            "comma list of EFA-capable types: " + ", ".join(_EFA_TYPES),
+            "Slurm compute instance types, one queue each",
         ),
         _key("pclusterMaxNodes", 2, f"integer 1..{MAX_NODES}", "Slurm queue MaxCount"),
+        _key(
+            "pclusterHeadNodeInstanceType",
+            "m7i.xlarge",
+            "an EC2 instance type name such as m7i.2xlarge",
+            "Slurm head node instance type",
+        ),
+        _key(
+            "pclusterSshSource",
+            None,
+            "an IPv4 CIDR such as 203.0.113.0/24, or a prefix list id pl-...",
+            "who may reach the head node on SSH (default: nobody; use SSM Session Manager)",
+        ),
+        _key("pclusterKeyName", None, "an EC2 key pair name", "key pair installed on the head node"),
+        _key(
+            "pclusterCapacityReservationId",
+            None,
+            "cr- followed by 17 hex digits",
+            "ODCR or capacity block for the Slurm compute nodes",
+        ),
+        _key(
+            "pclusterCapacityReservationType",
+            "odcr",
+            "odcr or capacity-block",
+            "what pclusterCapacityReservationId names",
+        ),
+        _key(
+            "fsxCapacityGib",
+            FSX_MIN_CAPACITY_GIB,
+            f"1200, 2400, then steps of {FSX_CAPACITY_STEP_GIB} up to {FSX_MAX_CAPACITY_GIB}",
+            "FSx for Lustre (PERSISTENT_2) capacity of the Slurm cluster",
+        ),
+        _key(
+            "fsxThroughput",
+            250,
+            "one of " + ", ".join(map(str, FSX_THROUGHPUTS)),
+            "FSx for Lustre throughput, MB/s per TiB",
+        ),
+        _key(
+            "pclusterDeletionPolicy",
+            "Retain",
+            "Retain or Delete",
+            "whether deleting the stack deletes the running cluster",
+        ),
     )
 }
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 _SHARE = re.compile(r"^(?P<identifier>[A-Za-z0-9]{1,255}\*?):(?P<share>\d{1,4})$")
+_CIDR = re.compile(r"^((25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(25[0-5]|2[0-4]\d|1?\d?\d)/(3[0-2]|[12]?\d)$")
+_PREFIX_LIST = re.compile(r"^pl-[0-9a-f]{8,17}$")
+_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+_KEY_NAME = re.compile(r"^[\x20-\x7e]{1,255}$")
 _AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
 _RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
 _IMAGE = re.compile(
@@ -266,6 +320,12 @@ class _Reader:
             raise self.fail(key, "not a known option")
         return value
 
+    def choice_pattern(self, key: str, pattern: re.Pattern[str]) -> str:
+        value = self.raw(key)
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise self.fail(key, "malformed")
+        return value
+
     def optional(self, key: str, pattern: re.Pattern[str]) -> str | None:
         value = self.raw(key)
         if value is None or value == "":
@@ -274,16 +334,25 @@ class _Reader:
             raise self.fail(key, "malformed")
         return value
 
-    def instance_type(self, key: str, allowed: tuple[str, ...], family: str) -> InstanceSpec:
-        name = self.raw(key)
+    def instance_type(self, key: str, allowed: tuple[str, ...], family: str, name: Any = None) -> InstanceSpec:
+        name = self.raw(key) if name is None else name
         spec = CATALOG.get(name) if isinstance(name, str) else None
         if spec is None:
-            raise self.fail(key, "not in the instance catalog")
+            raise self.fail(key, f"{name} is not in the instance catalog")
         if not spec.efa_supported:
-            raise self.fail(key, "has no EFA (multi-node training needs it)")
+            raise self.fail(key, f"{name} has no EFA (multi-node training needs it)")
         if name not in allowed:
-            raise self.fail(key, f"is a {spec.accelerator_kind} type, not {family}")
+            raise self.fail(key, f"{name} is a {spec.accelerator_kind} type, not {family}")
         return spec
+
+    def instance_types(self, key: str, allowed: tuple[str, ...], family: str) -> tuple[InstanceSpec, ...]:
+        raw = self.raw(key)
+        if not isinstance(raw, str):
+            raise self.fail(key, "not a comma-separated list")
+        names = list(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+        if not names:
+            raise self.fail(key, "empty")
+        return tuple(self.instance_type(key, allowed, family, name) for name in names)
 
 
 def check_keys(context: Mapping[str, Any]) -> None:
@@ -372,6 +441,35 @@ def _jobs(r: _Reader) -> JobSettings:
     )
 
 
+def _parallel_cluster(r: _Reader) -> ParallelClusterSettings:
+    ssh = r.raw("pclusterSshSource")
+    if ssh not in (None, "") and not (isinstance(ssh, str) and (_CIDR.match(ssh) or _PREFIX_LIST.match(ssh))):
+        raise r.fail("pclusterSshSource", "malformed")
+    capacity = r.integer("fsxCapacityGib", FSX_MIN_CAPACITY_GIB, FSX_MAX_CAPACITY_GIB)
+    if capacity != FSX_MIN_CAPACITY_GIB and capacity % FSX_CAPACITY_STEP_GIB:
+        raise r.fail("fsxCapacityGib", f"not 1200 or a multiple of {FSX_CAPACITY_STEP_GIB}")
+    throughput = r.integer("fsxThroughput", min(FSX_THROUGHPUTS), max(FSX_THROUGHPUTS))
+    if throughput not in FSX_THROUGHPUTS:
+        raise r.fail("fsxThroughput", "not a PERSISTENT_2 throughput")
+    reservation = r.optional("pclusterCapacityReservationId", _RESERVATION)
+    reservation_type = r.choice("pclusterCapacityReservationType", ("odcr", "capacity-block"))
+    if reservation_type == "capacity-block" and not reservation:
+        raise r.fail("pclusterCapacityReservationType", "needs pclusterCapacityReservationId, the block's cr- id")
+    return ParallelClusterSettings(
+        enabled=r.boolean("parallelCluster"),
+        instances=r.instance_types("pclusterInstanceType", _EFA_TYPES, "EFA-capable"),
+        max_nodes=r.integer("pclusterMaxNodes", 1, MAX_NODES),
+        head_node_instance_type=r.choice_pattern("pclusterHeadNodeInstanceType", _INSTANCE_TYPE),
+        ssh_source=ssh or None,
+        key_name=r.optional("pclusterKeyName", _KEY_NAME),
+        capacity_reservation_id=reservation,
+        capacity_reservation_type=reservation_type,
+        fsx_capacity_gib=capacity,
+        fsx_throughput=throughput,
+        deletion_policy=r.choice("pclusterDeletionPolicy", ("Retain", "Delete")),
+    )
+
+
 def _retention(r: _Reader) -> int:
     days = r.integer("logRetentionDays", 1, max(LOG_RETENTION_DAYS))
     if days not in LOG_RETENTION_DAYS:
@@ -387,11 +485,7 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
         network=_network(r, region),
         gpu=_profile(r, Profile.GPU, "gpu", "NVIDIA GPU", _GPU_TYPES),
         trainium=_profile(r, Profile.TRAINIUM, "trainium", "Trainium", _TRN_TYPES),
-        parallel_cluster=ParallelClusterSettings(
-            enabled=r.boolean("parallelCluster"),
-            instance=r.instance_type("pclusterInstanceType", _EFA_TYPES, "EFA-capable"),
-            max_nodes=r.integer("pclusterMaxNodes", 1, MAX_NODES),
-        ),
+        parallel_cluster=_parallel_cluster(r),
         jobs=_jobs(r),
         log_retention_days=_retention(r),
         root_volume_gib=r.integer("rootVolumeGib", MIN_ROOT_GIB, MAX_ROOT_GIB),

@@ -33,9 +33,24 @@ class ProfileSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class ParallelClusterSettings:
+    """The optional Slurm cluster (the ParallelCluster stack)."""
+
     enabled: bool
-    instance: InstanceSpec
+    # One Slurm queue per compute instance type.
+    instances: tuple[InstanceSpec, ...]
     max_nodes: int
+    head_node_instance_type: str
+    # CIDR or prefix-list id allowed to reach the head node on SSH; None: no SSH from the network.
+    ssh_source: str | None
+    key_name: str | None
+    capacity_reservation_id: str | None
+    # "odcr" or "capacity-block", as for the Batch profiles.
+    capacity_reservation_type: str
+    fsx_capacity_gib: int
+    # FSx for Lustre PERSISTENT_2 throughput, MB/s per TiB of storage.
+    fsx_throughput: int
+    # What deleting the stack does to the cluster: "Retain" (default) or "Delete".
+    deletion_policy: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -56,6 +56,8 @@ VARIANTS: dict[str, dict[str, str]] = {
         "jobTimeoutSeconds": "7200",
         "jobAttempts": "5",
     },
+    # The seed plan's Slurm cluster: 80 x p5e.48xlarge.
+    "parallelcluster": {"parallelCluster": "true", "pclusterMaxNodes": "80"},
 }
 # Every catalog type of each profile, paired so that one synth covers a GPU and a Trainium type.
 TYPE_VARIANTS: dict[str, tuple[str, str]] = {

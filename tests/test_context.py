@@ -22,7 +22,7 @@ def test_defaults_match_the_design():
     assert s.network.availability_zone is None and s.network.nat_gateways == 1
     assert s.network.interface_endpoints == ()
     assert s.parallel_cluster.enabled is False
-    assert s.parallel_cluster.instance.name == "p5e.48xlarge" and s.parallel_cluster.max_nodes == 2
+    assert [i.name for i in s.parallel_cluster.instances] == ["p5e.48xlarge"] and s.parallel_cluster.max_nodes == 2
     assert s.log_retention_days == 30
 
 

@@ -25,7 +25,13 @@ def test_cdk_cli_is_pinned_exactly():
 
 
 def test_python_requirements_are_pinned():
-    for name in ("requirements.txt", "requirements-dev.txt", "requirements-node.txt", "requirements-test.txt"):
+    for name in (
+        "requirements.txt",
+        "requirements-dev.txt",
+        "requirements-node.txt",
+        "requirements-test.txt",
+        "requirements-pcluster.txt",
+    ):
         for line in (ROOT / name).read_text().splitlines():
             line = line.split("#")[0].strip()
             if line and not line.startswith("-r"):

@@ -25,3 +25,7 @@ def test_scrub_replaces_hashes_inside_strings():
         "S3Key": "<asset-hash>.json",
         "Image": {"Fn::Sub": "x:<asset-hash>"},
     }
+
+
+def test_parallelcluster_template(snapshot_json):
+    assert scrub(synth("parallelcluster").templates["TrainingParallelCluster"]) == snapshot_json

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from config.settings import ParallelClusterSettings
+from stacks.data_stack import ExportedBucket
+from training_constructs.training_cluster import TrainingCluster
+from training_constructs.training_network import TrainingNetwork
+
+# Stable, and different from the stack name (the provider refuses a cluster named like its stack).
+CLUSTER_NAME = "training-slurm"
+
+
+class ParallelClusterStack(Stack):
+    """Optional Slurm cluster for large fleets, with FSx for Lustre in front of the data buckets.
+
+    Stateful (a running cluster, a file system): termination protection, and the cluster and file
+    system are retained by default when the stack goes.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        network: TrainingNetwork,
+        datasets: ExportedBucket,
+        checkpoints: ExportedBucket,
+        settings: ParallelClusterSettings,
+        log_retention_days: int,
+        root_volume_gib: int,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, termination_protection=True, **kwargs)
+        dataset_bucket = s3.Bucket.from_bucket_arn(self, "Datasets", datasets.bucket_arn)
+        checkpoint_bucket = s3.Bucket.from_bucket_arn(self, "Checkpoints", checkpoints.bucket_arn)
+        self.cluster = TrainingCluster(
+            self,
+            "Slurm",
+            cluster_name=CLUSTER_NAME,
+            settings=settings,
+            subnet_id=network.training_subnet.subnet_id,
+            dataset_bucket=dataset_bucket.bucket_name,
+            checkpoint_bucket=checkpoint_bucket.bucket_name,
+            log_retention_days=log_retention_days,
+            root_volume_gib=root_volume_gib,
+        )
+        CfnOutput(self, "ClusterName", value=CLUSTER_NAME)
+        # Attributes the provider returns for the cluster (flattened describe-cluster output).
+        CfnOutput(self, "HeadNodeInstanceId", value=self.cluster.cluster.get_att("headNode.instanceId").to_string())

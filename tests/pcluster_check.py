@@ -1,0 +1,63 @@
+"""Validate a ParallelCluster configuration with aws-parallelcluster's own schema and validators.
+
+Runs in the separate environment that tests/test_parallelcluster.py builds (aws-parallelcluster
+cannot share a virtualenv with aws-cdk-lib v2). Reads the configuration as JSON on stdin and
+prints one JSON line: {"errors": [...]}, empty when ParallelCluster accepts it.
+"""
+
+import json
+import os
+import sys
+from unittest import mock
+
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+from marshmallow import ValidationError
+from pcluster.schemas.cluster_schema import ClusterSchema
+from pcluster.validators.cluster_validators import ComputeResourceSizeValidator
+from pcluster.validators.common import FailureLevel
+from pcluster.validators.fsx_validators import (
+    FsxDraValidator,
+    FsxPersistentOptionsValidator,
+    FsxStorageCapacityValidator,
+)
+
+
+def errors(configuration: dict, cluster_name: str) -> list[str]:
+    # The schema looks capacity reservations up in EC2 when it sees one; offline there are none.
+    with mock.patch("pcluster.aws.ec2.Ec2Client.describe_capacity_reservations", return_value=[]):
+        try:
+            cluster = ClusterSchema(cluster_name=cluster_name).load(configuration)
+        except ValidationError as error:
+            return [json.dumps(error.messages, sort_keys=True)]
+    results = []
+    for queue in cluster.scheduling.queues:
+        for resource in queue.compute_resources:
+            results += ComputeResourceSizeValidator().execute(
+                min_count=resource.min_count, max_count=resource.max_count, capacity_type=queue.capacity_type
+            )
+    for storage in cluster.shared_storage or []:
+        results += FsxStorageCapacityValidator().execute(
+            storage_capacity=storage.storage_capacity,
+            deployment_type=storage.deployment_type,
+            fsx_storage_type=storage.fsx_storage_type,
+            per_unit_storage_throughput=storage.per_unit_storage_throughput,
+            file_system_id=storage.file_system_id,
+            backup_id=storage.backup_id,
+        )
+        results += FsxDraValidator().execute(
+            data_repository_associations=storage.data_repository_associations,
+            import_path=storage.import_path,
+            export_path=storage.export_path,
+        )
+        results += FsxPersistentOptionsValidator().execute(
+            deployment_type=storage.deployment_type,
+            kms_key_id=storage.kms_key_id,
+            per_unit_storage_throughput=storage.per_unit_storage_throughput,
+        )
+    return [f"{r.validator_type}: {r.message}" for r in results if r.level == FailureLevel.ERROR]
+
+
+if __name__ == "__main__":
+    request = json.load(sys.stdin)
+    print(json.dumps({"errors": errors(request["configuration"], request["cluster_name"])}))

@@ -1,0 +1,164 @@
+"""The AWS ParallelCluster 3 cluster configuration, as a plain dict built from typed settings.
+
+No CDK in here: the stack passes CDK tokens in `ClusterInputs`; the tests pass literal values and
+validate the result with ParallelCluster's own schema (aws-parallelcluster 3.16.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from config.catalog import AcceleratorKind, InstanceSpec
+from config.settings import ParallelClusterSettings
+
+PCLUSTER_VERSION = "3.16.1"
+# ParallelCluster 3.16 supports alinux2023, ubuntu2204, ubuntu2404, rhel8/9, rocky8/9; alinux2 is gone.
+OS = "alinux2023"
+MOUNT_DIR = "/fsx"
+# Without a source, SSH is opened to the loopback address only, which no other host can use: the
+# head node is reached with SSM Session Manager. (ParallelCluster opens 0.0.0.0/0 when unset.)
+NO_SSH = "127.0.0.1/32"
+SSM_POLICY = "arn:{partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+ECR_READ_POLICY = "arn:{partition}:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly"
+# Minutes an idle dynamic node waits before ParallelCluster terminates it.
+SCALEDOWN_IDLE_MINUTES = 10
+EXPORTED_CHANGES = ["NEW", "CHANGED"]
+IMPORTED_CHANGES = ["NEW", "CHANGED", "DELETED"]
+
+
+@dataclass(frozen=True)
+class ClusterInputs:
+    """Values the deployment supplies: CDK tokens in the stack, literals in tests."""
+
+    partition: str
+    subnet_id: str
+    dataset_bucket: str
+    checkpoint_bucket: str
+    # s3:// URL of enable_pyxis.sh and the bucket that holds it.
+    pyxis_script_url: str
+    script_bucket: str
+
+
+def queue_name(instance: InstanceSpec) -> str:
+    # Queue and compute-resource names: lowercase letters, digits and hyphens, starting with a letter.
+    return instance.name.replace(".", "-")
+
+
+def _compute_queue(
+    settings: ParallelClusterSettings, inputs: ClusterInputs, instance: InstanceSpec, reserved: bool, root_gib: int
+) -> dict[str, Any]:
+    capacity_block = reserved and settings.capacity_reservation_type == "capacity-block"
+    resource: dict[str, Any] = {
+        "Name": queue_name(instance),
+        "Instances": [{"InstanceType": instance.name}],
+        # Idle costs nothing: nodes exist only while jobs need them. A capacity block is paid for
+        # whether used or not, so its nodes are static for the block's lifetime.
+        "MinCount": settings.max_nodes if capacity_block else 0,
+        "MaxCount": settings.max_nodes,
+        "Efa": {"Enabled": True},
+    }
+    if instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
+        resource["HealthChecks"] = {"Gpu": {"Enabled": True}}
+    if reserved:
+        resource["CapacityReservationTarget"] = {"CapacityReservationId": settings.capacity_reservation_id}
+    return {
+        "Name": queue_name(instance),
+        "CapacityType": "CAPACITY_BLOCK" if capacity_block else "ONDEMAND",
+        "ComputeResources": [resource],
+        "Networking": {
+            "SubnetIds": [inputs.subnet_id],
+            # A placement group on top of a targeted reservation or a capacity block causes
+            # capacity errors (the reservation decides placement).
+            "PlacementGroup": {"Enabled": not reserved},
+        },
+        "ComputeSettings": {"LocalStorage": {"RootVolume": {"Size": root_gib, "Encrypted": True}}},
+        "Iam": {
+            "AdditionalIamPolicies": [{"Policy": ECR_READ_POLICY.format(partition=inputs.partition)}],
+            "S3Access": [
+                {"BucketName": inputs.dataset_bucket, "EnableWriteAccess": False},
+                {"BucketName": inputs.checkpoint_bucket, "EnableWriteAccess": True},
+                {"BucketName": inputs.script_bucket, "EnableWriteAccess": False},
+            ],
+        },
+        "CustomActions": {"OnNodeStart": {"Script": inputs.pyxis_script_url, "Args": ["compute"]}},
+    }
+
+
+def _shared_storage(settings: ParallelClusterSettings, inputs: ClusterInputs) -> dict[str, Any]:
+    return {
+        "Name": "fsx",
+        "MountDir": MOUNT_DIR,
+        "StorageType": "FsxLustre",
+        "FsxLustreSettings": {
+            "DeploymentType": "PERSISTENT_2",
+            "StorageCapacity": settings.fsx_capacity_gib,
+            "PerUnitStorageThroughput": settings.fsx_throughput,
+            "DataCompressionType": "LZ4",
+            # The file system outlives the cluster: deleting the cluster keeps the data.
+            "DeletionPolicy": "Retain",
+            # PERSISTENT_2 links S3 through data repository associations (ImportPath does not apply).
+            "DataRepositoryAssociations": [
+                {
+                    "Name": "datasets",
+                    "DataRepositoryPath": f"s3://{inputs.dataset_bucket}",
+                    "FileSystemPath": "/datasets",
+                    "BatchImportMetaDataOnCreate": True,
+                    "AutoImportPolicy": IMPORTED_CHANGES,
+                },
+                {
+                    "Name": "checkpoints",
+                    "DataRepositoryPath": f"s3://{inputs.checkpoint_bucket}",
+                    "FileSystemPath": "/checkpoints",
+                    "BatchImportMetaDataOnCreate": True,
+                    "AutoImportPolicy": IMPORTED_CHANGES,
+                    # New and changed checkpoints reach S3; a file deleted on /fsx stays in S3.
+                    "AutoExportPolicy": EXPORTED_CHANGES,
+                },
+            ],
+        },
+    }
+
+
+def cluster_configuration(
+    settings: ParallelClusterSettings, inputs: ClusterInputs, *, log_retention_days: int, root_volume_gib: int
+) -> dict[str, Any]:
+    ssh: dict[str, Any] = {"AllowedIps": settings.ssh_source or NO_SSH}
+    if settings.key_name:
+        ssh["KeyName"] = settings.key_name
+    queues = [
+        # A reservation belongs to one instance type: the first one listed.
+        _compute_queue(settings, inputs, instance, i == 0 and bool(settings.capacity_reservation_id), root_volume_gib)
+        for i, instance in enumerate(settings.instances)
+    ]
+    return {
+        "Image": {"Os": OS},
+        "Imds": {"ImdsSupport": "v2.0"},
+        "HeadNode": {
+            "InstanceType": settings.head_node_instance_type,
+            "Networking": {"SubnetId": inputs.subnet_id},
+            "Ssh": ssh,
+            "LocalStorage": {"RootVolume": {"Encrypted": True}},
+            "Iam": {
+                "AdditionalIamPolicies": [
+                    {"Policy": SSM_POLICY.format(partition=inputs.partition)},
+                    {"Policy": ECR_READ_POLICY.format(partition=inputs.partition)},
+                ],
+                "S3Access": [{"BucketName": inputs.script_bucket, "EnableWriteAccess": False}],
+            },
+            "CustomActions": {"OnNodeConfigured": {"Script": inputs.pyxis_script_url, "Args": ["head"]}},
+        },
+        "Scheduling": {
+            "Scheduler": "slurm",
+            "SlurmSettings": {"ScaledownIdletime": SCALEDOWN_IDLE_MINUTES},
+            "SlurmQueues": queues,
+        },
+        "SharedStorage": [_shared_storage(settings, inputs)],
+        "Monitoring": {
+            "DetailedMonitoring": True,
+            "Logs": {
+                "CloudWatch": {"Enabled": True, "RetentionInDays": log_retention_days, "DeletionPolicy": "Retain"}
+            },
+            "Dashboards": {"CloudWatch": {"Enabled": True}},
+        },
+    }
