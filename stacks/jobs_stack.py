@@ -69,7 +69,7 @@ class JobsStack(Stack):
         def profile_jobs(
             construct_id: str, profile: ProfileSettings, fleet: TrainingFleet, image: TrainingImage
         ) -> TrainingJobs:
-            profile_jobs = TrainingJobs(
+            created = TrainingJobs(
                 self,
                 construct_id,
                 instance=profile.instance,
@@ -85,13 +85,13 @@ class JobsStack(Stack):
             )
             # Stable output names: the README's commands read them.
             for name, value in (
-                ("JobQueue", profile_jobs.job_queue.job_queue_arn),
-                ("TrainingJobDefinition", profile_jobs.training.job_definition_arn),
-                ("BenchmarkJobDefinition", profile_jobs.benchmark.job_definition_arn),
-                ("LogGroup", profile_jobs.log_group.log_group_name),
+                ("JobQueue", created.job_queue.job_queue_arn),
+                ("TrainingJobDefinition", created.training.job_definition_arn),
+                ("BenchmarkJobDefinition", created.benchmark.job_definition_arn),
+                ("LogGroup", created.log_group.log_group_name),
             ):
                 CfnOutput(self, f"{construct_id}{name}", value=value)
-            return profile_jobs
+            return created
 
         self.gpu = profile_jobs("Gpu", gpu, gpu_fleet, gpu_image)
         self.trainium = profile_jobs("Trainium", trainium, trainium_fleet, trainium_image)

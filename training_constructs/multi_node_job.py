@@ -65,10 +65,11 @@ class RetryRule:
     on_reason: str | None = None
 
 
-# Retry what the infrastructure broke, stop on what the application did. Evaluated in order; the
-# patterns are the ones the Batch user guide gives ("Automated job retries"): a lost or replaced
-# host ("Host EC2 (instance i-...) terminated."), an ECS agent failure, a task that never started.
-# Only a failure of the main node triggers a retry of a multi-node job.
+# Retry what the infrastructure broke, stop on what the application did. Rules are evaluated in
+# order and an unmatched failure would be retried (API EvaluateOnExit), hence the final EXIT.
+# "Host EC2*" is the status reason of a terminated or lost host (the pattern behind CDK's
+# batch.Reason.SPOT_INSTANCE_RECLAIMED); AGENT and "Task failed to start" are the Batch user
+# guide's examples ("Automated job retries"). Only a main-node failure retries a multi-node job.
 RETRY_RULES = (
     RetryRule("RETRY", on_status_reason="Host EC2*"),
     RetryRule("RETRY", on_reason="AGENT"),
