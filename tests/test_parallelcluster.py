@@ -85,8 +85,12 @@ def test_parallelcluster_accepts_the_generated_configuration(pcluster_python, co
             "FsxStorageCapacityValidator",
         ),
         (lambda c: c["Scheduling"]["SlurmQueues"][0].update(CapacityType="CAPACITY_BLOCK"), "Min count must be"),
+        (
+            lambda c: c["SharedStorage"][0]["FsxLustreSettings"].update(ImportPath="s3://legacy-import"),
+            "FsxDraValidator",
+        ),
     ],
-    ids=["old-os", "unknown-key", "fsx-size", "capacity-block-min-count"],
+    ids=["old-os", "unknown-key", "fsx-size", "capacity-block-min-count", "dra-with-import-path"],
 )
 def test_the_check_catches_what_parallelcluster_refuses(pcluster_python, change, expected):
     broken = configuration()
