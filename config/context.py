@@ -272,8 +272,10 @@ KEYS: dict[str, ContextKey] = {
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 _SHARE = re.compile(r"^(?P<identifier>[A-Za-z0-9]{1,255}\*?):(?P<share>\d{1,4})$")
-_CIDR = re.compile(r"^((25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(25[0-5]|2[0-4]\d|1?\d?\d)/(3[0-2]|[12]?\d)$")
-_PREFIX_LIST = re.compile(r"^pl-[0-9a-f]{8,17}$")
+# An IPv4 CIDR or a managed prefix list id.
+_SSH_SOURCE = re.compile(
+    r"^(((25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(25[0-5]|2[0-4]\d|1?\d?\d)/(3[0-2]|[12]?\d)|pl-[0-9a-f]{8,17})$"
+)
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 _KEY_NAME = re.compile(r"^[\x20-\x7e]{1,255}$")
 _AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
@@ -320,7 +322,7 @@ class _Reader:
             raise self.fail(key, "not a known option")
         return value
 
-    def choice_pattern(self, key: str, pattern: re.Pattern[str]) -> str:
+    def required(self, key: str, pattern: re.Pattern[str]) -> str:
         value = self.raw(key)
         if not isinstance(value, str) or not pattern.fullmatch(value):
             raise self.fail(key, "malformed")
@@ -334,8 +336,10 @@ class _Reader:
             raise self.fail(key, "malformed")
         return value
 
-    def instance_type(self, key: str, allowed: tuple[str, ...], family: str, name: Any = None) -> InstanceSpec:
-        name = self.raw(key) if name is None else name
+    def instance_type(self, key: str, allowed: tuple[str, ...], family: str) -> InstanceSpec:
+        return self._instance(key, self.raw(key), allowed, family)
+
+    def _instance(self, key: str, name: Any, allowed: tuple[str, ...], family: str) -> InstanceSpec:
         spec = CATALOG.get(name) if isinstance(name, str) else None
         if spec is None:
             raise self.fail(key, f"{name} is not in the instance catalog")
@@ -352,7 +356,7 @@ class _Reader:
         names = list(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
         if not names:
             raise self.fail(key, "empty")
-        return tuple(self.instance_type(key, allowed, family, name) for name in names)
+        return tuple(self._instance(key, name, allowed, family) for name in names)
 
 
 def check_keys(context: Mapping[str, Any]) -> None:
@@ -442,9 +446,6 @@ def _jobs(r: _Reader) -> JobSettings:
 
 
 def _parallel_cluster(r: _Reader) -> ParallelClusterSettings:
-    ssh = r.raw("pclusterSshSource")
-    if ssh not in (None, "") and not (isinstance(ssh, str) and (_CIDR.match(ssh) or _PREFIX_LIST.match(ssh))):
-        raise r.fail("pclusterSshSource", "malformed")
     capacity = r.integer("fsxCapacityGib", FSX_MIN_CAPACITY_GIB, FSX_MAX_CAPACITY_GIB)
     if capacity != FSX_MIN_CAPACITY_GIB and capacity % FSX_CAPACITY_STEP_GIB:
         raise r.fail("fsxCapacityGib", f"not 1200 or a multiple of {FSX_CAPACITY_STEP_GIB}")
@@ -459,8 +460,8 @@ def _parallel_cluster(r: _Reader) -> ParallelClusterSettings:
         enabled=r.boolean("parallelCluster"),
         instances=r.instance_types("pclusterInstanceType", _EFA_TYPES, "EFA-capable"),
         max_nodes=r.integer("pclusterMaxNodes", 1, MAX_NODES),
-        head_node_instance_type=r.choice_pattern("pclusterHeadNodeInstanceType", _INSTANCE_TYPE),
-        ssh_source=ssh or None,
+        head_node_instance_type=r.required("pclusterHeadNodeInstanceType", _INSTANCE_TYPE),
+        ssh_source=r.optional("pclusterSshSource", _SSH_SOURCE),
         key_name=r.optional("pclusterKeyName", _KEY_NAME),
         capacity_reservation_id=reservation,
         capacity_reservation_type=reservation_type,

@@ -22,6 +22,10 @@ class ExportedBucket:
     # Fn::ImportValue of the bucket's ARN, for use in other stacks.
     bucket_arn: str
 
+    def bucket(self, scope: Construct, construct_id: str) -> s3.IBucket:
+        """The bucket as seen from another stack (grants and names resolve through the export)."""
+        return s3.Bucket.from_bucket_arn(scope, construct_id, self.bucket_arn)
+
 
 class DataStack(Stack):
     """Stateful: the dataset and checkpoint buckets and their access logs, retained, with

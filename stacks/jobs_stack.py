@@ -6,7 +6,6 @@ from aws_cdk import Acknowledgment, CfnOutput, Duration, Stack, Validations
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config.settings import JobSettings, ProfileSettings
@@ -49,8 +48,8 @@ class JobsStack(Stack):
             assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
             description="Training job containers: read datasets, read and write checkpoints",
         )
-        dataset_bucket = s3.Bucket.from_bucket_arn(self, "Datasets", datasets.bucket_arn)
-        checkpoint_bucket = s3.Bucket.from_bucket_arn(self, "Checkpoints", checkpoints.bucket_arn)
+        dataset_bucket = datasets.bucket(self, "Datasets")
+        checkpoint_bucket = checkpoints.bucket(self, "Checkpoints")
         dataset_bucket.grant_read(self.job_role)
         checkpoint_bucket.grant_read_write(self.job_role)
         self._acknowledge_bucket_grants(datasets, checkpoints)

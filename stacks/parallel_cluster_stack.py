@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
-from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from config.settings import ParallelClusterSettings
@@ -36,8 +35,8 @@ class ParallelClusterStack(Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, termination_protection=True, **kwargs)
-        dataset_bucket = s3.Bucket.from_bucket_arn(self, "Datasets", datasets.bucket_arn)
-        checkpoint_bucket = s3.Bucket.from_bucket_arn(self, "Checkpoints", checkpoints.bucket_arn)
+        dataset_bucket = datasets.bucket(self, "Datasets")
+        checkpoint_bucket = checkpoints.bucket(self, "Checkpoints")
         self.cluster = TrainingCluster(
             self,
             "Slurm",

@@ -27,8 +27,6 @@ _NAMES = {
     3653: "TEN_YEARS",
 }
 
-SUPPORTED_DAYS = tuple(_NAMES)
-
 
 def retention_days(days: int) -> logs.RetentionDays:
     """The RetentionDays member for `days`; raises KeyError for a value CloudWatch does not accept."""
