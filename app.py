@@ -37,17 +37,15 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
         app,
         f"{STACK_PREFIX}Compute",
         network=network.network,
-        gpu=settings.gpu,
-        trainium=settings.trainium,
-        root_volume_gib=settings.root_volume_gib,
+        fleets=settings.fleets,
+        root_volume=settings.root_volume,
         env=env,
         description="Training platform: EFA launch templates, placement groups, Batch compute environments",
     )
     registry = RegistryStack(
         app,
         f"{STACK_PREFIX}Registry",
-        gpu_image_uri=settings.gpu.image_uri,
-        trainium_image_uri=settings.trainium.image_uri,
+        fleets=settings.fleets,
         env=env,
         description="Training platform: training images (built from container/) and the team ECR repository",
     )
@@ -60,18 +58,15 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
     jobs = JobsStack(
         app,
         f"{STACK_PREFIX}Jobs",
-        gpu=settings.gpu,
-        trainium=settings.trainium,
-        gpu_fleet=compute.gpu,
-        trainium_fleet=compute.trainium,
-        gpu_image=registry.gpu_image,
-        trainium_image=registry.trainium_image,
+        fleets=settings.fleets,
+        compute=compute.fleets,
+        registry=registry,
         datasets=data.datasets,
         checkpoints=data.checkpoints,
         jobs=settings.jobs,
         log_retention=retention,
         env=env,
-        description="Training platform: multi-node job definitions, fair-share job queues, job role, job logs",
+        description="Training platform: multi-node job definitions, job queues, job role, job logs, job alerts",
     )
     # Built images are published with the registry stack; job definitions must not point at an
     # image before it exists.

@@ -1,25 +1,32 @@
 """Reads the app's context keys once, parses CLI strings, validates them and builds AppSettings.
 
-Every key the app understands is listed in KEYS with its default and what is allowed; the README
-table documents the same list (a test keeps the two in step). Values from `-c key=value` arrive as
-strings, values from cdk.json as JSON types; both are accepted.
+Every key is a field of the pydantic model `Context` (alias = the key, with its default, what is
+allowed and what it means); `KEYS` is derived from it and the README table documents the same list
+(a test keeps the two in step). Values from `-c key=value` arrive as strings, values from cdk.json
+as JSON types; both are accepted. The first problem found is raised as a one-line ConfigError that
+names the key (or `fleets.<name>.<field>`), the value and what is allowed.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from config.catalog import CATALOG, InstanceSpec, Profile, types_for
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
+
+from config.catalog import CATALOG, AcceleratorKind, InstanceSpec, Profile, types_for
 from config.settings import (
     AppSettings,
+    CapacityReservation,
+    FleetSettings,
     JobSettings,
     NetworkSettings,
     ParallelClusterSettings,
-    ProfileSettings,
+    RootVolume,
     Share,
 )
 
@@ -27,45 +34,29 @@ from config.settings import (
 MAX_NODES = 1000
 # A multi-node job needs at least two nodes; a single node is an ordinary Batch job.
 MIN_NODES = 2
+# Each fleet adds about ten resources and five outputs across the compute and jobs stacks;
+# CloudFormation allows 500 resources and 200 outputs per stack.
+MAX_FLEETS = 20
+# The VPC (10.0.0.0/16) has room for three /18 training subnets beside the public /24s.
+MAX_AVAILABILITY_ZONES = 3
 # Values CloudWatch Logs accepts for RetentionInDays (CloudWatch Logs API, PutRetentionPolicy).
-LOG_RETENTION_DAYS = (
-    1,
-    3,
-    5,
-    7,
-    14,
-    30,
-    60,
-    90,
-    120,
-    150,
-    180,
-    365,
-    400,
-    545,
-    731,
-    1096,
-    1827,
-    2192,
-    2557,
-    2922,
-    3288,
-    3653,
-)
-# Root volume bounds: big training images (Isaac Sim, Neuron DLC) unpack to tens of GiB each;
-# 16 TiB is the gp3 maximum (EBS user guide, volume types).
-MIN_ROOT_GIB = 100
-MAX_ROOT_GIB = 16384
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557)
+LOG_RETENTION_DAYS += (2922, 3288, 3653)
+# Root volume: big training images (Isaac Sim, Neuron DLC) unpack to tens of GiB each. gp3 limits:
+# 16 TiB, 125..1000 MiB/s, 3000..16000 IOPS, at most 0.25 MiB/s per provisioned IOPS (EBS user
+# guide, "General Purpose SSD volumes").
+MIN_ROOT_GIB, MAX_ROOT_GIB = 100, 16384
+GP3_THROUGHPUT, GP3_IOPS, GP3_MIBPS_PER_IOPS = (125, 1000), (3000, 16000), 0.25
 # Job attempt timeout: Batch's minimum is 60 s (API JobTimeout). The 14-day ceiling is this app's,
 # so that a forgotten job on a large fleet cannot bill for weeks; submit-job --timeout can go higher.
-MIN_TIMEOUT_SECONDS = 60
-MAX_TIMEOUT_SECONDS = 14 * 24 * 3600
+MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 60, 14 * 24 * 3600
 # Batch retry strategy: 1..10 attempts (API RetryStrategy).
 MAX_ATTEMPTS = 10
+# Job queue jobStateTimeLimitActions: maxTimeSeconds 600..86400 (API JobStateTimeLimitAction).
+RUNNABLE_TIMEOUT_MINUTES = (10, 1440)
 # Fair-share identifiers: up to 255 alphanumeric characters, optionally ending in '*' for a prefix;
 # at most 500 active in a queue (API ShareAttributes). Shares are relative: 1..1000.
-MAX_SHARE_IDENTIFIERS = 500
-MAX_SHARE = 1000
+MAX_SHARE_IDENTIFIERS, MAX_SHARE = 500, 1000
 # FSx for Lustre PERSISTENT_2 (SSD): 1200 GiB, 2400 GiB, then steps of 2400 GiB; throughput 125,
 # 250, 500 or 1000 MB/s per TiB (FSx for Lustre user guide, "Managing storage capacity" and
 # "Performance"). The upper bound is this app's, a guard against a typo costing a fortune.
@@ -74,24 +65,264 @@ FSX_MIN_CAPACITY_GIB = 1200
 FSX_MAX_CAPACITY_GIB = 100 * FSX_CAPACITY_STEP_GIB
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
 # Interface endpoints the network stack can add on request (short service names).
-INTERFACE_ENDPOINTS = (
-    "batch",
-    "ec2messages",
-    "ecr.api",
-    "ecr.dkr",
-    "ecs",
-    "ecs-agent",
-    "ecs-telemetry",
-    "logs",
-    "monitoring",
-    "ssm",
-    "ssmmessages",
-    "sts",
-)
+INTERFACE_ENDPOINTS = ("batch", "ec2messages", "ecr.api", "ecr.dkr", "ecs", "ecs-agent", "ecs-telemetry", "logs")
+INTERFACE_ENDPOINTS += ("monitoring", "ssm", "ssmmessages", "sts")
+
+_GPU_TYPES = types_for(Profile.GPU)
+_TRN_TYPES = types_for(Profile.TRAINIUM)
+_EFA_TYPES = _GPU_TYPES + _TRN_TYPES
+# The flat keys that describe the two default fleets; `fleets` replaces them all.
+FLAT_FLEETS = {"gpu": ("NVIDIA GPU", _GPU_TYPES), "trainium": ("Trainium", _TRN_TYPES)}
+_FLAT_FIELDS = {
+    "InstanceType": "instanceType",
+    "Nodes": "nodes",
+    "MaxNodes": "maxNodes",
+    "Image": "image",
+    "CapacityReservationId": "capacityReservationId",
+    "CapacityReservationType": "capacityReservationType",
+    "PurchaseOption": None,
+}
+FLAT_FLEET_KEYS = tuple(p + s for p in FLAT_FLEETS for s in _FLAT_FIELDS)
 
 
 class ConfigError(ValueError):
     """A context value the app cannot use. The message is one line, fit for the user."""
+
+
+def _int(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError("not an integer")
+    if isinstance(value, str):
+        if not re.fullmatch(r"[+-]?\d+", value.strip()):
+            raise ValueError("not an integer")
+        return int(value)
+    return value
+
+
+def _bool(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise ValueError("not a boolean")
+    return value
+
+
+def _json_object(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"malformed JSON ({error.msg} at column {error.colno})") from None
+    if value is not None and not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def _pattern(regex: str) -> Any:
+    """An optional string of this shape; an empty string counts as not given."""
+    return Annotated[
+        Annotated[str, StringConstraints(pattern=regex)] | None,
+        BeforeValidator(lambda v: None if v in ("", None) else v),
+    ]
+
+
+Int = Annotated[int, BeforeValidator(_int)]
+Bool = Annotated[bool, BeforeValidator(_bool)]
+Reservation = _pattern(r"^cr-[0-9a-f]{17}$")
+ReservationType = Literal["odcr", "capacity-block"]
+Az = _pattern(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+Image = _pattern(
+    r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})$"
+)
+Ami = _pattern(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
+# An IPv4 CIDR or a managed prefix list id.
+SshSource = _pattern(
+    r"^(((25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(25[0-5]|2[0-4]\d|1?\d?\d)/(3[0-2]|[12]?\d)|pl-[0-9a-f]{8,17})$"
+)
+KeyName = _pattern(r"^[\x20-\x7e]{1,255}$")
+Email = _pattern(r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")
+_INT_RANGE = "integer {}..{}"
+_IMAGE_TEXT = "an image URI (registry/repository:tag or @sha256:digest)"
+_RESERVATION_TEXT = "cr- followed by 17 hex digits"
+
+
+def key(alias: str, default: Any, allowed: str, meaning: str, **constraints: Any) -> Any:
+    return Field(default, alias=alias, description=meaning, json_schema_extra={"allowed": allowed}, **constraints)
+
+
+class FleetModel(BaseModel):
+    """One entry of the `fleets` key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    instance_type: str = key("instanceType", ..., "EFA-capable catalog types: " + ", ".join(_EFA_TYPES), "type")
+    nodes: Int = key("nodes", MIN_NODES, _INT_RANGE.format(MIN_NODES, MAX_NODES), "", ge=MIN_NODES, le=MAX_NODES)
+    max_nodes: Int | None = key("maxNodes", None, f"integer nodes..{MAX_NODES}", "", ge=MIN_NODES, le=MAX_NODES)
+    availability_zone: Az = key("availabilityZone", None, "an AZ name such as us-east-1b, in the stack's region", "")
+    capacity_reservation_id: Reservation = key("capacityReservationId", None, _RESERVATION_TEXT, "")
+    capacity_reservation_type: ReservationType = key("capacityReservationType", "odcr", "odcr or capacity-block", "")
+    image: Image = key("image", None, _IMAGE_TEXT, "")
+    ami_id: Ami = key("amiId", None, "ami- followed by 8 or 17 hex digits", "")
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+def _flat_fleet_keys(prefix: str, family: str, types: tuple[str, ...], default_type: str) -> dict[str, Any]:
+    """The flat keys of one default fleet, as model fields: suffix -> (type, default, allowed, meaning)."""
+    nodes = {"ge": MIN_NODES, "le": MAX_NODES}
+    keys = {
+        "InstanceType": (
+            str,
+            default_type,
+            f"none, or EFA-capable {family} types: " + ", ".join(types),
+            "instance type (none: no such fleet)",
+            {},
+        ),
+        "Nodes": (Int, MIN_NODES, _INT_RANGE.format(MIN_NODES, MAX_NODES), "nodes per multi-node job", nodes),
+        "MaxNodes": (
+            Int | None,
+            None,
+            f"integer {prefix}Nodes..{MAX_NODES} (default: the larger of {prefix}Nodes and 4)",
+            "nodes the compute environment may scale to",
+            nodes,
+        ),
+        "Image": (Image, None, _IMAGE_TEXT, "existing image to use instead of building one", {}),
+        "CapacityReservationId": (Reservation, None, _RESERVATION_TEXT, "ODCR or capacity block to launch into", {}),
+        "CapacityReservationType": (
+            ReservationType,
+            "odcr",
+            "odcr or capacity-block",
+            f"what {prefix}CapacityReservationId names",
+            {},
+        ),
+        "PurchaseOption": (
+            Literal["on-demand", "spot"],
+            "on-demand",
+            "on-demand (multi-node jobs do not run on Spot)",
+            "",
+            {},
+        ),
+    }
+    return {
+        f"{prefix}_{_snake(suffix)}": (kind, key(prefix + suffix, default, allowed, f"{family} fleet `{prefix}`: "
+                                                 + meaning, **constraints))
+        for suffix, (kind, default, allowed, meaning, constraints) in keys.items()
+    }  # fmt: skip
+
+
+class _ContextBase(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=False)
+
+    fleets: Annotated[dict[str, FleetModel] | None, BeforeValidator(_json_object)] = key(
+        "fleets",
+        None,
+        "a JSON object of named fleets: name (a letter, then letters and digits) -> {instanceType, nodes, "
+        "maxNodes, availabilityZone, capacityReservationId, capacityReservationType, image, amiId}",
+        "named fleets, replacing the flat gpu*/trainium* keys (README, Fleets)",
+    )
+    availability_zone: Az = key(
+        "availabilityZone",
+        None,
+        "an AZ name such as us-east-1a, in the stack's region",
+        "AZ of the training subnet and placement groups of fleets that name none (default: the region's first AZ)",
+    )
+    nat_gateways: Int = key("natGateways", 1, "integer 1..2 (1 when availabilityZone is set)", "NAT gateways", ge=1)
+    interface_endpoints: str = key(
+        "interfaceEndpoints",
+        "",
+        "comma-separated subset of: " + ", ".join(INTERFACE_ENDPOINTS),
+        "VPC interface endpoints to add (each costs money per hour and AZ)",
+    )
+    log_retention_days: Int = key(
+        "logRetentionDays", 30, "one of " + ", ".join(map(str, LOG_RETENTION_DAYS)), "retention of the app's log groups"
+    )
+    root_volume_gib: Int = key(
+        "rootVolumeGib", 300, _INT_RANGE.format(MIN_ROOT_GIB, MAX_ROOT_GIB), "gp3 root volume of each training node",
+        ge=MIN_ROOT_GIB, le=MAX_ROOT_GIB,
+    )  # fmt: skip
+    root_volume_throughput: Int = key(
+        "rootVolumeThroughput", 500, _INT_RANGE.format(*GP3_THROUGHPUT) + " MiB/s, at most rootVolumeIops / 4",
+        "root volume throughput: image layers unpack at this rate", ge=GP3_THROUGHPUT[0], le=GP3_THROUGHPUT[1],
+    )  # fmt: skip
+    root_volume_iops: Int = key(
+        "rootVolumeIops", 6000, _INT_RANGE.format(*GP3_IOPS), "root volume IOPS", ge=GP3_IOPS[0], le=GP3_IOPS[1]
+    )
+    job_timeout_seconds: Int = key(
+        "jobTimeoutSeconds", 3600, _INT_RANGE.format(MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS),
+        "attempt timeout of the training job definitions (submit-job --timeout overrides it)",
+        ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS,
+    )  # fmt: skip
+    job_attempts: Int = key(
+        "jobAttempts", 3, f"integer 1..{MAX_ATTEMPTS}", "attempts per training job; only infrastructure failures "
+        "are retried", ge=1, le=MAX_ATTEMPTS,
+    )  # fmt: skip
+    runnable_timeout_minutes: Int = key(
+        "runnableTimeoutMinutes", 60, _INT_RANGE.format(*RUNNABLE_TIMEOUT_MINUTES),
+        "minutes a job may wait RUNNABLE for capacity that is not there, or with a request no node can hold, "
+        "before its queue cancels it", ge=RUNNABLE_TIMEOUT_MINUTES[0], le=RUNNABLE_TIMEOUT_MINUTES[1],
+    )  # fmt: skip
+    alert_email: Email = key(
+        "alertEmail", None, "an email address", "subscribed to the job-alert topic (failed and cancelled jobs)"
+    )
+    shares: str = key(
+        "shares",
+        "",
+        f"empty (FIFO queues), or a comma list of identifier:share; identifier up to 255 letters and digits (a "
+        f"trailing * makes it a prefix), share 1..{MAX_SHARE}, at most {MAX_SHARE_IDENTIFIERS} identifiers",
+        "fair-share identifiers of the job queues and their relative shares of the fleet",
+    )
+    parallel_cluster: Bool = key("parallelCluster", False, "true or false", "add the optional ParallelCluster stack")
+    pcluster_instance_type: str = key(
+        "pclusterInstanceType",
+        "p5e.48xlarge",
+        "comma list of EFA-capable types: " + ", ".join(_EFA_TYPES),
+        "Slurm compute instance types, one queue each",
+    )
+    pcluster_max_nodes: Int = key("pclusterMaxNodes", 2, f"integer 1..{MAX_NODES}", "Slurm queue MaxCount", ge=1)
+    pcluster_head_node_instance_type: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")] = key(
+        "pclusterHeadNodeInstanceType", "m7i.xlarge", "an EC2 instance type name such as m7i.2xlarge", "head node type"
+    )
+    pcluster_ssh_source: SshSource = key(
+        "pclusterSshSource",
+        None,
+        "an IPv4 CIDR such as 203.0.113.0/24, or a prefix list id pl-...",
+        "who may reach the head node on SSH (default: nobody; use SSM Session Manager)",
+    )
+    pcluster_key_name: KeyName = key(
+        "pclusterKeyName", None, "an EC2 key pair name", "key pair installed on the head node"
+    )
+    pcluster_capacity_reservation_id: Reservation = key(
+        "pclusterCapacityReservationId", None, _RESERVATION_TEXT, "ODCR or capacity block for the Slurm compute nodes"
+    )
+    pcluster_capacity_reservation_type: ReservationType = key(
+        "pclusterCapacityReservationType", "odcr", "odcr or capacity-block", "what pclusterCapacityReservationId names"
+    )
+    fsx_capacity_gib: Int = key(
+        "fsxCapacityGib", FSX_MIN_CAPACITY_GIB,
+        f"1200, 2400, then steps of {FSX_CAPACITY_STEP_GIB} up to {FSX_MAX_CAPACITY_GIB}",
+        "FSx for Lustre (PERSISTENT_2) capacity of the Slurm cluster", ge=FSX_MIN_CAPACITY_GIB, le=FSX_MAX_CAPACITY_GIB,
+    )  # fmt: skip
+    fsx_throughput: Int = key(
+        "fsxThroughput", 250, "one of " + ", ".join(map(str, FSX_THROUGHPUTS)), "FSx for Lustre MB/s per TiB"
+    )
+    pcluster_deletion_policy: Literal["Retain", "Delete"] = key(
+        "pclusterDeletionPolicy", "Retain", "Retain or Delete", "whether deleting the stack deletes the cluster"
+    )
+
+
+def _context_model() -> type[BaseModel]:
+    from pydantic import create_model
+
+    fields: dict[str, Any] = {}
+    for prefix, (family, types) in FLAT_FLEETS.items():
+        default = "g6.12xlarge" if prefix == "gpu" else "trn1.32xlarge"
+        fields.update(_flat_fleet_keys(prefix, family, types, default))
+    return create_model("Context", __base__=_ContextBase, **fields)
+
+
+Context = _context_model()
 
 
 @dataclass(frozen=True)
@@ -102,392 +333,236 @@ class ContextKey:
     meaning: str
 
 
-def _key(name: str, default: Any, allowed: str, meaning: str) -> ContextKey:
-    return ContextKey(name, default, allowed, meaning)
-
-
-_GPU_TYPES = types_for(Profile.GPU)
-_TRN_TYPES = types_for(Profile.TRAINIUM)
-_EFA_TYPES = _GPU_TYPES + _TRN_TYPES
-
 KEYS: dict[str, ContextKey] = {
-    k.name: k
-    for k in (
-        _key(
-            "gpuInstanceType",
-            "g6.12xlarge",
-            "EFA-capable NVIDIA types: " + ", ".join(_GPU_TYPES),
-            "GPU profile instance type",
-        ),
-        _key("gpuNodes", 2, f"integer {MIN_NODES}..{MAX_NODES}", "nodes per GPU multi-node job"),
-        _key("gpuMaxNodes", 4, f"integer gpuNodes..{MAX_NODES}", "nodes the GPU compute environment may scale to"),
-        _key(
-            "trainiumInstanceType",
-            "trn1.32xlarge",
-            "EFA-capable Trainium types: " + ", ".join(_TRN_TYPES),
-            "Trainium profile instance type",
-        ),
-        _key("trainiumNodes", 2, f"integer {MIN_NODES}..{MAX_NODES}", "nodes per Trainium multi-node job"),
-        _key(
-            "trainiumMaxNodes",
-            4,
-            f"integer trainiumNodes..{MAX_NODES}",
-            "nodes the Trainium compute environment may scale to",
-        ),
-        _key(
-            "availabilityZone",
-            None,
-            "an AZ name such as us-east-1a, in the stack's region",
-            "AZ of the training subnet and placement groups (default: the region's first AZ)",
-        ),
-        _key("natGateways", 1, "integer 1..2 (1 when availabilityZone is set)", "NAT gateways for outbound traffic"),
-        _key(
-            "interfaceEndpoints",
-            "",
-            "comma-separated subset of: " + ", ".join(INTERFACE_ENDPOINTS),
-            "VPC interface endpoints to add (each costs money per hour and AZ)",
-        ),
-        _key(
-            "logRetentionDays",
-            30,
-            "one of " + ", ".join(map(str, LOG_RETENTION_DAYS)),
-            "retention of the app's CloudWatch log groups",
-        ),
-        _key(
-            "gpuImage",
-            None,
-            "an image URI (registry/repository:tag or @sha256:digest)",
-            "existing GPU image to use instead of building container/gpu",
-        ),
-        _key(
-            "trainiumImage",
-            None,
-            "an image URI (registry/repository:tag or @sha256:digest)",
-            "existing Trainium image to use instead of building container/trainium",
-        ),
-        _key(
-            "gpuCapacityReservationId",
-            None,
-            "cr- followed by 17 hex digits",
-            "ODCR or capacity block for the GPU profile",
-        ),
-        _key(
-            "trainiumCapacityReservationId",
-            None,
-            "cr- followed by 17 hex digits",
-            "ODCR or capacity block for the Trainium profile",
-        ),
-        _key("gpuCapacityReservationType", "odcr", "odcr or capacity-block", "what gpuCapacityReservationId names"),
-        _key(
-            "trainiumCapacityReservationType",
-            "odcr",
-            "odcr or capacity-block",
-            "what trainiumCapacityReservationId names",
-        ),
-        _key("gpuPurchaseOption", "on-demand", "on-demand (multi-node jobs do not run on Spot)", "GPU purchase option"),
-        _key(
-            "trainiumPurchaseOption",
-            "on-demand",
-            "on-demand (multi-node jobs do not run on Spot)",
-            "Trainium purchase option",
-        ),
-        _key(
-            "rootVolumeGib",
-            300,
-            f"integer {MIN_ROOT_GIB}..{MAX_ROOT_GIB}",
-            "encrypted gp3 root volume of each training node (images unpack here)",
-        ),
-        _key(
-            "jobTimeoutSeconds",
-            3600,
-            f"integer {MIN_TIMEOUT_SECONDS}..{MAX_TIMEOUT_SECONDS}",
-            "attempt timeout of the training job definitions (submit-job --timeout overrides it)",
-        ),
-        _key(
-            "jobAttempts",
-            3,
-            f"integer 1..{MAX_ATTEMPTS}",
-            "attempts per training job; only infrastructure failures are retried",
-        ),
-        _key(
-            "shares",
-            "default:1",
-            f"comma list of identifier:share; identifier up to 255 letters and digits (a trailing * "
-            f"makes it a prefix), share 1..{MAX_SHARE}, at most {MAX_SHARE_IDENTIFIERS} identifiers",
-            "fair-share identifiers of the job queues and their relative shares of the fleet",
-        ),
-        _key("parallelCluster", False, "true or false", "add the optional ParallelCluster (Slurm) stack"),
-        _key(
-            "pclusterInstanceType",
-            "p5e.48xlarge",
-            "comma list of EFA-capable types: " + ", ".join(_EFA_TYPES),
-            "Slurm compute instance types, one queue each",
-        ),
-        _key("pclusterMaxNodes", 2, f"integer 1..{MAX_NODES}", "Slurm queue MaxCount"),
-        _key(
-            "pclusterHeadNodeInstanceType",
-            "m7i.xlarge",
-            "an EC2 instance type name such as m7i.2xlarge",
-            "Slurm head node instance type",
-        ),
-        _key(
-            "pclusterSshSource",
-            None,
-            "an IPv4 CIDR such as 203.0.113.0/24, or a prefix list id pl-...",
-            "who may reach the head node on SSH (default: nobody; use SSM Session Manager)",
-        ),
-        _key("pclusterKeyName", None, "an EC2 key pair name", "key pair installed on the head node"),
-        _key(
-            "pclusterCapacityReservationId",
-            None,
-            "cr- followed by 17 hex digits",
-            "ODCR or capacity block for the Slurm compute nodes",
-        ),
-        _key(
-            "pclusterCapacityReservationType",
-            "odcr",
-            "odcr or capacity-block",
-            "what pclusterCapacityReservationId names",
-        ),
-        _key(
-            "fsxCapacityGib",
-            FSX_MIN_CAPACITY_GIB,
-            f"1200, 2400, then steps of {FSX_CAPACITY_STEP_GIB} up to {FSX_MAX_CAPACITY_GIB}",
-            "FSx for Lustre (PERSISTENT_2) capacity of the Slurm cluster",
-        ),
-        _key(
-            "fsxThroughput",
-            250,
-            "one of " + ", ".join(map(str, FSX_THROUGHPUTS)),
-            "FSx for Lustre throughput, MB/s per TiB",
-        ),
-        _key(
-            "pclusterDeletionPolicy",
-            "Retain",
-            "Retain or Delete",
-            "whether deleting the stack deletes the running cluster",
-        ),
-    )
+    f.alias: ContextKey(f.alias, f.default, f.json_schema_extra["allowed"], f.description)
+    for f in sorted(Context.model_fields.values(), key=lambda f: f.alias.lower())
+}
+_FLEET_FIELDS = {f.alias: f.json_schema_extra["allowed"] for f in FleetModel.model_fields.values()}
+_PROBLEMS = {
+    "greater_than_equal": "below {ge}",
+    "less_than_equal": "above {le}",
+    "string_pattern_mismatch": "malformed",
+    "literal_error": "not a known option",
+    "extra_forbidden": "unknown field",
+    "missing": "required",
+    "string_type": "not a string",
+    "dict_type": "not a JSON object",
+    "model_type": "not a JSON object",
 }
 
-_PLAIN_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
-_SHARE = re.compile(r"^(?P<identifier>[A-Za-z0-9]{1,255}\*?):(?P<share>\d{1,4})$")
-# An IPv4 CIDR or a managed prefix list id.
-_SSH_SOURCE = re.compile(
-    r"^(((25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(25[0-5]|2[0-4]\d|1?\d?\d)/(3[0-2]|[12]?\d)|pl-[0-9a-f]{8,17})$"
-)
-_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
-_KEY_NAME = re.compile(r"^[\x20-\x7e]{1,255}$")
-_AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
-_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
-_IMAGE = re.compile(
-    r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})$"
-)
+
+def _fail(path: str, value: Any, problem: str, allowed: str | None = None) -> ConfigError:
+    if allowed is None:
+        parts = path.split(".")
+        allowed = KEYS[parts[0]].allowed if len(parts) == 1 else _FLEET_FIELDS.get(parts[2], ", ".join(_FLEET_FIELDS))
+    return ConfigError(f"context key {path}={value!r}: {problem}; allowed: {allowed}")
 
 
-class _Reader:
-    def __init__(self, context: Mapping[str, Any]) -> None:
-        self._context = context
-
-    def raw(self, key: str) -> Any:
-        value = self._context.get(key)
-        return KEYS[key].default if value is None else value
-
-    def fail(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(f"context key {key}={self.raw(key)!r}: {problem}; allowed: {KEYS[key].allowed}")
-
-    def integer(self, key: str, low: int, high: int) -> int:
-        value = self.raw(key)
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            raise self.fail(key, "not an integer")
-        if isinstance(value, str):
-            if not re.fullmatch(r"[+-]?\d+", value.strip()):
-                raise self.fail(key, "not an integer")
-            value = int(value)
-        if not low <= value <= high:
-            raise self.fail(key, f"out of range {low}..{high}")
-        return value
-
-    def boolean(self, key: str) -> bool:
-        value = self.raw(key)
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise self.fail(key, "not a boolean")
-
-    def choice(self, key: str, options: tuple[str, ...]) -> str:
-        value = self.raw(key)
-        if value not in options:
-            raise self.fail(key, "not a known option")
-        return value
-
-    def required(self, key: str, pattern: re.Pattern[str]) -> str:
-        value = self.raw(key)
-        if not isinstance(value, str) or not pattern.fullmatch(value):
-            raise self.fail(key, "malformed")
-        return value
-
-    def optional(self, key: str, pattern: re.Pattern[str]) -> str | None:
-        value = self.raw(key)
-        if value is None or value == "":
-            return None
-        if not isinstance(value, str) or not pattern.fullmatch(value):
-            raise self.fail(key, "malformed")
-        return value
-
-    def instance_type(self, key: str, allowed: tuple[str, ...], family: str) -> InstanceSpec:
-        return self._instance(key, self.raw(key), allowed, family)
-
-    def _instance(self, key: str, name: Any, allowed: tuple[str, ...], family: str) -> InstanceSpec:
-        spec = CATALOG.get(name) if isinstance(name, str) else None
-        if spec is None:
-            raise self.fail(key, f"{name} is not in the instance catalog")
-        if not spec.efa_supported:
-            raise self.fail(key, f"{name} has no EFA (multi-node training needs it)")
-        if name not in allowed:
-            raise self.fail(key, f"{name} is a {spec.accelerator_kind} type, not {family}")
-        return spec
-
-    def instance_types(self, key: str, allowed: tuple[str, ...], family: str) -> tuple[InstanceSpec, ...]:
-        raw = self.raw(key)
-        if not isinstance(raw, str):
-            raise self.fail(key, "not a comma-separated list")
-        names = list(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
-        if not names:
-            raise self.fail(key, "empty")
-        return tuple(self._instance(key, name, allowed, family) for name in names)
+def _from_pydantic(error: ValidationError, given: Mapping[str, Any]) -> ConfigError:
+    first = error.errors()[0]
+    path = ".".join(str(part) for part in first["loc"])
+    if len(first["loc"]) == 1 and path in given:
+        first["input"] = given[path]  # what the user wrote, before CLI strings were parsed
+    problem = str(first["ctx"]["error"]) if first["type"] == "value_error" else _PROBLEMS.get(first["type"])
+    if first["type"] == "extra_forbidden":
+        return _fail(path, first["input"], "unknown field", "fields " + ", ".join(_FLEET_FIELDS))
+    if first["type"] == "missing":
+        return ConfigError(f"context key {path}: required; allowed: {_FLEET_FIELDS.get(path.split('.')[-1], '')}")
+    return _fail(path, first["input"], (problem or first["msg"]).format(**first.get("ctx", {})))
 
 
 def check_keys(context: Mapping[str, Any]) -> None:
     """Refuse context keys that look like ours but are not: a wrong case or a near miss."""
     known = {k.lower(): k for k in KEYS}
-    for key in sorted(context):
-        if key in KEYS or not _PLAIN_KEY.match(key):
+    for name in sorted(context):
+        if name in KEYS or not re.match(r"^[A-Za-z][A-Za-z0-9]*$", name):
             continue  # namespaced keys (feature flags, aws:cdk:*) belong to CDK
-        guess = known.get(key.lower()) or next(iter(difflib.get_close_matches(key, KEYS, n=1, cutoff=0.75)), None)
+        guess = known.get(name.lower()) or next(iter(difflib.get_close_matches(name, KEYS, n=1, cutoff=0.75)), None)
         hint = f"did you mean {guess}?" if guess else "known keys: " + ", ".join(KEYS)
-        raise ConfigError(f"unknown context key {key!r}: {hint}")
+        raise ConfigError(f"unknown context key {name!r}: {hint}")
 
 
-def _profile(r: _Reader, profile: Profile, prefix: str, family: str, allowed: tuple[str, ...]) -> ProfileSettings:
-    nodes = r.integer(f"{prefix}Nodes", MIN_NODES, MAX_NODES)
-    purchase = r.choice(f"{prefix}PurchaseOption", ("on-demand", "spot"))
-    if purchase == "spot":
-        # Batch user guide, multi-node-parallel-jobs: MNP jobs are not supported on Spot.
-        raise r.fail(
-            f"{prefix}PurchaseOption", "AWS Batch multi-node parallel jobs do not run on Spot compute environments"
+def _instance(path: str, name: str, allowed: tuple[str, ...], family: str) -> InstanceSpec:
+    spec = CATALOG.get(name)
+    if spec is None:
+        raise _fail(path, name, f"{name} is not in the instance catalog")
+    if not spec.efa_supported:
+        raise _fail(path, name, f"{name} has no EFA (multi-node training needs it)")
+    if name not in allowed:
+        raise _fail(path, name, f"{name} is a {spec.accelerator_kind} type, not {family}")
+    return spec
+
+
+def _fleet(
+    name: str, model: FleetModel, path: Callable[[str], str], allowed: tuple[str, ...], family: str, region: str | None
+) -> FleetSettings:
+    instance = _instance(path("instanceType"), model.instance_type, allowed, family)
+    max_nodes = max(model.nodes, 4) if model.max_nodes is None else model.max_nodes
+    if max_nodes < model.nodes:
+        raise _fail(path("maxNodes"), model.max_nodes, f"out of range {model.nodes}..{MAX_NODES}")
+    if model.capacity_reservation_type == "capacity-block" and not model.capacity_reservation_id:
+        problem = f"needs {path('capacityReservationId')}, the block's cr- id"
+        raise _fail(path("capacityReservationType"), model.capacity_reservation_type, problem)
+    az = model.availability_zone
+    if az and region and not az.startswith(region):
+        raise _fail(path("availabilityZone"), az, f"is not in the stack's region {region}")
+    if model.ami_id and instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
+        problem = "GPU fleets take AWS's current ECS GPU AMI through Batch (README, Changing a deployed fleet)"
+        raise _fail(path("amiId"), model.ami_id, problem)
+    reservation = None
+    if model.capacity_reservation_id:
+        reservation = CapacityReservation(
+            reservation_id=model.capacity_reservation_id, kind=model.capacity_reservation_type
         )
-    reservation = r.optional(f"{prefix}CapacityReservationId", _RESERVATION)
-    reservation_type = r.choice(f"{prefix}CapacityReservationType", ("odcr", "capacity-block"))
-    if reservation_type == "capacity-block" and not reservation:
-        raise r.fail(f"{prefix}CapacityReservationType", f"needs {prefix}CapacityReservationId, the block's cr- id")
-    return ProfileSettings(
-        profile=profile,
-        instance=r.instance_type(f"{prefix}InstanceType", allowed, family),
-        nodes=nodes,
-        max_nodes=r.integer(f"{prefix}MaxNodes", nodes, MAX_NODES),
-        image_uri=r.optional(f"{prefix}Image", _IMAGE),
-        capacity_reservation_id=reservation,
-        capacity_reservation_type=reservation_type,
+    return FleetSettings(
+        name=name,
+        instance=instance,
+        nodes=model.nodes,
+        max_nodes=max_nodes,
+        availability_zone=az,
+        image_uri=model.image,
+        capacity_reservation=reservation,
+        ami_id=model.ami_id,
     )
 
 
-def _endpoints(r: _Reader) -> tuple[str, ...]:
-    raw = r.raw("interfaceEndpoints")
-    if not isinstance(raw, str):
-        raise r.fail("interfaceEndpoints", "not a comma-separated string")
-    names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[FleetSettings, ...]:
+    if ctx.fleets is not None:
+        flat = next((k for k in FLAT_FLEET_KEYS if k in given), None)
+        if flat:
+            raise ConfigError(f"context keys fleets and {flat} cannot be mixed: describe every fleet in fleets")
+        if not ctx.fleets:
+            raise _fail("fleets", {}, "no fleet")
+        if len(ctx.fleets) > MAX_FLEETS:
+            raise _fail("fleets", f"{len(ctx.fleets)} fleets", f"at most {MAX_FLEETS}")
+        seen: dict[str, str] = {}
+        for name in ctx.fleets:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,31}", name):
+                raise _fail("fleets", name, "a fleet name is a letter, then up to 31 letters and digits")
+            if name.lower() in seen:
+                raise _fail("fleets", name, f"names {seen[name.lower()]!r} and {name!r} differ only in case")
+            seen[name.lower()] = name
+        return tuple(
+            _fleet(name, m, lambda f, n=name: f"fleets.{n}.{f}", _EFA_TYPES, "EFA-capable", region)
+            for name, m in ctx.fleets.items()
+        )
+    fleets = []
+    for prefix, (family, types) in FLAT_FLEETS.items():
+        if getattr(ctx, f"{prefix}_purchase_option") == "spot":
+            # Batch user guide, multi-node-parallel-jobs: MNP jobs are not supported on Spot.
+            problem = "AWS Batch multi-node parallel jobs do not run on Spot compute environments"
+            raise _fail(f"{prefix}PurchaseOption", "spot", problem)
+        if getattr(ctx, f"{prefix}_instance_type") == "none":
+            continue
+        fields = {f: getattr(ctx, f"{prefix}_{_snake(suffix)}") for suffix, f in _FLAT_FIELDS.items() if f}
+        model = FleetModel.model_validate(fields)
+        fleets.append(_fleet(prefix, model, lambda f, p=prefix: p + _flat_suffix(f), types, family, region))
+    if not fleets:
+        raise ConfigError("context keys gpuInstanceType=none and trainiumInstanceType=none leave no fleet to deploy")
+    return tuple(fleets)
+
+
+def _flat_suffix(field: str) -> str:
+    return next(suffix for suffix, f in _FLAT_FIELDS.items() if f == field)
+
+
+def _network(ctx: Any, fleets: tuple[FleetSettings, ...], region: str | None) -> NetworkSettings:
+    az = ctx.availability_zone
+    if az and region and not az.startswith(region):
+        raise _fail("availabilityZone", az, f"is not in the stack's region {region}")
+    default_azs = 1 if az else 2
+    if not default_azs >= ctx.nat_gateways:
+        raise _fail("natGateways", ctx.nat_gateways, f"out of range 1..{default_azs}")
+    extra = tuple(dict.fromkeys(f.availability_zone for f in fleets if f.availability_zone not in (None, az)))
+    if default_azs + len(extra) > MAX_AVAILABILITY_ZONES:
+        problem = (
+            f"fleets use {len(extra)} AZs besides the default {default_azs}; the VPC holds {MAX_AVAILABILITY_ZONES}"
+        )
+        raise _fail("availabilityZone", az, problem + " (set availabilityZone to one the fleets share)")
+    names = tuple(dict.fromkeys(n.strip() for n in ctx.interface_endpoints.split(",") if n.strip()))
     unknown = [n for n in names if n not in INTERFACE_ENDPOINTS]
     if unknown:
-        raise r.fail("interfaceEndpoints", f"unknown service {unknown[0]!r}")
-    return names
-
-
-def _network(r: _Reader, region: str | None) -> NetworkSettings:
-    az = r.optional("availabilityZone", _AZ)
-    if az and region and not az.startswith(region):
-        raise r.fail("availabilityZone", f"is not in the stack's region {region}")
+        raise _fail("interfaceEndpoints", ctx.interface_endpoints, f"unknown service {unknown[0]!r}")
     return NetworkSettings(
-        availability_zone=az,
-        nat_gateways=r.integer("natGateways", 1, 1 if az else 2),
-        interface_endpoints=_endpoints(r),
+        availability_zone=az, fleet_availability_zones=extra, nat_gateways=ctx.nat_gateways, interface_endpoints=names
     )
 
 
-def _shares(r: _Reader) -> tuple[Share, ...]:
-    raw = r.raw("shares")
-    if not isinstance(raw, str) or not raw.strip():
-        raise r.fail("shares", "not a comma-separated list")
+def _shares(raw: str) -> tuple[Share, ...]:
+    if not raw.strip():
+        return ()
     shares: list[Share] = []
     for item in (i.strip() for i in raw.split(",")):
-        match = _SHARE.fullmatch(item)
+        match = re.fullmatch(r"(?P<identifier>[A-Za-z0-9]{1,255}\*?):(?P<share>\d{1,4})", item)
         if not match or not 1 <= int(match["share"]) <= MAX_SHARE:
-            raise r.fail("shares", f"entry {item!r} is not identifier:share")
+            raise _fail("shares", raw, f"entry {item!r} is not identifier:share")
         shares.append(Share(identifier=match["identifier"], share=int(match["share"])))
     if len(shares) > MAX_SHARE_IDENTIFIERS:
-        raise r.fail("shares", f"{len(shares)} identifiers")
+        raise _fail("shares", raw, f"{len(shares)} identifiers")
     for i, a in enumerate(shares):
         for b in shares[i + 1 :]:
             # Batch refuses overlapping entries: a duplicate, or a prefix entry covering another.
             if a.identifier == b.identifier or any(
                 x.identifier.endswith("*") and y.identifier.startswith(x.identifier[:-1]) for x, y in ((a, b), (b, a))
             ):
-                raise r.fail("shares", f"{a.identifier!r} and {b.identifier!r} overlap")
+                raise _fail("shares", raw, f"{a.identifier!r} and {b.identifier!r} overlap")
     return tuple(shares)
 
 
-def _jobs(r: _Reader) -> JobSettings:
-    return JobSettings(
-        timeout_seconds=r.integer("jobTimeoutSeconds", MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS),
-        attempts=r.integer("jobAttempts", 1, MAX_ATTEMPTS),
-        shares=_shares(r),
-    )
-
-
-def _parallel_cluster(r: _Reader) -> ParallelClusterSettings:
-    capacity = r.integer("fsxCapacityGib", FSX_MIN_CAPACITY_GIB, FSX_MAX_CAPACITY_GIB)
+def _parallel_cluster(ctx: Any) -> ParallelClusterSettings:
+    capacity = ctx.fsx_capacity_gib
     if capacity != FSX_MIN_CAPACITY_GIB and capacity % FSX_CAPACITY_STEP_GIB:
-        raise r.fail("fsxCapacityGib", f"not 1200 or a multiple of {FSX_CAPACITY_STEP_GIB}")
-    throughput = r.integer("fsxThroughput", min(FSX_THROUGHPUTS), max(FSX_THROUGHPUTS))
-    if throughput not in FSX_THROUGHPUTS:
-        raise r.fail("fsxThroughput", "not a PERSISTENT_2 throughput")
-    reservation = r.optional("pclusterCapacityReservationId", _RESERVATION)
-    reservation_type = r.choice("pclusterCapacityReservationType", ("odcr", "capacity-block"))
-    if reservation_type == "capacity-block" and not reservation:
-        raise r.fail("pclusterCapacityReservationType", "needs pclusterCapacityReservationId, the block's cr- id")
+        raise _fail("fsxCapacityGib", capacity, f"not 1200 or a multiple of {FSX_CAPACITY_STEP_GIB}")
+    if ctx.fsx_throughput not in FSX_THROUGHPUTS:
+        raise _fail("fsxThroughput", ctx.fsx_throughput, "not a PERSISTENT_2 throughput")
+    if ctx.pcluster_capacity_reservation_type == "capacity-block" and not ctx.pcluster_capacity_reservation_id:
+        problem = "needs pclusterCapacityReservationId, the block's cr- id"
+        raise _fail("pclusterCapacityReservationType", "capacity-block", problem)
+    names = list(dict.fromkeys(n.strip() for n in ctx.pcluster_instance_type.split(",") if n.strip()))
+    if not names:
+        raise _fail("pclusterInstanceType", ctx.pcluster_instance_type, "empty")
     return ParallelClusterSettings(
-        enabled=r.boolean("parallelCluster"),
-        instances=r.instance_types("pclusterInstanceType", _EFA_TYPES, "EFA-capable"),
-        max_nodes=r.integer("pclusterMaxNodes", 1, MAX_NODES),
-        head_node_instance_type=r.required("pclusterHeadNodeInstanceType", _INSTANCE_TYPE),
-        ssh_source=r.optional("pclusterSshSource", _SSH_SOURCE),
-        key_name=r.optional("pclusterKeyName", _KEY_NAME),
-        capacity_reservation_id=reservation,
-        capacity_reservation_type=reservation_type,
+        enabled=ctx.parallel_cluster,
+        instances=tuple(_instance("pclusterInstanceType", n, _EFA_TYPES, "EFA-capable") for n in names),
+        max_nodes=ctx.pcluster_max_nodes,
+        head_node_instance_type=ctx.pcluster_head_node_instance_type,
+        ssh_source=ctx.pcluster_ssh_source,
+        key_name=ctx.pcluster_key_name,
+        capacity_reservation_id=ctx.pcluster_capacity_reservation_id,
+        capacity_reservation_type=ctx.pcluster_capacity_reservation_type,
         fsx_capacity_gib=capacity,
-        fsx_throughput=throughput,
-        deletion_policy=r.choice("pclusterDeletionPolicy", ("Retain", "Delete")),
+        fsx_throughput=ctx.fsx_throughput,
+        deletion_policy=ctx.pcluster_deletion_policy,
     )
-
-
-def _retention(r: _Reader) -> int:
-    days = r.integer("logRetentionDays", 1, max(LOG_RETENTION_DAYS))
-    if days not in LOG_RETENTION_DAYS:
-        raise r.fail("logRetentionDays", "not a value CloudWatch Logs accepts")
-    return days
 
 
 def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> AppSettings:
     """Build AppSettings from the app's context. Raises ConfigError on the first bad value."""
     check_keys(context)
-    r = _Reader(context)
+    given = {k: v for k, v in context.items() if k in KEYS and v is not None}
+    try:
+        ctx = Context.model_validate(given)
+        fleets = _fleets(ctx, given, region)
+    except ValidationError as error:
+        raise _from_pydantic(error, given) from None
+    if ctx.log_retention_days not in LOG_RETENTION_DAYS:
+        raise _fail("logRetentionDays", ctx.log_retention_days, "not a value CloudWatch Logs accepts")
+    if ctx.root_volume_throughput > ctx.root_volume_iops * GP3_MIBPS_PER_IOPS:
+        problem = f"above {GP3_MIBPS_PER_IOPS} MiB/s per IOPS (rootVolumeIops={ctx.root_volume_iops})"
+        raise _fail("rootVolumeThroughput", ctx.root_volume_throughput, problem)
     return AppSettings(
-        network=_network(r, region),
-        gpu=_profile(r, Profile.GPU, "gpu", "NVIDIA GPU", _GPU_TYPES),
-        trainium=_profile(r, Profile.TRAINIUM, "trainium", "Trainium", _TRN_TYPES),
-        parallel_cluster=_parallel_cluster(r),
-        jobs=_jobs(r),
-        log_retention_days=_retention(r),
-        root_volume_gib=r.integer("rootVolumeGib", MIN_ROOT_GIB, MAX_ROOT_GIB),
+        network=_network(ctx, fleets, region),
+        fleets=fleets,
+        parallel_cluster=_parallel_cluster(ctx),
+        jobs=JobSettings(
+            timeout_seconds=ctx.job_timeout_seconds,
+            attempts=ctx.job_attempts,
+            shares=_shares(ctx.shares),
+            runnable_timeout_minutes=ctx.runnable_timeout_minutes,
+            alert_email=ctx.alert_email,
+        ),
+        log_retention_days=ctx.log_retention_days,
+        root_volume=RootVolume(
+            size_gib=ctx.root_volume_gib, throughput_mibps=ctx.root_volume_throughput, iops=ctx.root_volume_iops
+        ),
     )

@@ -4,31 +4,56 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config.catalog import InstanceSpec, Profile
+from config.catalog import InstanceSpec
 
 
 @dataclass(frozen=True, kw_only=True)
 class NetworkSettings:
     # None: the region's first Availability Zone, resolved by CloudFormation at deploy time.
     availability_zone: str | None
+    # Further AZs that fleets name; each gets a training subnet of its own.
+    fleet_availability_zones: tuple[str, ...] = ()
     nat_gateways: int
     # Short service names ("ecr.api", "logs", ...) that get an interface endpoint.
     interface_endpoints: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProfileSettings:
-    """One training profile (gpu or trainium): what its compute and jobs run on."""
+class CapacityReservation:
+    reservation_id: str
+    # "odcr" (On-Demand Capacity Reservation) or "capacity-block" (EC2 Capacity Block for ML).
+    kind: str
 
-    profile: Profile
+
+@dataclass(frozen=True, kw_only=True)
+class RootVolume:
+    """The gp3 root volume of every training node: images are pulled and unpacked here."""
+
+    size_gib: int
+    throughput_mibps: int
+    iops: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetSettings:
+    """One named fleet: its compute path, queue and job definitions, all of one instance type."""
+
+    name: str
     instance: InstanceSpec
     nodes: int
     max_nodes: int
+    # None: the network's default AZ.
+    availability_zone: str | None
     # An existing image to run instead of building one from container/.
     image_uri: str | None
-    capacity_reservation_id: str | None
-    # "odcr" (On-Demand Capacity Reservation) or "capacity-block" (EC2 Capacity Block for ML).
-    capacity_reservation_type: str
+    capacity_reservation: CapacityReservation | None
+    # A fixed AMI instead of AWS's current ECS-optimized one (see README, "Changing a deployed fleet").
+    ami_id: str | None
+
+    @property
+    def construct_id(self) -> str:
+        """The fleet's name as it starts construct ids and output names: gpu -> Gpu."""
+        return self.name[0].upper() + self.name[1:]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,15 +98,26 @@ class JobSettings:
 
     timeout_seconds: int
     attempts: int
+    # Empty: FIFO queues. Otherwise one fair-share policy with these identifiers.
     shares: tuple[Share, ...]
+    # Jobs RUNNABLE this long for lack of capacity or a misfit are cancelled with the reason.
+    runnable_timeout_minutes: int
+    # Who hears about failed and cancelled jobs (besides the SNS topic itself); None: nobody.
+    alert_email: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
 class AppSettings:
     network: NetworkSettings
-    gpu: ProfileSettings
-    trainium: ProfileSettings
+    fleets: tuple[FleetSettings, ...]
     parallel_cluster: ParallelClusterSettings
     jobs: JobSettings
     log_retention_days: int
-    root_volume_gib: int
+    root_volume: RootVolume
+
+    @property
+    def root_volume_gib(self) -> int:
+        return self.root_volume.size_gib
+
+    def fleet(self, name: str) -> FleetSettings:
+        return next(f for f in self.fleets if f.name == name)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from aws_cdk import Acknowledgment, CfnOutput, Duration, Stack, Validations
@@ -8,10 +9,11 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from config.settings import JobSettings, ProfileSettings
+from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
+from stacks.registry_stack import RegistryStack
+from training_constructs.job_alerts import JobAlerts
 from training_constructs.training_fleet import TrainingFleet
-from training_constructs.training_image import TrainingImage
 from training_constructs.training_jobs import TrainingJobs
 
 # How long past usage counts against a share: an hour, so a team whose run just ended does not
@@ -20,20 +22,21 @@ SHARE_DECAY = Duration.hours(1)
 
 
 class JobsStack(Stack):
-    """Per profile: a fair-share job queue, the training and all-reduce job definitions and their
-    log group; one job role for both, allowed to read datasets and write checkpoints."""
+    """Per fleet: a job queue (FIFO, or fair share when shares are given), the training and
+    all-reduce job definitions and their log group; one job role for all, allowed to read datasets
+    and write checkpoints; alerts for failed and cancelled jobs.
+
+    Attribute `fleets`: fleet name -> TrainingJobs.
+    """
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        gpu: ProfileSettings,
-        trainium: ProfileSettings,
-        gpu_fleet: TrainingFleet,
-        trainium_fleet: TrainingFleet,
-        gpu_image: TrainingImage,
-        trainium_image: TrainingImage,
+        fleets: Sequence[FleetSettings],
+        compute: dict[str, TrainingFleet],
+        registry: RegistryStack,
         datasets: ExportedBucket,
         checkpoints: ExportedBucket,
         jobs: JobSettings,
@@ -54,30 +57,33 @@ class JobsStack(Stack):
         checkpoint_bucket.grant_read_write(self.job_role)
         self._acknowledge_bucket_grants(datasets, checkpoints)
 
-        self.scheduling_policy = batch.FairshareSchedulingPolicy(
-            self,
-            "FairShare",
-            share_decay=SHARE_DECAY,
-            shares=[batch.Share(share_identifier=s.identifier, weight_factor=s.weight_factor) for s in jobs.shares],
-        )
+        self.scheduling_policy: batch.FairshareSchedulingPolicy | None = None
+        if jobs.shares:
+            self.scheduling_policy = batch.FairshareSchedulingPolicy(
+                self,
+                "FairShare",
+                share_decay=SHARE_DECAY,
+                shares=[batch.Share(share_identifier=s.identifier, weight_factor=s.weight_factor) for s in jobs.shares],
+            )
         environment = {
             "DATASET_BUCKET": dataset_bucket.bucket_name,
             "CHECKPOINT_BUCKET": checkpoint_bucket.bucket_name,
         }
 
-        def profile_jobs(
-            construct_id: str, profile: ProfileSettings, fleet: TrainingFleet, image: TrainingImage
-        ) -> TrainingJobs:
+        self.fleets: dict[str, TrainingJobs] = {}
+        for fleet in fleets:
             created = TrainingJobs(
                 self,
-                construct_id,
-                instance=profile.instance,
-                nodes=profile.nodes,
-                image_uri=image.image_uri,
-                compute_environment_arn=fleet.compute_environment_arn,
+                fleet.construct_id,
+                instance=fleet.instance,
+                nodes=fleet.nodes,
+                image_uri=registry.image_uri(fleet),
+                compute_environment_arn=compute[fleet.name].compute_environment_arn,
                 scheduling_policy=self.scheduling_policy,
+                runnable_timeout=Duration.minutes(jobs.runnable_timeout_minutes),
                 job_role=self.job_role,
                 environment=environment,
+                checkpoint_uri=f"s3://{checkpoint_bucket.bucket_name}/{fleet.name}",
                 timeout_seconds=jobs.timeout_seconds,
                 attempts=jobs.attempts,
                 log_retention=log_retention,
@@ -89,11 +95,16 @@ class JobsStack(Stack):
                 ("BenchmarkJobDefinition", created.benchmark.job_definition_arn),
                 ("LogGroup", created.log_group.log_group_name),
             ):
-                CfnOutput(self, f"{construct_id}{name}", value=value)
-            return created
+                CfnOutput(self, f"{fleet.construct_id}{name}", value=value)
+            self.fleets[fleet.name] = created
 
-        self.gpu = profile_jobs("Gpu", gpu, gpu_fleet, gpu_image)
-        self.trainium = profile_jobs("Trainium", trainium, trainium_fleet, trainium_image)
+        self.alerts = JobAlerts(
+            self,
+            "JobAlerts",
+            job_queue_arns=[jobs_.job_queue.job_queue_arn for jobs_ in self.fleets.values()],
+            email=jobs.alert_email,
+        )
+        CfnOutput(self, "AlertTopic", value=self.alerts.topic.topic_arn)
 
     def _acknowledge_bucket_grants(self, datasets: ExportedBucket, checkpoints: ExportedBucket) -> None:
         # grant_read / grant_read_write: object-level actions need `<bucket>/*`, and CDK's grants use

@@ -11,7 +11,8 @@ from training_constructs.training_network import TrainingNetwork
 
 
 class NetworkStack(Stack):
-    """VPC, training subnet, NAT, S3 endpoint, flow logs and the EFA security group."""
+    """VPC, training subnets (the default AZ first, then every other AZ a fleet names), NAT, S3
+    endpoint, flow logs and the EFA security group."""
 
     def __init__(
         self,
@@ -27,6 +28,7 @@ class NetworkStack(Stack):
             self._azs = [settings.availability_zone]
         else:
             self._azs = [Fn.select(0, Fn.get_azs()), Fn.select(1, Fn.get_azs())]
+        self._azs += list(settings.fleet_availability_zones)
 
         self.network = TrainingNetwork(
             self,

@@ -1,28 +1,38 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ecr as ecr
 from constructs import Construct
 
+from config.catalog import AcceleratorKind
+from config.settings import FleetSettings
 from training_constructs.training_image import TrainingImage
 
 UNTAGGED_IMAGE_DAYS = 14
 TAGGED_IMAGES_KEPT = 200
+# One image per accelerator kind: construct id and Dockerfile under container/.
+IMAGES = {
+    AcceleratorKind.NVIDIA_GPU: ("GpuImage", "gpu/Dockerfile"),
+    AcceleratorKind.NEURON: ("TrainiumImage", "trainium/Dockerfile"),
+}
 
 
 class RegistryStack(Stack):
-    """Training images: built from container/ (DockerImageAsset) or given as URIs, and an ECR
-    repository for images a team pushes itself. Stateful: the repository is retained."""
+    """Training images built from container/ (DockerImageAsset): one per accelerator kind that a
+    fleet without its own `image` runs on, none otherwise; and an ECR repository for images a team
+    pushes itself. Stateful: the repository is retained.
+
+    Attribute `images`: accelerator kind -> TrainingImage; `image_uri(fleet)` is what a fleet runs."""
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        gpu_image_uri: str | None,
-        trainium_image_uri: str | None,
+        fleets: Sequence[FleetSettings],
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, termination_protection=True, **kwargs)
@@ -48,7 +58,11 @@ class RegistryStack(Stack):
                 ),
             ],
         )
-        self.gpu_image = TrainingImage(self, "GpuImage", dockerfile="gpu/Dockerfile", image_uri=gpu_image_uri)
-        self.trainium_image = TrainingImage(
-            self, "TrainiumImage", dockerfile="trainium/Dockerfile", image_uri=trainium_image_uri
-        )
+        needed = dict.fromkeys(f.instance.accelerator_kind for f in fleets if not f.image_uri)
+        self.images = {
+            kind: TrainingImage(self, IMAGES[kind][0], dockerfile=IMAGES[kind][1])
+            for kind in sorted(needed, key=list(IMAGES).index)
+        }
+
+    def image_uri(self, fleet: FleetSettings) -> str:
+        return fleet.image_uri or self.images[fleet.instance.accelerator_kind].image_uri

@@ -18,14 +18,31 @@ from typing import Any
 import aws_cdk as cdk
 
 from app import build_app
-from config.catalog import Profile, types_for
+from config.catalog import CATALOG
 from config.context import read_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 FEATURE_FLAGS: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
 
-GPU_TYPES = types_for(Profile.GPU)
-TRAINIUM_TYPES = types_for(Profile.TRAINIUM)
+EFA_TYPES = tuple(name for name, spec in CATALOG.items() if spec.efa_supported)
+
+
+def fleet_name(instance_type: str) -> str:
+    """The fleet that carries `instance_type` in the all-types variant: p5e.48xlarge -> p5e48xlarge."""
+    return re.sub(r"[^a-z0-9]", "", instance_type)
+
+
+def construct_id(fleet: str) -> str:
+    return fleet[0].upper() + fleet[1:]
+
+
+# The fleets issue's acceptance case: an RL fleet and an LLM fleet of two GPU types and a Trainium
+# fleet, each in its own AZ, with alerts, a shorter RUNNABLE limit and a pinned Neuron AMI.
+THREE_FLEETS = {
+    "rl": {"instanceType": "g6e.48xlarge", "maxNodes": 8},
+    "llm": {"instanceType": "p5e.48xlarge", "nodes": 4, "availabilityZone": "us-west-2b"},
+    "trn": {"instanceType": "trn2.48xlarge", "amiId": "ami-0123456789abcdef0", "availabilityZone": "us-west-2c"},
+}
 
 # Context variants the suite synthesizes. Each is synthesized once per session; cdk-nag and
 # cfn-lint run over all of them. Later stacks add the variants that exercise them.
@@ -47,8 +64,10 @@ VARIANTS: dict[str, dict[str, str]] = {
         "trainiumCapacityReservationType": "capacity-block",
         "gpuMaxNodes": "10",
         "rootVolumeGib": "500",
+        "rootVolumeThroughput": "1000",
+        "rootVolumeIops": "8000",
     },
-    # The jobs issue's acceptance case, with non-default fair shares, timeout and attempts.
+    # The jobs issue's acceptance case, with fair shares, timeout and attempts.
     "p5-four-nodes": {
         "gpuInstanceType": "p5.48xlarge",
         "gpuNodes": "4",
@@ -58,14 +77,16 @@ VARIANTS: dict[str, dict[str, str]] = {
     },
     # The seed plan's Slurm cluster: 80 x p5e.48xlarge.
     "parallelcluster": {"parallelCluster": "true", "pclusterMaxNodes": "80"},
+    # Every EFA-capable catalog type, one fleet each, in one synth.
+    "all-types": {"fleets": json.dumps({fleet_name(t): {"instanceType": t} for t in EFA_TYPES})},
+    "three-fleets": {
+        "availabilityZone": "us-west-2a",
+        "fleets": json.dumps(THREE_FLEETS),
+        "alertEmail": "ml-oncall@example.com",
+        "runnableTimeoutMinutes": "30",
+    },
+    "gpu-only": {"trainiumInstanceType": "none"},
 }
-# Every catalog type of each profile, paired so that one synth covers a GPU and a Trainium type.
-TYPE_VARIANTS: dict[str, tuple[str, str]] = {
-    f"types-{gpu}": (gpu, TRAINIUM_TYPES[i % len(TRAINIUM_TYPES)]) for i, gpu in enumerate(GPU_TYPES)
-}
-VARIANTS.update(
-    {name: {"gpuInstanceType": gpu, "trainiumInstanceType": trn} for name, (gpu, trn) in TYPE_VARIANTS.items()}
-)
 
 _HASH = re.compile(r"[0-9a-f]{64}")
 

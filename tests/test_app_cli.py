@@ -24,9 +24,13 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 BAD_CONTEXTS = [
-    ({"gpuNodes": "0"}, "error: context key gpuNodes='0': out of range 2..1000; allowed: integer 2..1000"),
+    ({"gpuNodes": "0"}, "error: context key gpuNodes='0': below 2; allowed: integer 2..1000"),
     ({"gpuNode": "4"}, "error: unknown context key 'gpuNode': did you mean gpuNodes?"),
     ({"trainiumInstanceType": "p5.48xlarge"}, "error: context key trainiumInstanceType='p5.48xlarge'"),
+    (
+        {"fleets": '{"rl": {"instanceType": "g6e.48xlarge",}}'},
+        """error: context key fleets='{"rl": {"instanceType": "g6e.48xlarge",}}': malformed JSON""",
+    ),
 ]
 
 

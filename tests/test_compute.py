@@ -1,69 +1,83 @@
-"""The compute path for every catalog type: every EFA attached, placement, scale to zero, images."""
+"""The compute path for every catalog type: every EFA attached with room for the task ENI, placement,
+scale to zero, in-place updates, images and the AMI policy."""
+
+import base64
+import email
 
 import pytest
 from aws_cdk.assertions import Annotations, Match
 
-from config.catalog import CATALOG
-from tests.harness import TYPE_VARIANTS, resources, synth
+from config.catalog import CATALOG, AcceleratorKind
+from tests.harness import EFA_TYPES, construct_id, fleet_name, resources, synth, synth_with
 
 STACK = "TrainingCompute"
-CASES = [
-    (variant, profile, instance)
-    for variant, pair in TYPE_VARIANTS.items()
-    for profile, instance in zip(("Gpu", "Trainium"), pair, strict=True)
-]
-IDS = [f"{profile}-{instance}" for _, profile, instance in CASES]
 
 
 def by_prefix(template, resource_type, prefix):
     (item,) = [r for k, r in resources(template, resource_type).items() if k.startswith(prefix)]
-    return item["Properties"]
+    return item
 
 
-def fleet(variant, profile):
+def fleet(variant, fleet_id):
     template = synth(variant).templates[STACK]
-    return (
-        template,
-        by_prefix(template, "AWS::EC2::LaunchTemplate", f"{profile}LaunchTemplate")["LaunchTemplateData"],
-        by_prefix(template, "AWS::Batch::ComputeEnvironment", profile),
-    )
+    lt = by_prefix(template, "AWS::EC2::LaunchTemplate", f"{fleet_id}LaunchTemplate")["Properties"]
+    return template, lt["LaunchTemplateData"], by_prefix(template, "AWS::Batch::ComputeEnvironment", f"{fleet_id}")
 
 
-@pytest.mark.parametrize(("variant", "profile", "instance"), CASES, ids=IDS)
-def test_every_efa_interface_is_attached(variant, profile, instance):
-    _, lt, _ = fleet(variant, profile)
+def of_type(instance):
+    """(template, launch template data, compute environment resource) of the all-types fleet."""
+    return fleet("all-types", construct_id(fleet_name(instance)))
+
+
+def interfaces_on(lt, card):
+    return [i for i in lt["NetworkInterfaces"] if i["NetworkCardIndex"] == card]
+
+
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_one_efa_device_on_every_network_card(instance):
+    _, lt, _ = of_type(instance)
     spec = CATALOG[instance]
     interfaces = lt["NetworkInterfaces"]
-    efa = [i for i in interfaces if i["InterfaceType"] == "efa-only"]
-    assert len(efa) == spec.max_efa_interfaces == spec.network_cards
-    # One EFA per network card, every card used once.
-    assert sorted(i["NetworkCardIndex"] for i in efa) == list(range(spec.network_cards))
-    primary = [i for i in interfaces if i["DeviceIndex"] == 0 and i["NetworkCardIndex"] == 0]
-    assert len(primary) == 1 and primary[0]["InterfaceType"] == "interface"
-    assert len(interfaces) == spec.network_cards + 1
-    # No two interfaces on the same (card, device) slot.
-    assert len({(i["NetworkCardIndex"], i["DeviceIndex"]) for i in interfaces}) == len(interfaces)
+    # AWS's Batch layout: EFA with ENA ("efa"), device index 0, once per card; no efa-only.
+    assert all(i["InterfaceType"] == "efa" and i["DeviceIndex"] == 0 for i in interfaces)
+    assert sorted(i["NetworkCardIndex"] for i in interfaces) == list(range(spec.network_cards))
+    assert len(interfaces) == spec.max_efa_interfaces
 
 
-@pytest.mark.parametrize(("variant", "profile", "instance"), CASES, ids=IDS)
-def test_efa_interfaces_carry_the_efa_group_and_primary_the_node_group(variant, profile, instance):
-    _, lt, _ = fleet(variant, profile)
-    groups = {str(i["Groups"]) for i in lt["NetworkInterfaces"] if i["InterfaceType"] == "efa-only"}
-    (efa_group,) = groups
-    assert "EfaSecurityGroup" in efa_group
-    (primary,) = [i for i in lt["NetworkInterfaces"] if i["InterfaceType"] == "interface"]
-    assert "NodeSecurityGroup" in str(primary["Groups"]) and "EfaSecurityGroup" not in str(primary["Groups"])
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_card_0_keeps_a_free_slot_for_the_batch_task_eni(instance):
+    _, lt, _ = of_type(instance)
+    used = len(interfaces_on(lt, 0))
+    assert used + 1 <= CATALOG[instance].interfaces_per_card
+
+
+def test_card_0_is_tight_where_the_catalog_says_so():
+    # Pinned from DescribeInstanceTypes (aws/amazon-vpc-cni-k8s): only two interfaces on card 0.
+    for instance in ("p5.48xlarge", "p5e.48xlarge", "trn2.48xlarge"):
+        assert CATALOG[instance].interfaces_per_card == 2
+        _, lt, _ = of_type(instance)
+        assert len(interfaces_on(lt, 0)) == 1
+
+
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_efa_interfaces_carry_the_efa_group_and_primary_also_the_node_group(instance):
+    _, lt, _ = of_type(instance)
+    for interface in lt["NetworkInterfaces"]:
+        groups = [g["Fn::ImportValue"] for g in interface["Groups"]]
+        assert any("EfaSecurityGroup" in g for g in groups)
+        primary = interface["NetworkCardIndex"] == 0
+        assert any("NodeSecurityGroup" in g for g in groups) is primary
     assert "SecurityGroupIds" not in lt and "SecurityGroups" not in lt
 
 
-@pytest.mark.parametrize(("variant", "profile", "instance"), CASES, ids=IDS)
-def test_compute_environment_is_on_demand_scale_to_zero_exact_type(variant, profile, instance):
-    _template, _, ce = fleet(variant, profile)
-    resources_ = ce["ComputeResources"]
-    assert ce["Type"] == "MANAGED"
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_compute_environment_is_on_demand_scale_to_zero_exact_type(instance):
+    _, _, ce = of_type(instance)
+    resources_ = ce["Properties"]["ComputeResources"]
+    assert ce["Properties"]["Type"] == "MANAGED"
     assert resources_["Type"] == "EC2"  # on-demand; not SPOT, FARGATE or FARGATE_SPOT
     assert "BidPercentage" not in resources_ and "SpotIamFleetRole" not in resources_
-    assert resources_["MinvCpus"] == 0 and resources_["DesiredvCpus"] == 0
+    assert resources_["MinvCpus"] == 0
     assert resources_["MaxvCpus"] == 4 * CATALOG[instance].vcpus  # default max nodes: 4
     assert resources_["InstanceTypes"] == [instance]
     assert "SecurityGroupIds" not in resources_  # exclusive with launch-template interfaces
@@ -71,41 +85,110 @@ def test_compute_environment_is_on_demand_scale_to_zero_exact_type(variant, prof
     assert "TrainingSubnet1" in subnet["Fn::ImportValue"]
 
 
-@pytest.mark.parametrize(("variant", "profile", "instance"), CASES, ids=IDS)
-def test_cluster_placement_group_is_associated(variant, profile, instance):
-    template, _, ce = fleet(variant, profile)
-    (pg_id,) = [k for k in resources(template, "AWS::EC2::PlacementGroup") if k.startswith(f"{profile}PlacementGroup")]
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_compute_environment_updates_in_place(instance):
+    _, _, ce = of_type(instance)
+    props = ce["Properties"]
+    assert props["ReplaceComputeEnvironment"] is False
+    assert props["UpdatePolicy"]["TerminateJobsOnUpdate"] is False
+    assert 1 <= props["UpdatePolicy"]["JobExecutionTimeoutMinutes"] <= 360
+    assert props["ComputeResources"]["AllocationStrategy"] == "BEST_FIT_PROGRESSIVE"
+    # Batch cannot lower desired vCPUs on an existing environment; the template must not set it.
+    assert "DesiredvCpus" not in props["ComputeResources"]
+    # In-place updates need the Batch service-linked role, which an environment without one uses.
+    assert "ServiceRole" not in props
+    assert "ComputeEnvironmentName" not in props  # a fixed name would block any replacement
+
+
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_cluster_placement_group_is_associated(instance):
+    template, _, ce = of_type(instance)
+    prefix = f"{construct_id(fleet_name(instance))}PlacementGroup"
+    (pg_id,) = [k for k in resources(template, "AWS::EC2::PlacementGroup") if k.startswith(prefix)]
     assert template["Resources"][pg_id]["Properties"]["Strategy"] == "cluster"
-    assert ce["ComputeResources"]["PlacementGroup"] == {"Fn::GetAtt": [pg_id, "GroupName"]}
+    assert ce["Properties"]["ComputeResources"]["PlacementGroup"] == {"Fn::GetAtt": [pg_id, "GroupName"]}
 
 
-@pytest.mark.parametrize(("variant", "profile", "instance"), CASES, ids=IDS)
-def test_image_matches_the_accelerator(variant, profile, instance):
-    template, _, ce = fleet(variant, profile)
-    (config,) = ce["ComputeResources"]["Ec2Configuration"]
-    if profile == "Gpu":
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_ami_policy_matches_the_accelerator(instance):
+    template, _, ce = of_type(instance)
+    resources_ = ce["Properties"]["ComputeResources"]
+    (config,) = resources_["Ec2Configuration"]
+    if CATALOG[instance].accelerator_kind is AcceleratorKind.NVIDIA_GPU:
+        # Batch's GPU image, moved to AWS's newest on every infrastructure update.
         assert config == {"ImageType": "ECS_AL2023_NVIDIA"}
+        assert resources_["UpdateToLatestImageVersion"] is True
     else:
         assert config["ImageType"] == "ECS_AL2023"
         parameter = template["Parameters"][config["ImageIdOverride"]["Ref"]]
         assert parameter["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
         assert parameter["Default"] == "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"
+        assert resources_["UpdateToLatestImageVersion"] is False
 
 
-@pytest.mark.parametrize(("variant", "profile", "instance"), CASES, ids=IDS)
-def test_imdsv2_and_encrypted_gp3_root(variant, profile, instance):
-    _, lt, _ = fleet(variant, profile)
+def test_neuron_ami_can_be_pinned_per_fleet():
+    template, _, ce = fleet("three-fleets", "Trn")
+    (config,) = ce["Properties"]["ComputeResources"]["Ec2Configuration"]
+    assert config == {"ImageType": "ECS_AL2023", "ImageIdOverride": "ami-0123456789abcdef0"}
+    assert "Parameters" not in template or not any("neuron" in str(p) for p in template["Parameters"].values())
+
+
+def user_data(lt):
+    """The MIME document CloudFormation would hand to EC2: Fn::Join of literals and Fn::Base64 parts."""
+    joined = lt["UserData"]["Fn::Base64"]["Fn::Join"]
+    assert joined[0] == ""
+    text = "".join(
+        part if isinstance(part, str) else base64.b64encode(part["Fn::Base64"].encode()).decode() for part in joined[1]
+    )
+    return email.message_from_string(text)
+
+
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_user_data_blocks_instance_metadata_for_job_containers(instance):
+    _, lt, _ = of_type(instance)
+    message = user_data(lt)
+    # MIME multi-part, the format Batch merges with its own user data.
+    assert message.is_multipart() and message.get_content_type() == "multipart/mixed"
+    scripts = [part.get_payload(decode=True).decode() for part in message.walk() if not part.is_multipart()]
+    (script,) = scripts
+    assert "ECS_AWSVPC_BLOCK_IMDS=true" in script and "/etc/ecs/ecs.config" in script
+    # Nothing is fetched or installed at boot.
+    for word in ("curl", "wget", "yum", "dnf", "pip", "efa_installer"):
+        assert word not in script
+
+
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_imdsv2_and_encrypted_gp3_root_with_throughput(instance):
+    _, lt, _ = of_type(instance)
     assert lt["MetadataOptions"]["HttpTokens"] == "required"
+    assert lt["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
     (root,) = lt["BlockDeviceMappings"]
     assert root["DeviceName"] == "/dev/xvda"
-    assert root["Ebs"] == {"VolumeSize": 300, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True}
-    assert "UserData" not in lt  # nothing downloaded or installed at boot
+    assert root["Ebs"] == {
+        "VolumeSize": 300,
+        "VolumeType": "gp3",
+        "Throughput": 500,
+        "Iops": 6000,
+        "Encrypted": True,
+        "DeleteOnTermination": True,
+    }
 
 
 def test_launch_template_version_follows_the_template():
-    _template, _, ce = fleet("default", "Gpu")
-    version = ce["ComputeResources"]["LaunchTemplate"]["Version"]
+    _, _, ce = fleet("default", "Gpu")
+    version = ce["Properties"]["ComputeResources"]["LaunchTemplate"]["Version"]
     assert version["Fn::GetAtt"][1] == "LatestVersionNumber"
+
+
+def test_changing_the_instance_type_keeps_logical_ids_and_exports():
+    before = synth("default").templates[STACK]
+    after = synth_with({"gpuInstanceType": "p5.48xlarge", "trainiumInstanceType": "trn2.48xlarge"}).templates[STACK]
+    assert sorted(before["Resources"]) == sorted(after["Resources"])
+    assert {o["Export"]["Name"] for o in before["Outputs"].values()} == {
+        o["Export"]["Name"] for o in after["Outputs"].values()
+    }
+    ce_id = next(iter(k for k in resources(after, "AWS::Batch::ComputeEnvironment") if k.startswith("Gpu")))
+    assert after["Resources"][ce_id]["Properties"]["ComputeResources"]["InstanceTypes"] == ["p5.48xlarge"]
 
 
 def test_instance_role_is_only_the_ecs_instance_policy():
@@ -122,9 +205,8 @@ def test_instance_role_is_only_the_ecs_instance_policy():
 
 
 def test_odcr_is_targeted_without_placement_group():
-    result = synth("reservations")
-    template = result.templates[STACK]
-    lt = by_prefix(template, "AWS::EC2::LaunchTemplate", "GpuLaunchTemplate")["LaunchTemplateData"]
+    template = synth("reservations").templates[STACK]
+    _, lt, _ = fleet("reservations", "Gpu")
     target = lt["CapacityReservationSpecification"]["CapacityReservationTarget"]
     assert target == {"CapacityReservationId": "cr-0123456789abcdef0"}
     assert "InstanceMarketOptions" not in lt
@@ -134,8 +216,7 @@ def test_odcr_is_targeted_without_placement_group():
 
 
 def test_capacity_block_uses_its_market_type():
-    template = synth("reservations").templates[STACK]
-    lt = by_prefix(template, "AWS::EC2::LaunchTemplate", "TrainiumLaunchTemplate")["LaunchTemplateData"]
+    _, lt, _ = fleet("reservations", "Trainium")
     assert lt["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
     assert lt["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"] == (
         "cr-0fedcba9876543210"
@@ -155,8 +236,45 @@ def test_no_warning_without_reservation():
 
 
 def test_max_nodes_and_root_volume_follow_context():
-    template = synth("reservations").templates[STACK]
-    ce = by_prefix(template, "AWS::Batch::ComputeEnvironment", "Gpu")
-    assert ce["ComputeResources"]["MaxvCpus"] == 10 * CATALOG["g6.12xlarge"].vcpus
-    lt = by_prefix(template, "AWS::EC2::LaunchTemplate", "GpuLaunchTemplate")["LaunchTemplateData"]
-    assert lt["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 500
+    _, lt, ce = fleet("reservations", "Gpu")
+    assert ce["Properties"]["ComputeResources"]["MaxvCpus"] == 10 * CATALOG["g6.12xlarge"].vcpus
+    ebs = lt["BlockDeviceMappings"][0]["Ebs"]
+    assert (ebs["VolumeSize"], ebs["Throughput"], ebs["Iops"]) == (500, 1000, 8000)
+
+
+def test_three_fleets_three_compute_paths_each_sized_from_its_type():
+    template = synth("three-fleets").templates[STACK]
+    assert len(resources(template, "AWS::Batch::ComputeEnvironment")) == 3
+    assert len(resources(template, "AWS::EC2::PlacementGroup")) == 3
+    for fleet_id, instance, max_nodes in (
+        ("Rl", "g6e.48xlarge", 8),
+        ("Llm", "p5e.48xlarge", 4),
+        ("Trn", "trn2.48xlarge", 4),
+    ):
+        _, lt, ce = fleet("three-fleets", fleet_id)
+        assert ce["Properties"]["ComputeResources"]["InstanceTypes"] == [instance]
+        assert ce["Properties"]["ComputeResources"]["MaxvCpus"] == max_nodes * CATALOG[instance].vcpus
+        assert len(lt["NetworkInterfaces"]) == CATALOG[instance].network_cards
+
+
+def test_fleets_in_other_azs_use_the_subnet_of_their_own_az():
+    result = synth("three-fleets")
+    network = result.templates["TrainingNetwork"]
+    subnet_az = {
+        k: r["Properties"]["AvailabilityZone"]
+        for k, r in resources(network, "AWS::EC2::Subnet").items()
+        if k.startswith("NetworkVpcTraining")
+    }
+    assert sorted(subnet_az.values()) == ["us-west-2a", "us-west-2b", "us-west-2c"]
+    exports = {o["Export"]["Name"]: o["Value"].get("Ref") for o in network["Outputs"].values()}
+    for fleet_id, az in (("Rl", "us-west-2a"), ("Llm", "us-west-2b"), ("Trn", "us-west-2c")):
+        _, _, ce = fleet("three-fleets", fleet_id)
+        (subnet,) = ce["Properties"]["ComputeResources"]["Subnets"]
+        assert subnet_az[exports[subnet["Fn::ImportValue"]]] == az
+
+
+def test_gpu_only_deployment_has_no_trainium_resource_or_neuron_ami():
+    template = synth("gpu-only").templates[STACK]
+    assert len(resources(template, "AWS::Batch::ComputeEnvironment")) == 1
+    assert not any(k.startswith("Trainium") for k in template["Resources"])
+    assert "neuron" not in str(template).lower()

@@ -1,6 +1,5 @@
 import pytest
 
-from config.catalog import Profile
 from config.context import KEYS, ConfigError, read_settings
 
 
@@ -14,11 +13,13 @@ def error(**context) -> str:
 
 def test_defaults_match_the_design():
     s = read_settings({})
-    assert s.gpu.instance.name == "g6.12xlarge" and s.gpu.profile is Profile.GPU
-    assert (s.gpu.nodes, s.gpu.max_nodes) == (2, 4)
-    assert s.trainium.instance.name == "trn1.32xlarge"
-    assert (s.trainium.nodes, s.trainium.max_nodes) == (2, 4)
-    assert s.gpu.image_uri is None and s.gpu.capacity_reservation_id is None
+    assert [f.name for f in s.fleets] == ["gpu", "trainium"]
+    gpu, trainium = s.fleet("gpu"), s.fleet("trainium")
+    assert gpu.instance.name == "g6.12xlarge" and gpu.construct_id == "Gpu"
+    assert (gpu.nodes, gpu.max_nodes, gpu.availability_zone) == (2, 4, None)
+    assert trainium.instance.name == "trn1.32xlarge" and trainium.construct_id == "Trainium"
+    assert (trainium.nodes, trainium.max_nodes) == (2, 4)
+    assert gpu.image_uri is None and gpu.capacity_reservation is None and gpu.ami_id is None
     assert s.network.availability_zone is None and s.network.nat_gateways == 1
     assert s.network.interface_endpoints == ()
     assert s.parallel_cluster.enabled is False
@@ -40,17 +41,22 @@ def test_cli_strings_are_parsed():
         },
         region="us-east-1",
     )
-    assert (s.gpu.nodes, s.gpu.max_nodes) == (8, 16)
+    assert (s.fleet("gpu").nodes, s.fleet("gpu").max_nodes) == (8, 16)
     assert s.parallel_cluster.enabled is True and s.parallel_cluster.max_nodes == 80
     assert s.network.interface_endpoints == ("ecr.api", "ecr.dkr")
-    assert s.gpu.image_uri.endswith("isaaclab-batch:latest")
-    assert s.trainium.capacity_reservation_id == "cr-0123456789abcdef0"
+    assert s.fleet("gpu").image_uri.endswith("isaaclab-batch:latest")
+    assert s.fleet("trainium").capacity_reservation.reservation_id == "cr-0123456789abcdef0"
     assert s.network.availability_zone == "us-east-1c"
 
 
 def test_json_types_from_cdk_json_are_accepted():
     s = read_settings({"gpuNodes": 3, "gpuMaxNodes": 3, "parallelCluster": False})
-    assert (s.gpu.nodes, s.gpu.max_nodes) == (3, 3)
+    assert (s.fleet("gpu").nodes, s.fleet("gpu").max_nodes) == (3, 3)
+
+
+def test_max_nodes_defaults_to_at_least_nodes():
+    assert read_settings({"gpuNodes": "8"}).fleet("gpu").max_nodes == 8
+    assert read_settings({"gpuNodes": "3"}).fleet("gpu").max_nodes == 4
 
 
 @pytest.mark.parametrize(
@@ -66,8 +72,8 @@ def test_json_types_from_cdk_json_are_accepted():
         ({"gpuNodes": "four"}, ["gpuNodes", "four", "not an integer"]),
         ({"gpuNodes": "2.5"}, ["gpuNodes", "not an integer"]),
         ({"gpuNodes": True}, ["gpuNodes", "not an integer"]),
-        ({"gpuNodes": "8", "gpuMaxNodes": "4"}, ["gpuMaxNodes", "'4'", "8..1000"]),
-        ({"trainiumMaxNodes": "1"}, ["trainiumMaxNodes", "2..1000"]),
+        ({"gpuNodes": "8", "gpuMaxNodes": "4"}, ["gpuMaxNodes", "=4", "out of range 8..1000"]),
+        ({"trainiumMaxNodes": "1"}, ["trainiumMaxNodes", "below 2", "trainiumNodes..1000"]),
         ({"parallelCluster": "yes"}, ["parallelCluster", "yes", "true or false"]),
         ({"pclusterMaxNodes": "0"}, ["pclusterMaxNodes", "1..1000"]),
         ({"pclusterInstanceType": "g6.4xlarge"}, ["pclusterInstanceType", "no EFA"]),
@@ -141,7 +147,8 @@ def test_compute_bad_values(context, expected):
 def test_job_defaults():
     jobs = read_settings({}).jobs
     assert jobs.timeout_seconds == 3600 and jobs.attempts == 3
-    assert [(s.identifier, s.share) for s in jobs.shares] == [("default", 1)]
+    assert jobs.shares == ()  # FIFO queues unless shares are given
+    assert jobs.runnable_timeout_minutes == 60 and jobs.alert_email is None
 
 
 def test_shares_become_inverse_batch_weight_factors():
@@ -168,7 +175,10 @@ def test_shares_become_inverse_batch_weight_factors():
         ({"shares": "llama:1,llama:2"}, ["shares", "'llama' and 'llama' overlap"]),
         ({"shares": "team*:1,team7:2"}, ["shares", "'team*' and 'team7' overlap"]),
         ({"shares": "team7:2,team*:1"}, ["shares", "'team7' and 'team*' overlap"]),
-        ({"shares": ""}, ["shares", "not a comma-separated list"]),
+        ({"shares": "llama:1,"}, ["shares", "entry ''"]),
+        ({"runnableTimeoutMinutes": "9"}, ["runnableTimeoutMinutes", "below 10", "10..1440"]),
+        ({"runnableTimeoutMinutes": "1441"}, ["runnableTimeoutMinutes", "above 1440"]),
+        ({"alertEmail": "oncall"}, ["alertEmail", "'oncall'", "malformed", "an email address"]),
         ({"shares": ",".join(f"t{i}:1" for i in range(501))}, ["shares", "501 identifiers"]),
     ],
 )

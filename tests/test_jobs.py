@@ -11,26 +11,24 @@ import pytest
 
 from config.catalog import CATALOG, AcceleratorKind
 from config.context import read_settings
-from tests.harness import ROOT, TYPE_VARIANTS, VARIANTS, resources, synth
+from tests.harness import EFA_TYPES, ROOT, VARIANTS, construct_id, fleet_name, resources, synth
 
 STACK = "TrainingJobs"
-CASES = [
-    (variant, profile, instance)
-    for variant, pair in TYPE_VARIANTS.items()
-    for profile, instance in zip(("Gpu", "Trainium"), pair, strict=True)
-]
-IDS = [f"{profile}-{instance}" for _, profile, instance in CASES]
 KINDS = ("TrainingJob", "BenchmarkJob")
 
 
-def job_definition(variant, profile, kind):
+def job_definition(variant, fleet_id, kind):
     template = synth(variant).templates[STACK]
     (props,) = [
         r["Properties"]
         for k, r in resources(template, "AWS::Batch::JobDefinition").items()
-        if k.startswith(f"{profile}{kind}")
+        if k.startswith(f"{fleet_id}{kind}")
     ]
     return props
+
+
+def of_type(instance, kind):
+    return job_definition("all-types", construct_id(fleet_name(instance)), kind)
 
 
 def container(props):
@@ -48,10 +46,10 @@ def environment(c):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(("variant", "profile", "instance"), CASES, ids=IDS)
-def test_job_definition_fills_exactly_one_instance_per_node(variant, profile, instance, kind):
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_job_definition_fills_exactly_one_instance_per_node(instance, kind):
     spec = CATALOG[instance]
-    props = job_definition(variant, profile, kind)
+    props = of_type(instance, kind)
     nodes = props["NodeProperties"]
     assert props["Type"] == "multinode" and props["PlatformCapabilities"] == ["EC2"]
     assert nodes["NumNodes"] == 2 and nodes["MainNode"] == 0
@@ -70,10 +68,10 @@ def test_job_definition_fills_exactly_one_instance_per_node(variant, profile, in
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(("variant", "profile", "instance"), CASES, ids=IDS)
-def test_every_efa_and_neuron_device_is_mapped(variant, profile, instance, kind):
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_every_efa_and_neuron_device_is_mapped(instance, kind):
     spec = CATALOG[instance]
-    c = container(job_definition(variant, profile, kind))
+    c = container(of_type(instance, kind))
     devices = c["LinuxParameters"]["Devices"]
     uverbs = [d for d in devices if d["HostPath"].startswith("/dev/infiniband/uverbs")]
     neuron = [d for d in devices if d["HostPath"].startswith("/dev/neuron")]
@@ -89,9 +87,9 @@ def test_every_efa_and_neuron_device_is_mapped(variant, profile, instance, kind)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(("variant", "profile", "instance"), CASES, ids=IDS)
-def test_memlock_unlimited_and_shared_memory_sized_for_data_loaders(variant, profile, instance, kind):
-    c = container(job_definition(variant, profile, kind))
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_memlock_unlimited_and_shared_memory_sized_for_data_loaders(instance, kind):
+    c = container(of_type(instance, kind))
     assert c["Ulimits"] == [{"Name": "memlock", "SoftLimit": -1, "HardLimit": -1}]
     shm = c["LinuxParameters"]["SharedMemorySize"]
     memory = requirement(c, "MEMORY")
@@ -105,10 +103,10 @@ def test_shared_memory_on_the_seed_instance_is_at_least_the_seed_figure():
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(("variant", "profile", "instance"), CASES, ids=IDS)
-def test_processes_per_node_match_the_accelerators(variant, profile, instance, kind):
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_processes_per_node_match_the_accelerators(instance, kind):
     spec = CATALOG[instance]
-    env = environment(container(job_definition(variant, profile, kind)))
+    env = environment(container(of_type(instance, kind)))
     if spec.accelerator_kind is AcceleratorKind.NEURON:
         # One rank per logical NeuronCore: 32 on trn1/trn1n, 64 on trn2 (LNC 2).
         assert int(env["NPROC_PER_NODE"]) == {"trn1.32xlarge": 32, "trn1n.32xlarge": 32, "trn2.48xlarge": 64}[instance]
@@ -134,10 +132,18 @@ def test_isaac_lab_command_takes_task_and_iterations_from_the_environment(tmp_pa
     launcher.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
     launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
     script = command[2].replace("/opt/training/distributed_run.sh", str(launcher))
-    env = {"PATH": os.environ["PATH"], "TASK": "Isaac-Cartpole-v0", "MAX_ITERATIONS": "7"}
+    checkpoints = tmp_path / "checkpoints"
+    env = {
+        "PATH": os.environ["PATH"],
+        "TASK": "Isaac-Cartpole-v0",
+        "MAX_ITERATIONS": "7",
+        "CHECKPOINT_DIR": str(checkpoints),
+    }
     result = subprocess.run(
-        [command[0], command[1], script], env=env, capture_output=True, text=True, timeout=30, check=True
+        [command[0], command[1], script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30, check=True
     )
+    # Isaac Lab writes its runs under ./logs, which is the launcher's checkpoint directory.
+    assert (tmp_path / "logs").resolve() == checkpoints.resolve() and checkpoints.is_dir()
     args = result.stdout.splitlines()
     assert args[0] == "scripts/reinforcement_learning/rsl_rl/train.py"
     assert args[args.index("--task") + 1] == "Isaac-Cartpole-v0"
@@ -232,30 +238,92 @@ def test_fair_share_weights_invert_the_context_shares():
     assert policy["ShareDecaySeconds"] == 3600
 
 
-def test_default_share_is_documented_default():
-    _, policy = scheduling_policy("default")
-    assert policy["ShareDistribution"] == [{"ShareIdentifier": "default", "WeightFactor": 1}]
-
-
-@pytest.mark.parametrize("profile", ["Gpu", "Trainium"])
-def test_each_queue_is_fair_share_on_its_own_compute_environment(profile):
-    template = synth("default").templates[STACK]
-    policy_id, _ = scheduling_policy("default")
-    (queue,) = [
-        r["Properties"] for k, r in resources(template, "AWS::Batch::JobQueue").items() if k.startswith(profile)
+def queue(variant, fleet_id):
+    template = synth(variant).templates[STACK]
+    (props,) = [
+        r["Properties"] for k, r in resources(template, "AWS::Batch::JobQueue").items() if k.startswith(fleet_id)
     ]
-    assert queue["SchedulingPolicyArn"] == {"Fn::GetAtt": [policy_id, "Arn"]}
-    assert queue["State"] == "ENABLED"
-    (order,) = queue["ComputeEnvironmentOrder"]
-    # The imported ARN is the compute stack's export of this profile's compute environment.
+    return props
+
+
+@pytest.mark.parametrize("fleet_id", ["Gpu", "Trainium"])
+def test_queues_are_fifo_unless_shares_are_given(fleet_id):
+    # A fair-share queue refuses submissions without --share-identifier; FIFO is the default.
+    assert not resources(synth("default").templates[STACK], "AWS::Batch::SchedulingPolicy")
+    assert "SchedulingPolicyArn" not in queue("default", fleet_id)
+    policy_id, _ = scheduling_policy("p5-four-nodes")
+    assert queue("p5-four-nodes", fleet_id)["SchedulingPolicyArn"] == {"Fn::GetAtt": [policy_id, "Arn"]}
+
+
+@pytest.mark.parametrize("fleet_id", ["Gpu", "Trainium"])
+def test_each_queue_is_on_its_own_compute_environment(fleet_id):
+    props = queue("default", fleet_id)
+    assert props["State"] == "ENABLED"
+    (order,) = props["ComputeEnvironmentOrder"]
+    # The imported ARN is the compute stack's export of this fleet's compute environment.
     compute = synth("default").templates["TrainingCompute"]
     (exported,) = [
         o["Value"]
         for o in compute["Outputs"].values()
         if o["Export"]["Name"] == order["ComputeEnvironment"]["Fn::ImportValue"]
     ]
-    (ce_id,) = [k for k in resources(compute, "AWS::Batch::ComputeEnvironment") if k.startswith(profile)]
+    (ce_id,) = [k for k in resources(compute, "AWS::Batch::ComputeEnvironment") if k.startswith(fleet_id)]
     assert exported == {"Fn::GetAtt": [ce_id, "ComputeEnvironmentArn"]}
+
+
+STUCK = {
+    "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+    "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
+    "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
+}
+
+
+@pytest.mark.parametrize(("variant", "minutes"), [("default", 60), ("three-fleets", 30)])
+def test_every_queue_cancels_jobs_stuck_runnable(variant, minutes):
+    template = synth(variant).templates[STACK]
+    queues = resources(template, "AWS::Batch::JobQueue").values()
+    assert queues
+    for q in queues:
+        actions = q["Properties"]["JobStateTimeLimitActions"]
+        assert {a["Reason"] for a in actions} == STUCK
+        for action in actions:
+            assert (action["State"], action["Action"]) == ("RUNNABLE", "CANCEL")
+            assert action["MaxTimeSeconds"] == minutes * 60
+            assert 600 <= action["MaxTimeSeconds"] <= 86400  # the API's bounds
+
+
+def alert_rule(variant):
+    template = synth(variant).templates[STACK]
+    ((_, rule),) = resources(template, "AWS::Events::Rule").items()
+    return template, rule["Properties"]
+
+
+@pytest.mark.parametrize("variant", ["default", "three-fleets"])
+def test_failed_and_cancelled_jobs_of_every_queue_reach_an_encrypted_topic(variant):
+    template, rule = alert_rule(variant)
+    pattern = rule["EventPattern"]
+    assert pattern["source"] == ["aws.batch"] and pattern["detail-type"] == ["Batch Job State Change"]
+    assert pattern["detail"]["status"] == ["FAILED"]
+    queue_ids = sorted(resources(template, "AWS::Batch::JobQueue"))
+    assert sorted(q["Fn::GetAtt"][0] for q in pattern["detail"]["jobQueue"]) == queue_ids
+    ((topic_id, topic),) = resources(template, "AWS::SNS::Topic").items()
+    (target,) = rule["Targets"]
+    assert target["Arn"] == {"Ref": topic_id}
+    assert "statusReason" in json.dumps(target["InputTransformer"])
+    key_id = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key = template["Resources"][key_id]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    assert "events.amazonaws.com" in json.dumps(key["KeyPolicy"])
+    (topic_policy,) = resources(template, "AWS::SNS::TopicPolicy").values()
+    text = json.dumps(topic_policy)
+    assert "events.amazonaws.com" in text and "aws:SecureTransport" in text
+
+
+def test_alert_email_is_subscribed_only_when_given():
+    assert not resources(synth("default").templates[STACK], "AWS::SNS::Subscription")
+    (subscription,) = resources(synth("three-fleets").templates[STACK], "AWS::SNS::Subscription").values()
+    assert subscription["Properties"]["Protocol"] == "email"
+    assert subscription["Properties"]["Endpoint"] == VARIANTS["three-fleets"]["alertEmail"]
 
 
 def job_roles(variant):
@@ -333,4 +401,95 @@ def test_readme_node_overrides_are_valid_and_fit_the_job_definition():
         parsed = json.loads(text)
         assert {o["targetNodes"] for o in parsed["nodePropertyOverrides"]} == {target["TargetNodes"]}
         # numNodes may only grow to what the default compute environment can hold.
-        assert parsed.get("numNodes", 2) <= read_settings({}).gpu.max_nodes
+        assert parsed.get("numNodes", 2) <= read_settings({}).fleet("gpu").max_nodes
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_preflight_expectations_match_the_launch_template(instance, kind):
+    spec = CATALOG[instance]
+    env = environment(container(of_type(instance, kind)))
+    compute = synth("all-types").templates["TrainingCompute"]
+    prefix = f"{construct_id(fleet_name(instance))}LaunchTemplate"
+    (lt,) = [r for k, r in resources(compute, "AWS::EC2::LaunchTemplate").items() if k.startswith(prefix)]
+    attached = [i for i in lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"] if i["InterfaceType"] == "efa"]
+    assert int(env["EFA_DEVICES"]) == len(attached)
+    if spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
+        assert int(env["EXPECTED_GPUS"]) == spec.accelerator_count
+    else:
+        assert "EXPECTED_GPUS" not in env
+
+
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_isaac_lab_only_where_the_gpu_can_run_isaac_sim(instance):
+    spec = CATALOG[instance]
+    c = container(of_type(instance, "TrainingJob"))
+    runs_isaac_lab = "rsl_rl/train.py" in json.dumps(c["Command"])
+    assert runs_isaac_lab is spec.runs_isaac_sim
+    if spec.accelerator_model in ("A100", "H100", "H200"):
+        assert not runs_isaac_lab and "ACCEPT_EULA" not in environment(c)
+    if spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU and not spec.runs_isaac_sim:
+        # The generic PyTorch definition: the launcher on the script named in TRAIN_SCRIPT.
+        assert c["Command"] == ["/bin/bash", "-c", 'exec /opt/training/distributed_run.sh "$TRAIN_SCRIPT" $TRAIN_ARGS']
+        assert environment(c)["TRAIN_SCRIPT"].startswith("/opt/training/")
+
+
+def test_generic_pytorch_command_passes_script_and_arguments(tmp_path):
+    command = container(job_definition("p5-four-nodes", "Gpu", "TrainingJob"))["Command"]
+    launcher = tmp_path / "distributed_run.sh"
+    launcher.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
+    script = command[2].replace("/opt/training/distributed_run.sh", str(launcher))
+    env = {"PATH": os.environ["PATH"], "TRAIN_SCRIPT": "/work/train.py", "TRAIN_ARGS": "--lr 0.1 --epochs 3"}
+    result = subprocess.run([*command[:2], script], env=env, capture_output=True, text=True, timeout=30, check=True)
+    assert result.stdout.splitlines() == ["/work/train.py", "--lr", "0.1", "--epochs", "3"]
+
+
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_training_checkpoints_go_to_the_fleets_prefix_of_the_checkpoint_bucket(instance):
+    env = environment(container(of_type(instance, "TrainingJob")))
+    uri = env["CHECKPOINT_URI"]
+    assert uri["Fn::Join"][1][0] == "s3://"
+    assert "TrainingData-CheckpointBucketArn" in json.dumps(uri)
+    assert uri["Fn::Join"][1][-1] == f"/{fleet_name(instance)}"
+    assert env["CHECKPOINT_DIR"].startswith("/")
+    assert "CHECKPOINT_URI" not in environment(container(of_type(instance, "BenchmarkJob")))
+
+
+def test_isaac_lab_resumes_from_a_restored_checkpoint():
+    env = environment(container(job_definition("default", "Gpu", "TrainingJob")))
+    assert env["RESUME_ARGS"] == "agent.resume=True"
+
+
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_benchmark_refuses_a_socket_fallback_and_knows_the_published_bandwidth(instance):
+    spec = CATALOG[instance]
+    env = environment(container(of_type(instance, "BenchmarkJob")))
+    assert int(env["NETWORK_GBPS"]) == spec.network_gbps
+    if spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
+        # aws-ofi-nccl's plugin name: NCCL fails instead of falling back to TCP sockets.
+        assert env["NCCL_NET"] == "AWS Libfabric"
+        assert env["NCCL_DEBUG"] == "INFO"
+    else:
+        assert "NCCL_NET" not in env
+
+
+def test_three_fleets_get_three_queues_and_their_job_definitions():
+    template = synth("three-fleets").templates[STACK]
+    assert len(resources(template, "AWS::Batch::JobQueue")) == 3
+    assert len(resources(template, "AWS::Batch::JobDefinition")) == 6
+    kinds = {}
+    for fleet_id, instance, nodes in (
+        ("Rl", "g6e.48xlarge", 2),
+        ("Llm", "p5e.48xlarge", 4),
+        ("Trn", "trn2.48xlarge", 2),
+    ):
+        props = job_definition("three-fleets", fleet_id, "TrainingJob")
+        c = container(props)
+        assert c["InstanceType"] == instance and props["NodeProperties"]["NumNodes"] == nodes
+        assert requirement(c, "VCPU") == CATALOG[instance].vcpus
+        kinds[fleet_id] = "rsl_rl" in json.dumps(c["Command"])
+    assert kinds == {"Rl": True, "Llm": False, "Trn": False}
+    outputs = template["Outputs"]
+    for fleet_id in ("Rl", "Llm", "Trn"):
+        assert f"{fleet_id}JobQueue" in outputs and f"{fleet_id}BenchmarkJobDefinition" in outputs

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT, resources, synth, synth_with
+from tests.harness import ROOT, VARIANTS, resources, synth, synth_with
 
 STACK = "TrainingRegistry"
 URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/isaaclab-batch:latest"
@@ -29,13 +29,30 @@ def test_both_images_are_staged_from_container_without_docker():
         assert asset["source"]["platform"] == "linux/amd64"
 
 
-def test_image_uri_replaces_the_asset():
-    result = synth_with({"gpuImage": URI})
-    files = [a["source"]["dockerFile"] for a in docker_assets(result).values()]
-    assert files == ["trainium/Dockerfile"]
-    stack = result.app.node.find_child(STACK)
-    assert stack.gpu_image.asset is None and stack.gpu_image.image_uri == URI
-    assert stack.trainium_image.asset is not None
+def test_image_uris_replace_the_assets_and_reach_the_job_definitions():
+    result = synth("existing-images")
+    assert docker_assets(result) == {}
+    assert not result.app.node.find_child(STACK).images
+    images = {
+        k: r["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]["Image"]
+        for k, r in resources(result.templates["TrainingJobs"], "AWS::Batch::JobDefinition").items()
+    }
+    variant = VARIANTS["existing-images"]
+    for logical_id, image in images.items():
+        assert image == (variant["gpuImage"] if logical_id.startswith("Gpu") else variant["trainiumImage"])
+
+
+def test_one_image_per_accelerator_kind_that_a_fleet_needs():
+    # GPU only: no Neuron image is staged or built.
+    assert [a["source"]["dockerFile"] for a in docker_assets(synth("gpu-only")).values()] == ["gpu/Dockerfile"]
+    # Three fleets, two of them GPU: still one GPU image.
+    files = sorted(a["source"]["dockerFile"] for a in docker_assets(synth("three-fleets")).values())
+    assert files == ["gpu/Dockerfile", "trainium/Dockerfile"]
+
+
+def test_a_fleet_with_its_own_image_needs_no_build():
+    result = synth_with({"trainiumInstanceType": "none", "gpuImage": URI})
+    assert docker_assets(result) == {}
 
 
 def test_team_repository_is_scanned_immutable_and_retained():

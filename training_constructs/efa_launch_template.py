@@ -1,23 +1,35 @@
-"""A launch template that attaches every EFA interface an instance type has."""
+"""A launch template that attaches every EFA interface an instance type has, and leaves room on
+network card 0 for the Batch job's own network interface."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aws_cdk import Fn
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from config.catalog import InstanceSpec
+from config.settings import CapacityReservation, RootVolume
 
 # Root device of the ECS-optimized Amazon Linux 2023 AMIs.
 ROOT_DEVICE = "/dev/xvda"
+# Batch multi-node containers run in awsvpc mode: ECS attaches one task ENI per job container to
+# the host (Batch user guide, "Multi-node parallel jobs" / networking), on network card 0.
+TASK_ENIS = 1
+# The ECS agent blocks instance metadata for awsvpc tasks only with this setting (ECS developer
+# guide, "Amazon ECS container agent configuration", ECS_AWSVPC_BLOCK_IMDS); the IMDS hop limit
+# does not stop them. Batch merges MIME multi-part user data from the launch template with its
+# own (Batch user guide, "Launch template support").
+ECS_AGENT_SETTINGS = ("ECS_AWSVPC_BLOCK_IMDS=true",)
 
 
 @dataclass(frozen=True)
 class InterfaceSlot:
     network_card_index: int
     device_index: int
-    interface_type: str  # "interface" (ENA) or "efa-only"
+    interface_type: str  # "efa": EFA with ENA
+    primary: bool
 
     @property
     def is_efa(self) -> bool:
@@ -25,29 +37,31 @@ class InterfaceSlot:
 
 
 def efa_layout(instance: InstanceSpec) -> list[InterfaceSlot]:
-    """Interfaces for `instance`, as the EC2 user guide lays them out for EFA on instances with
-    one or more network cards (efa-acc-inst-types, "Maximize network bandwidth on Amazon EC2
-    instances with multiple network cards"):
+    """One `efa` interface (EFA with ENA) at device index 0 of every network card, the first one
+    also the instance's primary interface.
 
-    - card 0, device 0: the primary interface, ENA (an EFA-only interface cannot be primary);
-    - card 0, device 1: EFA-only, since card 0 supports EFA;
-    - every further card i, device 0: EFA-only.
-
-    That gives one EFA device per network card (P5/P5e: 32, trn1: 8) and one IP address per
-    instance, which keeps large fleets from exhausting the subnet.
+    This is the layout of AWS's own Batch templates for P5 and P6 (awslabs/awsome-distributed-training,
+    1.architectures/3.aws-batch). No public source shows Batch accepting `efa-only` interfaces, so
+    none are used. Card 0 then holds one interface and keeps room for the task ENI even where it
+    takes only two (p5, p5e, trn2: `interfaces_per_card` in the catalog).
     """
     if not instance.efa_supported:
         raise ValueError(f"{instance.name} has no EFA")
-    slots = [InterfaceSlot(0, 0, "interface"), InterfaceSlot(0, 1, "efa-only")]
-    slots += [InterfaceSlot(card, 0, "efa-only") for card in range(1, instance.network_cards)]
+    slots = [InterfaceSlot(card, 0, "efa", card == 0) for card in range(instance.network_cards)]
+    on_card_0 = sum(slot.network_card_index == 0 for slot in slots)
+    if on_card_0 + TASK_ENIS > instance.interfaces_per_card:
+        raise ValueError(f"{instance.name}: network card 0 takes {instance.interfaces_per_card} interfaces")
     return slots
 
 
-@dataclass(frozen=True)
-class CapacityReservation:
-    reservation_id: str
-    # "odcr" or "capacity-block"
-    kind: str
+def ecs_agent_user_data() -> str:
+    """MIME multi-part user data that appends the agent settings to /etc/ecs/ecs.config. Nothing is
+    downloaded or installed at boot."""
+    script = ec2.UserData.for_linux()
+    script.add_commands(*(f"echo {setting} >> /etc/ecs/ecs.config" for setting in ECS_AGENT_SETTINGS))
+    multipart = ec2.MultipartUserData()
+    multipart.add_part(ec2.MultipartBody.from_user_data(script))
+    return multipart.render()
 
 
 class EfaLaunchTemplate(Construct):
@@ -66,19 +80,25 @@ class EfaLaunchTemplate(Construct):
         instance: InstanceSpec,
         efa_security_group: ec2.ISecurityGroup,
         node_security_group: ec2.ISecurityGroup,
-        root_volume_gib: int,
+        root_volume: RootVolume,
         capacity_reservation: CapacityReservation | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         slots = efa_layout(instance)
         self.efa_interface_count = sum(slot.is_efa for slot in slots)
 
+        def groups(slot: InterfaceSlot) -> list[str]:
+            # Every EFA interface carries the EFA group; the primary one also carries the host's own
+            # outbound traffic (ECS, ECR, S3, logs) through the node group.
+            efa = [efa_security_group.security_group_id]
+            return [*efa, node_security_group.security_group_id] if slot.primary else efa
+
         interfaces = [
             ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
                 network_card_index=slot.network_card_index,
                 device_index=slot.device_index,
                 interface_type=slot.interface_type,
-                groups=[efa_security_group.security_group_id if slot.is_efa else node_security_group.security_group_id],
+                groups=groups(slot),
                 delete_on_termination=True,
             )
             for slot in slots
@@ -105,16 +125,19 @@ class EfaLaunchTemplate(Construct):
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_tokens="required",
                     http_endpoint="enabled",
-                    # 1: containers in their own network namespace cannot reach the instance
-                    # role; jobs use their job role instead.
+                    # 1 keeps bridge-mode containers off the instance role; awsvpc job containers
+                    # are kept off by ECS_AWSVPC_BLOCK_IMDS in the user data.
                     http_put_response_hop_limit=1,
                 ),
+                user_data=Fn.base64(ecs_agent_user_data()),
                 block_device_mappings=[
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
                         device_name=ROOT_DEVICE,
                         ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                            volume_size=root_volume_gib,
+                            volume_size=root_volume.size_gib,
                             volume_type="gp3",
+                            throughput=root_volume.throughput_mibps,
+                            iops=root_volume.iops,
                             encrypted=True,
                             delete_on_termination=True,
                         ),

@@ -1,5 +1,6 @@
-"""One profile's Batch compute: EFA launch template, cluster placement group and a managed,
-on-demand, scale-to-zero EC2 compute environment for multi-node parallel jobs."""
+"""One fleet's Batch compute: EFA launch template, cluster placement group and a managed,
+on-demand, scale-to-zero EC2 compute environment for multi-node parallel jobs that AWS Batch
+updates in place."""
 
 from __future__ import annotations
 
@@ -11,17 +12,22 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from config.catalog import AcceleratorKind, InstanceSpec
-from training_constructs.efa_launch_template import CapacityReservation, EfaLaunchTemplate
+from config.settings import CapacityReservation, RootVolume
+from training_constructs.efa_launch_template import EfaLaunchTemplate
 
 # Batch image types (API_Ec2Configuration). There is no Neuron image type: Trainium nodes use the
 # ECS-optimized AL2023 Neuron AMI through imageIdOverride.
 NVIDIA_IMAGE_TYPE = "ECS_AL2023_NVIDIA"
 NEURON_IMAGE_TYPE = "ECS_AL2023"
 ECS_INSTANCE_POLICY = "service-role/AmazonEC2ContainerServiceforEC2Role"
+# Infrastructure updates (new launch template version, instance type, AMI, ...) replace instances
+# in place; running jobs keep their old instances for this long before Batch stops them (API
+# UpdatePolicy: 1..360 minutes, default 30). Two hours lets most jobs finish or checkpoint.
+UPDATE_JOB_TIMEOUT_MINUTES = 120
 
 
 class TrainingFleet(Construct):
-    """Compute for one training profile.
+    """Compute for one fleet.
 
     Attributes: `compute_environment` (L1), `launch_template` (EfaLaunchTemplate),
     `placement_group` (None when a capacity reservation rules it out), `instance_role`.
@@ -37,8 +43,9 @@ class TrainingFleet(Construct):
         subnet: ec2.ISubnet,
         efa_security_group: ec2.ISecurityGroup,
         node_security_group: ec2.ISecurityGroup,
-        root_volume_gib: int,
+        root_volume: RootVolume,
         capacity_reservation: CapacityReservation | None = None,
+        ami_id: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
 
@@ -48,7 +55,7 @@ class TrainingFleet(Construct):
             instance=instance,
             efa_security_group=efa_security_group,
             node_security_group=node_security_group,
-            root_volume_gib=root_volume_gib,
+            root_volume=root_volume,
             capacity_reservation=capacity_reservation,
         )
 
@@ -85,18 +92,30 @@ class TrainingFleet(Construct):
         # L1 on purpose: the L2 ManagedEc2EcsComputeEnvironment always renders securityGroupIds,
         # and AWS Batch refuses compute-environment security groups together with launch-template
         # network interfaces (aws/aws-cdk#21577). The interfaces carry the groups instead.
+        ec2_configuration, take_aws_updates = _image(self, instance, ami_id)
         self.compute_environment = batch.CfnComputeEnvironment(
             self,
             "Resource",
             type="MANAGED",
             state="ENABLED",
+            # CloudFormation replaces the environment on most changes unless this is false (new ARN,
+            # which the jobs stack's queue imports, so the update would fail on the export). With
+            # false, Batch updates the environment in place; that needs BEST_FIT_PROGRESSIVE and the
+            # Batch service-linked role, which an environment without ServiceRole uses (CloudFormation
+            # AWS::Batch::ComputeEnvironment ReplaceComputeEnvironment; Batch user guide, "Updating
+            # compute environments").
+            replace_compute_environment=False,
+            update_policy=batch.CfnComputeEnvironment.UpdatePolicyProperty(
+                terminate_jobs_on_update=False, job_execution_timeout_minutes=UPDATE_JOB_TIMEOUT_MINUTES
+            ),
             compute_resources=batch.CfnComputeEnvironment.ComputeResourcesProperty(
                 # On-demand EC2: multi-node parallel jobs run neither on Spot nor on Fargate.
                 type="EC2",
                 allocation_strategy="BEST_FIT_PROGRESSIVE",
                 instance_types=[instance.name],
+                # No desiredvCpus: Batch refuses to lower it on an existing environment ("Manually
+                # scaling down compute environment is not supported"); min 0 scales it to zero.
                 minv_cpus=0,
-                desiredv_cpus=0,
                 maxv_cpus=max_nodes * instance.vcpus,
                 subnets=[subnet.subnet_id],
                 instance_role=instance_profile.instance_profile_arn,
@@ -105,7 +124,8 @@ class TrainingFleet(Construct):
                     launch_template_id=self.launch_template.launch_template.ref,
                     version=self.launch_template.launch_template.attr_latest_version_number,
                 ),
-                ec2_configuration=[_image(self, instance)],
+                ec2_configuration=[ec2_configuration],
+                update_to_latest_image_version=take_aws_updates,
             ),
         )
 
@@ -114,11 +134,21 @@ class TrainingFleet(Construct):
         return self.compute_environment.attr_compute_environment_arn
 
 
-def _image(scope: Construct, instance: InstanceSpec) -> batch.CfnComputeEnvironment.Ec2ConfigurationObjectProperty:
+def _image(
+    scope: Construct, instance: InstanceSpec, ami_id: str | None
+) -> tuple[batch.CfnComputeEnvironment.Ec2ConfigurationObjectProperty, bool]:
+    """The AMI policy, and whether Batch moves the environment to AWS's newest AMI on its own.
+
+    GPU: Batch's ECS_AL2023_NVIDIA image, and UpdateToLatestImageVersion, so that an infrastructure
+    update (any deploy that changes the environment) also takes AWS's current GPU AMI.
+    Neuron: no Batch image type exists; the ECS AL2023 Neuron AMI comes from its SSM parameter,
+    which CloudFormation re-resolves on every deploy (a new AMI rolls the fleet in place), or from
+    the fleet's `amiId`, which holds it until changed.
+    """
     if instance.accelerator_kind is AcceleratorKind.NEURON:
-        # SSM parameter of the ECS-optimized AL2023 Neuron AMI, resolved by CloudFormation at deploy.
-        ami = ecs.EcsOptimizedImage.amazon_linux2023(ecs.AmiHardwareType.NEURON).get_image(scope).image_id
-        return batch.CfnComputeEnvironment.Ec2ConfigurationObjectProperty(
+        ami = ami_id or ecs.EcsOptimizedImage.amazon_linux2023(ecs.AmiHardwareType.NEURON).get_image(scope).image_id
+        config = batch.CfnComputeEnvironment.Ec2ConfigurationObjectProperty(
             image_type=NEURON_IMAGE_TYPE, image_id_override=ami
         )
-    return batch.CfnComputeEnvironment.Ec2ConfigurationObjectProperty(image_type=NVIDIA_IMAGE_TYPE)
+        return config, False
+    return batch.CfnComputeEnvironment.Ec2ConfigurationObjectProperty(image_type=NVIDIA_IMAGE_TYPE), True

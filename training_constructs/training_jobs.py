@@ -1,11 +1,11 @@
-"""One profile's way in: its fair-share job queue, its log group, and two multi-node job
-definitions (the training job and the all-reduce smoke test)."""
+"""One fleet's way in: its job queue, its log group, and two multi-node job definitions (the
+training job and the all-reduce smoke test)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -14,14 +14,15 @@ from constructs import Construct
 from config.catalog import InstanceSpec
 from training_constructs.multi_node_job import MultiNodeJobDefinition
 from training_constructs.training_queue import TrainingQueue
-from training_constructs.workloads import Workload, benchmark_workload, training_workload
+from training_constructs.workloads import CHECKPOINT_DIR, Workload, benchmark_workload, training_workload
 
 # The smoke test moves a few GiB; half an hour covers image pulls and a slow fabric.
 BENCHMARK_TIMEOUT_SECONDS = 1800
 
 
 class TrainingJobs(Construct):
-    """Attributes: `job_queue`, `log_group`, `training` and `benchmark` (MultiNodeJobDefinition)."""
+    """Attributes: `job_queue`, `log_group`, `training` and `benchmark` (MultiNodeJobDefinition),
+    `training_kind` (isaac-lab, pytorch or neuron)."""
 
     def __init__(
         self,
@@ -32,21 +33,29 @@ class TrainingJobs(Construct):
         nodes: int,
         image_uri: str,
         compute_environment_arn: str,
-        scheduling_policy: batch.ISchedulingPolicy,
+        scheduling_policy: batch.ISchedulingPolicy | None,
+        runnable_timeout: Duration,
         job_role: iam.IRole,
         environment: Mapping[str, str],
+        checkpoint_uri: str,
         timeout_seconds: int,
         attempts: int,
         log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, construct_id)
         self.job_queue = TrainingQueue(
-            self, "Queue", compute_environment_arn=compute_environment_arn, scheduling_policy=scheduling_policy
+            self,
+            "Queue",
+            compute_environment_arn=compute_environment_arn,
+            scheduling_policy=scheduling_policy,
+            runnable_timeout=runnable_timeout,
         ).job_queue
         # Job output is the record of a run: kept when the stack goes.
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN)
 
-        def definition(construct_id: str, workload: Workload, timeout: int, prefix: str) -> MultiNodeJobDefinition:
+        def definition(
+            construct_id: str, workload: Workload, extra: Mapping[str, str], timeout: int, prefix: str
+        ) -> MultiNodeJobDefinition:
             return MultiNodeJobDefinition(
                 self,
                 construct_id,
@@ -57,12 +66,21 @@ class TrainingJobs(Construct):
                 log_group=self.log_group,
                 log_stream_prefix=prefix,
                 command=workload.command,
-                environment={**environment, **workload.environment},
+                environment={**environment, **extra, **workload.environment},
                 timeout_seconds=timeout,
                 attempts=attempts,
             )
 
-        self.training = definition("TrainingJob", training_workload(instance), timeout_seconds, "training")
+        training = training_workload(instance)
+        self.training_kind = training.kind
+        # The launcher restores <CHECKPOINT_URI>/<job id>/ before training and uploads it while and
+        # after the script runs; a retried attempt keeps its job id and so resumes.
+        checkpoints = {"CHECKPOINT_URI": checkpoint_uri, "CHECKPOINT_DIR": CHECKPOINT_DIR}
+        self.training = definition("TrainingJob", training, checkpoints, timeout_seconds, "training")
         self.benchmark = definition(
-            "BenchmarkJob", benchmark_workload(instance), min(timeout_seconds, BENCHMARK_TIMEOUT_SECONDS), "allreduce"
+            "BenchmarkJob",
+            benchmark_workload(instance),
+            {},
+            min(timeout_seconds, BENCHMARK_TIMEOUT_SECONDS),
+            "allreduce",
         )

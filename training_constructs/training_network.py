@@ -16,9 +16,11 @@ PUBLIC_SUBNETS = "Public"
 
 
 class TrainingNetwork(Construct):
-    """A VPC whose first private subnet is the training subnet.
+    """A VPC with one private training subnet per Availability Zone it spans.
 
-    Public attributes: `vpc`, `training_subnet` (one AZ, for cluster placement groups),
+    Public attributes: `vpc`, `training_subnet` (in the first AZ, the default of fleets that name
+    none), `subnet_for(az)` (the training subnet of a fleet's AZ; one AZ per fleet, for its
+    cluster placement group),
     `efa_security_group` (all traffic to and from itself, nothing else) and
     `node_security_group` (outbound only, for the host's own traffic: ECS, ECR, S3, logs).
     """
@@ -57,9 +59,12 @@ class TrainingNetwork(Construct):
             # restrictDefaultSecurityGroup would strip those rules, so it is off on purpose.
             restrict_default_security_group=False,
         )
-        if not any(Token.is_unresolved(az) for az in availability_zones):
+        if not all(Token.is_unresolved(az) for az in availability_zones):
             _allow_pinned_availability_zone(self.vpc)
-        self.training_subnet: ec2.ISubnet = self.vpc.select_subnets(subnet_group_name=TRAINING_SUBNETS).subnets[0]
+        # CDK creates one subnet of the group per AZ, in the order the AZs were given.
+        training = self.vpc.select_subnets(subnet_group_name=TRAINING_SUBNETS).subnets
+        self._subnets = dict(zip(availability_zones, training, strict=True))
+        self.training_subnet: ec2.ISubnet = training[0]
 
         # Image layers, datasets and checkpoints go to S3 without paying for NAT traffic.
         self.vpc.add_gateway_endpoint(
@@ -118,14 +123,20 @@ class TrainingNetwork(Construct):
             allow_all_outbound=True,
         )
 
+    def subnet_for(self, availability_zone: str | None) -> ec2.ISubnet:
+        """The training subnet in `availability_zone`; None: the default (first) one."""
+        if availability_zone is None:
+            return self.training_subnet
+        return self._subnets[availability_zone]
+
 
 def _endpoint_id(service: str) -> str:
     return "".join(part.capitalize() for part in service.replace("-", ".").split(".")) + "Endpoint"
 
 
 def _allow_pinned_availability_zone(vpc: ec2.Vpc) -> None:
-    """The user named the AZ (`availabilityZone`): cluster placement groups and capacity
-    reservations live in one known AZ, so the literal is intended, not an accident."""
+    """The user named an AZ (`availabilityZone`, or a fleet's): cluster placement groups and
+    capacity reservations live in one known AZ, so the literal is intended, not an accident."""
     reason = "availabilityZone was set on purpose: placement groups and capacity reservations need a known AZ"
     Validations.of(vpc).acknowledge(Acknowledgment(id="CloudFormation-Validate::W3010", reason=reason))
     for subnet in vpc.public_subnets + vpc.private_subnets:

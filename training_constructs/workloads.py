@@ -1,4 +1,4 @@
-"""What the job definitions run by default: the command and environment per profile.
+"""What the job definitions run by default: the command and environment for each kind of fleet.
 
 Everything here can be overridden at submit time (node overrides of command and environment);
 the README shows how.
@@ -15,8 +15,13 @@ LAUNCHER = "/opt/training/distributed_run.sh"
 ALLREDUCE_BENCH = "/opt/training/allreduce_bench.py"
 
 # Isaac Lab RL as the seed runs it: RSL-RL's train script, relative to the image's working
-# directory /workspace/isaaclab (Isaac Lab 2.x layout), headless, one process per GPU.
+# directory /workspace/isaaclab (Isaac Lab 2.x layout), headless, one process per GPU. It writes
+# runs under logs/rsl_rl/<experiment>/<run>/ (model_<iteration>.pt); `agent.resume=True` (a Hydra
+# override of the agent config) loads the newest run's newest model.
+# Where the launcher keeps the checkpoints it restores and uploads (CHECKPOINT_DIR).
+CHECKPOINT_DIR = "/tmp/checkpoints"  # noqa: S108 - inside the job's own container
 ISAACLAB_TRAIN_SCRIPT = "scripts/reinforcement_learning/rsl_rl/train.py"
+ISAACLAB_LOG_DIR = "logs"
 DEFAULT_TASK = "Isaac-Velocity-Rough-H1-v0"
 DEFAULT_MAX_ITERATIONS = 100
 
@@ -29,6 +34,10 @@ NEURON_EFA_ENVIRONMENT = {
     "FI_EFA_FORK_SAFE": "1",
     "CCOM_SOCKET_IFNAME": "eth0",
 }
+# The name aws-ofi-nccl registers its NCCL network plugin under (aws/aws-ofi-nccl, the ncclNet_t
+# `.name` of every plugin version). With NCCL_NET set, NCCL fails when that plugin does not load
+# instead of falling back to TCP sockets (NCCL environment variables, NCCL_NET).
+AWS_OFI_NCCL_PLUGIN = "AWS Libfabric"
 
 TRAINING_ALLREDUCE_MB = 256
 TRAINING_ALLREDUCE_ITERS = 100
@@ -38,14 +47,19 @@ BENCH_ALLREDUCE_ITERS = 20
 
 @dataclass(frozen=True)
 class Workload:
+    # What the training definition is, for the README and outputs: isaac-lab, pytorch, neuron.
+    kind: str
     command: tuple[str, ...]
     environment: dict[str, str] = field(default_factory=dict)
 
 
-def _accelerator_environment(instance: InstanceSpec) -> dict[str, str]:
-    environment = {"NPROC_PER_NODE": str(instance.processes_per_node)}
+def _node_environment(instance: InstanceSpec) -> dict[str, str]:
+    """What the launcher's preflight checks on every node, and the ranks it starts."""
+    environment = {"NPROC_PER_NODE": str(instance.processes_per_node), "EFA_DEVICES": str(instance.network_cards)}
     if instance.accelerator_kind is AcceleratorKind.NEURON:
         environment.update(NEURON_EFA_ENVIRONMENT)
+    else:
+        environment["EXPECTED_GPUS"] = str(instance.accelerator_count)
     return environment
 
 
@@ -54,10 +68,21 @@ def _allreduce(size_mb: int, iters: int) -> tuple[str, ...]:
 
 
 def training_workload(instance: InstanceSpec) -> Workload:
-    """GPU: Isaac Lab RL. Trainium: the Neuron all-reduce example (replace it with your script)."""
-    environment = _accelerator_environment(instance)
+    """Isaac Lab RL where the GPU can run Isaac Sim; a PyTorch script you name on other GPUs; the
+    Neuron all-reduce example on Trainium (replace it with your script)."""
+    environment = _node_environment(instance)
     if instance.accelerator_kind is AcceleratorKind.NEURON:
-        return Workload(_allreduce(TRAINING_ALLREDUCE_MB, TRAINING_ALLREDUCE_ITERS), environment)
+        return Workload("neuron", _allreduce(TRAINING_ALLREDUCE_MB, TRAINING_ALLREDUCE_ITERS), environment)
+    if not instance.runs_isaac_sim:
+        # A shell expands TRAIN_SCRIPT and TRAIN_ARGS at run time: submit with your own values.
+        environment.update(
+            {
+                "TRAIN_SCRIPT": ALLREDUCE_BENCH,
+                "TRAIN_ARGS": f"--size-mb {TRAINING_ALLREDUCE_MB} --iters {TRAINING_ALLREDUCE_ITERS}",
+            }
+        )
+        script = f'exec {LAUNCHER} "$TRAIN_SCRIPT" $TRAIN_ARGS'
+        return Workload("pytorch", ("/bin/bash", "-c", script), environment)
     environment.update(
         {
             "TASK": DEFAULT_TASK,
@@ -66,21 +91,28 @@ def training_workload(instance: InstanceSpec) -> Workload:
             # Omniverse licence terms for the jobs this definition runs (README, "Isaac Lab").
             "ACCEPT_EULA": "Y",
             "PRIVACY_CONSENT": "Y",
+            # Appended to the script's arguments by the launcher when it restored a checkpoint.
+            "RESUME_ARGS": "agent.resume=True",
         }
     )
-    # A shell expands TASK and MAX_ITERATIONS at run time, so a submit-time environment override
-    # changes the task without touching the command.
+    # Isaac Lab's log directory is the launcher's CHECKPOINT_DIR, which it restores before and
+    # uploads during and after training. A shell expands TASK and MAX_ITERATIONS at run time, so a
+    # submit-time environment override changes the task without touching the command.
     script = (
+        f'mkdir -p "$CHECKPOINT_DIR" && ln -sfn "$CHECKPOINT_DIR" {ISAACLAB_LOG_DIR} && '
         f'exec {LAUNCHER} {ISAACLAB_TRAIN_SCRIPT} --task "$TASK" --max_iterations "$MAX_ITERATIONS" '
         "--headless --distributed"
     )
-    return Workload(("/bin/bash", "-c", script), environment)
+    return Workload("isaac-lab", ("/bin/bash", "-c", script), environment)
 
 
 def benchmark_workload(instance: InstanceSpec) -> Workload:
-    """The network smoke test: a large all-reduce across every process of every node."""
-    environment = _accelerator_environment(instance)
+    """The network smoke test: a large all-reduce across every process of every node, judged
+    against the instance's published network bandwidth."""
+    environment = _node_environment(instance)
+    environment["NETWORK_GBPS"] = str(instance.network_gbps)
     if instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
-        # Prints the transport NCCL chose: "NET/OFI" means EFA, "NET/Socket" a TCP fallback.
+        # Fail rather than fall back to TCP sockets; INFO prints the transport ("NET/OFI").
+        environment["NCCL_NET"] = AWS_OFI_NCCL_PLUGIN
         environment["NCCL_DEBUG"] = "INFO"
-    return Workload(_allreduce(BENCH_ALLREDUCE_MB, BENCH_ALLREDUCE_ITERS), environment)
+    return Workload("allreduce", _allreduce(BENCH_ALLREDUCE_MB, BENCH_ALLREDUCE_ITERS), environment)

@@ -1,0 +1,60 @@
+"""Failed and cancelled training jobs announce themselves: an EventBridge rule on Batch job state
+changes of the app's queues, to an encrypted SNS topic, optionally with an email subscription."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+# Batch sends "Batch Job State Change" events for every transition (Batch user guide, "Job state
+# change events"). A job the queue cancels for being stuck RUNNABLE ends FAILED with the reason
+# (CAPACITY:..., MISCONFIGURATION:...) in statusReason, so FAILED covers both.
+ALERT_STATUSES = ("FAILED",)
+
+
+class JobAlerts(Construct):
+    """Attributes: `topic`, `rule`."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, job_queue_arns: Sequence[str], email: str | None
+    ) -> None:
+        super().__init__(scope, construct_id)
+        # EventBridge can publish to an encrypted topic only with a customer managed key whose
+        # policy lets it use the key (SNS developer guide, "Encryption at rest", EventBridge).
+        key = kms.Key(
+            self,
+            "Key",
+            description="Encrypts job-alert messages at rest",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        key.grant(iam.ServicePrincipal("events.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
+        self.topic = sns.Topic(self, "Topic", display_name="Training job alerts", master_key=key, enforce_ssl=True)
+        if email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+
+        detail = events.EventField.from_path
+        message = events.RuleTargetInput.from_text(
+            f"Batch job {detail('$.detail.jobName')} ({detail('$.detail.jobId')}) "
+            f"{detail('$.detail.status')}: {detail('$.detail.statusReason')} "
+            f"[queue {detail('$.detail.jobQueue')}]"
+        )
+        self.rule = events.Rule(
+            self,
+            "Rule",
+            description="Failed or cancelled training jobs",
+            event_pattern=events.EventPattern(
+                source=["aws.batch"],
+                detail_type=["Batch Job State Change"],
+                detail={"status": list(ALERT_STATUSES), "jobQueue": list(job_queue_arns)},
+            ),
+            targets=[targets.SnsTopic(self.topic, message=message)],
+        )
