@@ -66,6 +66,7 @@ def test_two_nodes_of_two_processes_rendezvous_as_batch_starts_them():
         "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
         "NPROC_PER_NODE": "2",
         "MASTER_PORT": port,
+        "NETWORK_GBPS": "0.001",
     }
     # Main node: Batch never sets the main-address variable there; the test pins its address to loopback.
     main = launch(
@@ -96,6 +97,10 @@ def test_two_nodes_of_two_processes_rendezvous_as_batch_starts_them():
     result = bench_line(main_out)
     assert result["world_size"] == 4 and result["backend"] == "gloo" and result["correct"] is True
     assert result["bytes"] == 1024 * 1024 and result["busbw_gbps"] > 0
+    # Two nodes: the fabric is judged against the published bandwidth the job definition passes in.
+    assert result["nodes"] == 2 and result["network_gbps"] == 0.001
+    assert result["fraction_of_network"] == pytest.approx(result["busbw_gbps"] / 0.001, rel=0.01)
+    assert result["verdict"] == "healthy"
     assert set(result) >= {"world_size", "backend", "bytes", "algbw_gbps", "busbw_gbps"}
     assert not [x for x in child_out.splitlines() if x.startswith("{")]  # only rank 0 reports
     assert "rendezvous 127.0.0.1:" in main_err and "id 4f2a9c:" in child_err
@@ -106,7 +111,8 @@ def test_single_node_without_batch_variables():
     proc = launch(base_env(NPROC_PER_NODE="2"), "allreduce_bench.py", "--size-mb", "1", "--iters", "2")
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
-    assert bench_line(out)["world_size"] == 2
+    line = bench_line(out)
+    assert line["world_size"] == 2 and line["nodes"] == 1 and line["verdict"] == "single-node"
     assert "single node, 2 processes" in err
 
 
@@ -279,3 +285,143 @@ def test_bench_picks_nccl_on_gpus_xla_on_neuron_and_gloo_otherwise(monkeypatch, 
     )
     assert bench.choose_backend("auto") == expected
     assert bench.choose_backend("gloo") == "gloo"  # an explicit choice always wins
+
+
+@pytest.fixture
+def env_probe(tmp_path):
+    """A PYTHON that prints the launcher's arguments and the socket settings it was given."""
+    script = tmp_path / "probe.sh"
+    script.write_text(
+        '#!/bin/sh\necho "ARGS: $*"\necho "NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-unset}"\n'
+        'echo "GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-unset}"\n'
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def run_probe(probe: str, **env: str) -> subprocess.CompletedProcess:
+    environment = base_env(PYTHON=probe, NPROC_PER_NODE="1", **env)
+    for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        if name not in env:
+            environment.pop(name, None)
+    return subprocess.run([str(LAUNCHER), "train.py"], env=environment, capture_output=True, text=True, timeout=60)
+
+
+BATCH_MAIN = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "127.0.0.1"}
+
+
+def test_batch_nodes_pin_nccl_and_gloo_to_the_task_eni(env_probe):
+    result = run_probe(env_probe, **BATCH_MAIN)
+    assert result.returncode == 0, result.stderr
+    assert "NCCL_SOCKET_IFNAME=eth0" in result.stdout and "GLOO_SOCKET_IFNAME=eth0" in result.stdout
+
+
+def test_preset_socket_interfaces_win(env_probe):
+    result = run_probe(env_probe, **BATCH_MAIN, NCCL_SOCKET_IFNAME="ens5", GLOO_SOCKET_IFNAME="ens6")
+    assert "NCCL_SOCKET_IFNAME=ens5" in result.stdout and "GLOO_SOCKET_IFNAME=ens6" in result.stdout
+
+
+def test_outside_batch_the_socket_interfaces_are_left_alone(env_probe):
+    result = run_probe(env_probe)
+    assert "NCCL_SOCKET_IFNAME=unset" in result.stdout and "GLOO_SOCKET_IFNAME=unset" in result.stdout
+
+
+def test_rendezvous_waits_half_an_hour_for_late_children_by_default(env_probe):
+    assert "--rdzv_conf=is_host=1,join_timeout=1800" in run_probe(env_probe, **BATCH_MAIN).stdout
+    result = run_probe(env_probe, **BATCH_MAIN, RDZV_JOIN_TIMEOUT="3600")
+    assert "--rdzv_conf=is_host=1,join_timeout=3600" in result.stdout
+
+
+def test_bad_join_timeout_is_refused(env_probe):
+    result = run_probe(env_probe, **BATCH_MAIN, RDZV_JOIN_TIMEOUT="soon")
+    assert result.returncode == 2 and "RDZV_JOIN_TIMEOUT='soon' is not a positive integer" in result.stderr
+    assert "ARGS:" not in result.stdout
+
+
+def fake_devices(directory: Path, uverbs: int) -> Path:
+    directory.mkdir()
+    for i in range(uverbs):
+        (directory / f"uverbs{i}").touch()
+    (directory / "rdma_cm").touch()  # not an EFA device; must not be counted
+    return directory
+
+
+def fake_nvidia_smi(bin_dir: Path, gpus: int) -> str:
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    lines = "".join(f"GPU {i}: NVIDIA L4 (UUID: GPU-{i})\\n" for i in range(gpus))
+    tool.write_text(f'#!/bin/sh\nprintf "{lines}"\n')
+    tool.chmod(0o755)
+    return f"{bin_dir}:{base_env()['PATH']}"
+
+
+@pytest.mark.parametrize(("attached", "expected", "ok"), [(4, 4, True), (32, 32, True), (3, 4, False), (0, 1, False)])
+def test_efa_preflight_counts_uverbs_devices(env_probe, tmp_path, attached, expected, ok):
+    devices = fake_devices(tmp_path / "infiniband", attached)
+    result = run_probe(env_probe, **BATCH_MAIN, EFA_DEVICE_DIR=str(devices), EFA_DEVICES=str(expected))
+    if ok:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode == 2 and "ARGS:" not in result.stdout
+        (line,) = result.stderr.strip().splitlines()
+        assert f"expected {expected} EFA devices (uverbs*) in {devices}, found {attached}" in line
+
+
+def test_no_efa_expectation_no_check(env_probe, tmp_path):
+    result = run_probe(env_probe, **BATCH_MAIN, EFA_DEVICE_DIR=str(tmp_path / "missing"))
+    assert result.returncode == 0, result.stderr
+
+
+def test_missing_device_directory_counts_as_no_devices(env_probe, tmp_path):
+    result = run_probe(env_probe, **BATCH_MAIN, EFA_DEVICE_DIR=str(tmp_path / "missing"), EFA_DEVICES="1")
+    assert result.returncode == 2 and "expected 1 EFA devices" in result.stderr and "found 0" in result.stderr
+
+
+@pytest.mark.parametrize(("present", "expected", "ok"), [(4, 4, True), (8, 4, True), (3, 4, False)])
+def test_gpu_preflight_counts_what_nvidia_smi_lists(env_probe, tmp_path, present, expected, ok):
+    path = fake_nvidia_smi(tmp_path / "bin", present)
+    result = run_probe(env_probe, **BATCH_MAIN, PATH=path, EXPECTED_GPUS=str(expected))
+    assert (result.returncode == 0) is ok, result.stderr
+    if not ok:
+        assert f"expected {expected} GPUs (nvidia-smi --list-gpus), found {present}" in result.stderr
+
+
+def test_gpu_preflight_without_a_driver_finds_none(env_probe):
+    result = run_probe(env_probe, **BATCH_MAIN, EXPECTED_GPUS="1")
+    assert result.returncode == 2 and "expected 1 GPUs" in result.stderr and "found 0" in result.stderr
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    ("busbw", "network", "nodes", "expected"),
+    [
+        (2800.0, 3200, 4, (0.875, "healthy")),
+        (1000.0, 3200, 4, (0.312, "degraded")),
+        (8.0, 3200, 4, (0.003, "broken")),  # a TCP-socket fallback on p5
+        (30.0, 40, 2, (0.75, "healthy")),
+        (30.0, 0, 2, (None, "unknown")),
+        (900.0, 3200, 1, (None, "single-node")),
+    ],
+)
+def test_bench_verdict_against_the_published_bandwidth(monkeypatch, busbw, network, nodes, expected):
+    assert load_bench(monkeypatch).verdict(busbw, network, nodes) == expected
+
+
+@needs_torch
+def test_bench_times_no_buffer_copies(monkeypatch, capsys):
+    bench = load_bench(monkeypatch)
+
+    def no_copies(*_args, **_kwargs):
+        raise AssertionError("the benchmark copied a buffer")
+
+    monkeypatch.setattr(bench.torch.Tensor, "clone", no_copies)
+    for name, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert bench.main(["--size-mb", "1", "--iters", "3", "--backend", "gloo", "--network-gbps", "40"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["correct"] is True and line["network_gbps"] == 40

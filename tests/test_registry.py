@@ -25,7 +25,8 @@ def test_both_images_are_staged_from_container_without_docker():
     assert files == ["gpu/Dockerfile", "trainium/Dockerfile"]
     for asset in assets.values():
         staged = Path(result.assembly.directory) / asset["source"]["directory"]
-        assert (staged / "distributed_run.sh").exists() and (staged / "allreduce_bench.py").exists()
+        for name in ("distributed_run.sh", "allreduce_bench.py", "checkpoint_sync.py"):
+            assert (staged / name).exists(), name
         assert asset["source"]["platform"] == "linux/amd64"
 
 
@@ -88,4 +89,22 @@ def test_dockerfiles_pin_their_base_and_copy_the_launcher(dockerfile):
     text = dockerfile.read_text()
     base_arg = next(line for line in text.splitlines() if line.startswith("ARG ") and "IMAGE=" in line)
     assert ":" in base_arg.split("=", 1)[1] and not base_arg.endswith(":latest")
-    assert "COPY distributed_run.sh allreduce_bench.py /opt/training/" in text
+    assert "COPY distributed_run.sh allreduce_bench.py checkpoint_sync.py /opt/training/" in text
+
+
+def dockerfile_lines(name):
+    return [line.strip() for line in (ROOT / "container" / name / "Dockerfile").read_text().splitlines()]
+
+
+def test_gpu_image_resets_the_isaac_sim_entrypoint_as_its_last_word():
+    lines = [line for line in dockerfile_lines("gpu") if line.startswith(("ENTRYPOINT", "FROM"))]
+    # After the FROM, the only ENTRYPOINT is the reset, so Batch's command runs as given.
+    assert lines[-1] == "ENTRYPOINT []"
+
+
+def test_gpu_image_puts_both_plugin_layouts_on_the_loader_path_and_fails_without_it():
+    text = (ROOT / "container" / "gpu" / "Dockerfile").read_text()
+    env = next(line for line in text.splitlines() if line.startswith("ENV LD_LIBRARY_PATH="))
+    assert "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:" in env and "/opt/amazon/ofi-nccl/lib:" in env
+    assert "/etc/ld.so.conf.d/" in text and "ldconfig" in text
+    assert "grep -q 'libnccl-net'" in text and "exit 1" in text
