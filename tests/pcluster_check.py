@@ -1,8 +1,10 @@
 """Validate a ParallelCluster configuration with aws-parallelcluster's own schema and validators.
 
-Runs in the separate environment that tests/test_parallelcluster.py builds (aws-parallelcluster
-cannot share a virtualenv with aws-cdk-lib v2). Reads the configuration as JSON on stdin and
-prints one JSON line: {"errors": [...]}, empty when ParallelCluster accepts it.
+Runs in the separate environment that tests/test_parallelcluster_schema.py builds (aws-parallelcluster
+cannot share a virtualenv with aws-cdk-lib v2). Reads {"cluster_name": ..., "configurations":
+{name: configuration}} as JSON on stdin, so that one process (one import of aws-parallelcluster)
+checks them all, and prints one JSON line: {"errors": {name: [...]}}, empty where ParallelCluster
+accepts the configuration.
 """
 
 import json
@@ -60,4 +62,5 @@ def errors(configuration: dict, cluster_name: str) -> list[str]:
 
 if __name__ == "__main__":
     request = json.load(sys.stdin)
-    print(json.dumps({"errors": errors(request["configuration"], request["cluster_name"])}))
+    checked = {name: errors(config, request["cluster_name"]) for name, config in request["configurations"].items()}
+    print(json.dumps({"errors": checked}))

@@ -23,10 +23,10 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+# The messages themselves are tested in-process (tests/test_context.py); these runs prove that
+# app.py turns a flat key's and a fleets field's error into one line and exit 2, before any synth.
 BAD_CONTEXTS = [
     ({"gpuNodes": "0"}, "error: context key gpuNodes='0': below 2; allowed: integer 2..1000"),
-    ({"gpuNode": "4"}, "error: unknown context key 'gpuNode': did you mean gpuNodes?"),
-    ({"trainiumInstanceType": "p5.48xlarge"}, "error: context key trainiumInstanceType='p5.48xlarge'"),
     (
         {"fleets": '{"rl": {"instanceType": "g6e.48xlarge",}}'},
         """error: context key fleets='{"rl": {"instanceType": "g6e.48xlarge",}}': malformed JSON""",
@@ -62,22 +62,3 @@ def test_bad_context_is_one_line_on_stderr_without_traceback(case):
     assert lines[0].startswith(BAD_CONTEXTS[case][1])
     assert "Traceback" not in stderr
     assert not wrote_assembly
-
-
-@pytest.mark.skipif(not CDK.exists(), reason="CDK CLI not installed: run through `make test`")
-def test_pinned_cli_synthesizes_without_credentials_or_node_banner(tmp_path):
-    out = tmp_path / "cdk.out"
-    result = subprocess.run(
-        [str(CDK), "synth", "--quiet", "--output", str(out)],
-        cwd=ROOT,
-        env=clean_env(tmp_path, CDK_DISABLE_CLI_TELEMETRY="true"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "end-of-life" not in result.stdout + result.stderr
-    assert "schema version mismatch" not in result.stderr.lower()
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert "missing" not in manifest  # no context lookups, so no AWS calls
-    assert (out / "TrainingNetwork.template.json").exists()

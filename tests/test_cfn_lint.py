@@ -19,11 +19,17 @@ def template_json(variant: str, name: str) -> str:
 @functools.cache
 def all_findings() -> dict[str, tuple[str, ...]]:
     # Variants share most templates (the network stack is the same for every instance type), so
-    # identical templates are linted once; the rest are spread over the machine's cores.
-    unique = sorted({template_json(v, name) for v in VARIANTS for name in synth(v).templates})
+    # identical templates are linted once. Each goes to the pool as soon as its variant is
+    # synthesized, so linting runs on the other cores while the next variant synthesizes.
     context = multiprocessing.get_context("spawn")
+    futures = {}
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=context) as pool:
-        return dict(zip(unique, pool.map(findings, unique), strict=True))
+        for variant in sorted(VARIANTS):
+            for name in synth(variant).templates:
+                text = template_json(variant, name)
+                if text not in futures:
+                    futures[text] = pool.submit(findings, text)
+        return {text: future.result() for text, future in futures.items()}
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -154,7 +154,11 @@ def test_a_successful_run_whose_final_upload_fails_is_a_failure(s3_endpoint, s3,
     process = subprocess.Popen(
         [str(LAUNCHER), "train.py"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    time.sleep(2)  # restored (nothing) and training; the bucket disappears under it
+    written = tmp_path / "checkpoints" / "model_1.pt"
+    deadline = time.monotonic() + 60
+    while not written.exists():  # restored (nothing) and training; the bucket disappears under it
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
     s3.delete_bucket(Bucket=BUCKET)
     go.touch()
     _, stderr = process.communicate(timeout=120)

@@ -1,10 +1,8 @@
 """The optional ParallelCluster stack: absent by default; with the flag, a cluster configuration that
 aws-parallelcluster 3.16.1's own schema and validators accept, behind the official provider."""
 
-import hashlib
 import json
 import subprocess
-import sys
 
 import pytest
 
@@ -13,9 +11,6 @@ from tests.harness import ROOT, VARIANTS, resources, synth, synth_with
 from training_constructs.cluster_config import NO_SSH, ClusterInputs, cluster_configuration
 
 STACK = "TrainingParallelCluster"
-REQUIREMENTS = ROOT / "requirements-pcluster.txt"
-PCLUSTER_ENV = ROOT / ".venv" / "pcluster"
-CHECK = ROOT / "tests" / "pcluster_check.py"
 LITERAL_INPUTS = ClusterInputs(
     partition="aws",
     subnet_id="subnet-0123456789abcdef0",
@@ -26,77 +21,9 @@ LITERAL_INPUTS = ClusterInputs(
 )
 
 
-@pytest.fixture(scope="session")
-def pcluster_python() -> str:
-    """aws-parallelcluster in its own environment, rebuilt when requirements-pcluster.txt changes."""
-    python = PCLUSTER_ENV / "bin" / "python"
-    stamp = PCLUSTER_ENV / ".requirements-sha256"
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-    if not (python.exists() and stamp.exists() and stamp.read_text() == digest):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(PCLUSTER_ENV)], check=True, timeout=120)
-        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
-        subprocess.run([*pip, "-r", str(REQUIREMENTS)], check=True, timeout=600)
-        stamp.write_text(digest)
-    return str(python)
-
-
-def pcluster_errors(python: str, configuration: dict) -> list[str]:
-    request = json.dumps({"configuration": configuration, "cluster_name": "training-slurm"})
-    result = subprocess.run([python, str(CHECK)], input=request, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)["errors"]
-
-
 def configuration(**context: str) -> dict:
     settings = read_settings({"parallelCluster": "true", **context})
     return cluster_configuration(settings.parallel_cluster, LITERAL_INPUTS, log_retention_days=30, root_volume_gib=300)
-
-
-@pytest.mark.parametrize(
-    "context",
-    [
-        {"pclusterMaxNodes": "80"},
-        {
-            "pclusterInstanceType": "p5.48xlarge,trn1.32xlarge,g6.12xlarge",
-            "pclusterCapacityReservationId": "cr-0123456789abcdef0",
-            "pclusterCapacityReservationType": "capacity-block",
-            "pclusterMaxNodes": "4",
-            "pclusterSshSource": "203.0.113.0/24",
-            "pclusterKeyName": "ops",
-            "fsxCapacityGib": "4800",
-            "fsxThroughput": "500",
-            "pclusterDeletionPolicy": "Delete",
-        },
-        {"pclusterSshSource": "pl-0123456789abcdef0", "pclusterCapacityReservationId": "cr-0123456789abcdef0"},
-    ],
-    ids=["seed-plan", "reserved-multi-type", "prefix-list-odcr"],
-)
-def test_parallelcluster_accepts_the_generated_configuration(pcluster_python, context):
-    assert pcluster_errors(pcluster_python, configuration(**context)) == []
-
-
-@pytest.mark.parametrize(
-    ("change", "expected"),
-    [
-        (lambda c: c["Image"].update(Os="alinux2"), "Must be one of: alinux2023"),
-        (lambda c: c["HeadNode"].update(NoSuchKey=1), "Unknown field"),
-        (
-            lambda c: c["SharedStorage"][0]["FsxLustreSettings"].update(StorageCapacity=3000),
-            "FsxStorageCapacityValidator",
-        ),
-        (lambda c: c["Scheduling"]["SlurmQueues"][0].update(CapacityType="CAPACITY_BLOCK"), "Min count must be"),
-        (
-            lambda c: c["SharedStorage"][0]["FsxLustreSettings"].update(ImportPath="s3://legacy-import"),
-            "FsxDraValidator",
-        ),
-    ],
-    ids=["old-os", "unknown-key", "fsx-size", "capacity-block-min-count", "dra-with-import-path"],
-)
-def test_the_check_catches_what_parallelcluster_refuses(pcluster_python, change, expected):
-    broken = configuration()
-    change(broken)
-    errors = pcluster_errors(pcluster_python, broken)
-    assert any(expected in e for e in errors), errors
 
 
 def test_seed_plan_asks_for_what_the_seed_needs():
