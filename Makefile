@@ -8,6 +8,8 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 CDK := $(CURDIR)/node_modules/.bin/cdk
 ARGS ?=
+# cdk deploy's --require-approval: never (pipelines, no terminal), broadening (the CLI's default) or any-change.
+APPROVAL ?=
 
 # .venv/bin first: its python, and its node when the machine's is too old.
 export PATH := $(BIN):$(PATH)
@@ -46,7 +48,7 @@ test: bootstrap $(VENV)/.dev
 	$(BIN)/pytest $(ARGS)
 
 deploy: bootstrap
-	$(CDK) deploy --all $(ARGS)
+	$(CDK) deploy --all $(if $(APPROVAL),--require-approval $(APPROVAL)) $(ARGS)
 
 diff: bootstrap
 	$(CDK) diff $(ARGS)

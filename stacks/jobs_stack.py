@@ -54,7 +54,17 @@ class JobsStack(Stack):
         dataset_bucket = datasets.bucket(self, "Datasets")
         checkpoint_bucket = checkpoints.bucket(self, "Checkpoints")
         dataset_bucket.grant_read(self.job_role)
-        checkpoint_bucket.grant_read_write(self.job_role)
+        checkpoint_bucket.grant_read(self.job_role)
+        checkpoint_bucket.grant_put(self.job_role)
+        # Rotation may delete a checkpoint: s3:DeleteObject on a versioned bucket only adds a delete
+        # marker, and the older versions stay recoverable. Deleting a version (s3:DeleteObjectVersion)
+        # would erase it for good: never granted (grant_read_write would, through s3:DeleteObject*),
+        # and denied outright so that no later grant can add it.
+        objects = [checkpoint_bucket.arn_for_objects("*"), dataset_bucket.arn_for_objects("*")]
+        self.job_role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:DeleteObject"], resources=objects[:1]))
+        self.job_role.add_to_principal_policy(
+            iam.PolicyStatement(effect=iam.Effect.DENY, actions=["s3:DeleteObjectVersion"], resources=objects)
+        )
         self._acknowledge_bucket_grants(datasets, checkpoints)
 
         self.scheduling_policy: batch.FairshareSchedulingPolicy | None = None
@@ -115,7 +125,6 @@ class JobsStack(Stack):
             "Action::s3:GetObject*": "read objects and their versions, on the two buckets only",
             "Action::s3:GetBucket*": "bucket location and settings the S3 clients ask for, on the two buckets only",
             "Action::s3:List*": "list the two buckets (data loaders and checkpoint discovery)",
-            "Action::s3:DeleteObject*": "checkpoint rotation deletes old checkpoints; the bucket is versioned",
             "Action::s3:Abort*": "abort multipart uploads of large checkpoints that failed",
         }
         policy = self.job_role.node.find_child("DefaultPolicy")

@@ -355,18 +355,43 @@ def test_no_permission_on_every_resource():
 
 
 def test_datasets_are_read_only_and_checkpoints_writable():
-    writes = ("s3:PutObject", "s3:DeleteObject*", "s3:Abort*")
+    writes = ("s3:PutObject", "s3:DeleteObject", "s3:Abort*")
     on_datasets, on_checkpoints = set(), set()
     for statement in job_policy_statements("default"):
+        if statement.get("Effect", "Allow") != "Allow":
+            continue
         text = json.dumps(statement["Resource"])
         actions = set(statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]])
         if "DatasetBucketArn" in text:
             on_datasets |= actions
         if "CheckpointBucketArn" in text:
             on_checkpoints |= actions
-    assert on_datasets and not on_datasets & set(writes)
+    assert on_datasets and not {a for a in on_datasets if a.startswith(("s3:Put", "s3:Delete", "s3:Abort"))}
     assert "s3:GetObject*" in on_datasets
     assert set(writes) <= on_checkpoints and "s3:GetObject*" in on_checkpoints
+
+
+def allows(action_pattern: str, action: str) -> bool:
+    """Whether an IAM action pattern (wildcards * and ?) covers `action` (IAM matches case-insensitively)."""
+    regex = re.escape(action_pattern.lower()).replace(r"\*", ".*").replace(r"\?", ".")
+    return re.fullmatch(regex, action.lower()) is not None
+
+
+def test_allows_matches_iam_wildcards():
+    assert allows("s3:DeleteObject*", "s3:DeleteObjectVersion") and allows("s3:*", "s3:DeleteObjectVersion")
+    assert allows("*", "s3:DeleteObjectVersion") and not allows("s3:DeleteObject", "s3:DeleteObjectVersion")
+
+
+def test_job_role_can_never_delete_a_checkpoint_version():
+    statements = job_policy_statements("default")
+    for statement in statements:
+        if statement.get("Effect", "Allow") == "Allow":
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            assert not any(allows(a, "s3:DeleteObjectVersion") for a in actions), statement
+    (deny,) = [s for s in statements if s.get("Effect") == "Deny"]
+    assert deny["Action"] == "s3:DeleteObjectVersion"
+    text = json.dumps(deny["Resource"])
+    assert "CheckpointBucketArn" in text and "DatasetBucketArn" in text and text.count("/*") == 2
 
 
 def test_outputs_name_queues_job_definitions_and_log_groups():

@@ -55,3 +55,58 @@ def test_every_context_key_is_in_the_readme_with_its_default():
     for key in KEYS.values():
         if key.default not in (None, ""):
             assert str(key.default).lower() in table[key.name].lower(), key.name
+
+
+def readme_json(heredoc: str) -> dict:
+    """The JSON the README writes with `cat > NAME <<'JSON'`."""
+    readme = (ROOT / "README.md").read_text()
+    (text,) = re.findall(rf"cat > {re.escape(heredoc)} <<'JSON'\n(.*?)\nJSON\n", readme, re.S)
+    return json.loads(text)
+
+
+def test_readme_diff_role_reads_templates_and_nothing_else():
+    policy = readme_json("diff-policy.json")
+    actions = {a for s in policy["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    # No role to assume (the bootstrap lookup role reads the whole account), no data, no writes.
+    assert all(s["Effect"] == "Allow" for s in policy["Statement"])
+    assert "sts:AssumeRole" not in actions and not any(a.startswith("s3:") for a in actions)
+    assert actions <= {
+        "cloudformation:DescribeStacks",
+        "cloudformation:GetTemplate",
+        "cloudformation:ListStacks",
+        "cloudformation:ListStackResources",
+    }
+    assert "lookup-role" not in json.dumps(policy)
+
+
+def test_readme_diff_role_trusts_only_this_repositorys_pull_requests():
+    (statement,) = readme_json("trust.json")["Statement"]
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert statement["Principal"]["Federated"].endswith(":oidc-provider/token.actions.githubusercontent.com")
+    condition = statement["Condition"]
+    assert condition["StringEquals"] == {"token.actions.githubusercontent.com:aud": "sts.amazonaws.com"}
+    assert condition["StringLike"] == {"token.actions.githubusercontent.com:sub": "repo:ORG/REPO:pull_request"}
+    # The approval-gated alternative is documented with the subject GitHub gives environment jobs.
+    readme = (ROOT / "README.md").read_text()
+    assert '"repo:ORG/REPO:environment:cdk-diff"' in readme and "environment: cdk-diff" in readme
+
+
+def test_readme_warns_about_default_security_group_auto_remediation():
+    readme = (ROOT / "README.md").read_text()
+    warning = readme[readme.index("**Security Hub control EC2.2**") :][:1500]
+    assert "auto-remediat" in warning and "exempt" in warning
+
+
+def make_dry_run(*args: str) -> str:
+    result = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    (line,) = [x for x in result.stdout.splitlines() if "cdk deploy" in x]
+    return line
+
+
+def test_make_deploy_can_skip_the_approval_prompt():
+    assert make_dry_run("deploy", "APPROVAL=never", "ARGS=-c gpuNodes=4").endswith(
+        "cdk deploy --all --require-approval never -c gpuNodes=4"
+    )
+    # Without APPROVAL the CLI's own default (ask before broadening permissions) stays.
+    assert "--require-approval" not in make_dry_run("deploy")

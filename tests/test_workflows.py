@@ -110,7 +110,7 @@ def test_diff_runs_only_with_a_role_and_is_explained_otherwise():
     (credentials,) = [s for s in steps("diff") if "configure-aws-credentials" in s.get("uses", "")]
     assert credentials["with"]["role-to-assume"] == "${{ vars.CDK_DIFF_ROLE_ARN }}"
     assert not any(k in credentials["with"] for k in ("aws-access-key-id", "aws-secret-access-key"))
-    # Template diff through the lookup role: no change set, so no deploy rights needed.
+    # Template diff: read the deployed templates, no change set, so no deploy rights needed.
     assert any("--method template" in s.get("run", "") for s in steps("diff"))
 
 
@@ -164,6 +164,47 @@ def test_comment_without_differences_is_quiet():
     script = load_comment_script()
     comment = script.render(script.parse("Stack TrainingNetwork\nThere were no differences\n"))
     assert "CAUTION" not in comment and "No differences in 1 stack(s)" in comment
+
+
+def large_diff(sizes: dict[str, int]) -> str:
+    """A `cdk diff` of stacks whose bodies have about these many characters each."""
+    out = []
+    for stack, size in sizes.items():
+        out += [f"Stack {stack}", "Resources"]
+        line = f"[~] AWS::Batch::JobDefinition {stack}/Job {stack}Job0123 replace"
+        out += [line] * (size // (len(line) + 1))
+    return "\n".join(out) + "\n"
+
+
+def test_six_large_stacks_fit_in_one_comment_largest_cut_first():
+    script = load_comment_script()
+    sizes = {
+        "TrainingNetwork": 2_000,
+        "TrainingCompute": 90_000,
+        "TrainingRegistry": 1_000,
+        "TrainingData": 4_000,
+        "TrainingJobs": 150_000,
+        "TrainingParallelCluster": 40_000,
+    }
+    comment = script.render(script.parse(large_diff(sizes)))
+    assert len(comment) <= 65_536  # GitHub's limit for a comment
+    sections = dict(re.findall(r"<summary><b>(\w+)</b></summary>\n\n```\n(.*?)\n```", comment, re.S))
+    assert set(sections) == set(sizes)
+    # The small diffs are whole; the three largest are cut, each saying so, and listed in the note.
+    for stack in ("TrainingNetwork", "TrainingRegistry", "TrainingData"):
+        assert "characters cut here" not in sections[stack]
+        assert len(sections[stack]) >= sizes[stack] - 100
+    for stack in ("TrainingCompute", "TrainingJobs", "TrainingParallelCluster"):
+        assert "characters cut here" in sections[stack]
+    assert "Diffs of TrainingCompute, TrainingJobs, TrainingParallelCluster are cut" in comment
+    # The biggest loses the most; none of the cut ones keeps more than another.
+    kept = {s: len(sections[s]) for s in ("TrainingCompute", "TrainingJobs", "TrainingParallelCluster")}
+    assert max(kept.values()) - min(kept.values()) < 200
+
+
+def test_budget_keeps_everything_when_it_fits():
+    script = load_comment_script()
+    assert script.budget({"a": 10, "b": 20}, 10_000) == {"a": 10, "b": 20}
 
 
 @pytest.mark.parametrize("argv", [[], ["a", "b"]])

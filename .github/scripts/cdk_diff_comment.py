@@ -33,8 +33,9 @@ STATEFUL_TYPES = frozenset(
 )
 # How `cdk diff` words the impact of a resource change, at the end of its line.
 RISKY_IMPACTS = ("may be replaced", "replace", "destroy", "orphan")
-# GitHub refuses comments over 65,536 characters; leave room for the summary.
-MAX_STACK_CHARS = 12_000
+# GitHub refuses comments over 65,536 characters. The whole comment stays below this, with room
+# to spare for the truncation notes; the largest stack diffs are cut first.
+MAX_COMMENT_CHARS = 60_000
 
 _STACK = re.compile(r"^Stack (\S+)")
 _RESOURCE = re.compile(r"^\[(?P<op>[+~-])\] (?P<type>(?:AWS|Custom)::\S+) (?P<rest>.+)$")
@@ -105,12 +106,47 @@ def render(stacks: list[StackDiff]) -> str:
         out.append(f"No differences in {len(stacks)} stack(s) against what is deployed.")
         return "\n".join(out) + "\n"
     out.append(f"{len(changed)} of {len(stacks)} stack(s) differ from what is deployed.")
-    for stack in changed:
-        body = "\n".join(stack.lines).strip()
-        if len(body) > MAX_STACK_CHARS:
-            body = body[:MAX_STACK_CHARS] + "\n... (truncated; the full diff is in the job log)"
-        out += ["", f"<details><summary><b>{stack.name}</b></summary>", "", "```", body, "```", "", "</details>"]
+    bodies = {stack.name: "\n".join(stack.lines).strip() for stack in changed}
+    frame = len("\n".join(out)) + sum(len(_section(name, "")) for name in bodies)
+    limits = budget({name: len(body) for name, body in bodies.items()}, MAX_COMMENT_CHARS - frame)
+    cut = []
+    for name, body in bodies.items():
+        if len(body) > limits[name]:
+            cut.append(name)
+            body = body[: limits[name]] + f"\n... ({len(body) - limits[name]:,} characters cut here; {TRUNCATED})"
+        out.append(_section(name, body))
+    if cut:
+        out.insert(3, f"> [!NOTE]\n> Diffs of {', '.join(cut)} are cut to keep this comment under GitHub's limit; "
+                   "the full diff is in the job log.\n")  # fmt: skip
     return "\n".join(out) + "\n"
+
+
+# Room for the note that says what was cut, per stack.
+TRUNCATED = "the full diff is in the job log"
+NOTE_ROOM = 120
+
+
+def _section(name: str, body: str) -> str:
+    return "\n".join(["", f"<details><summary><b>{name}</b></summary>", "", "```", body, "```", "", "</details>"])
+
+
+def budget(sizes: dict[str, int], total: int) -> dict[str, int]:
+    """How many characters each stack's diff may keep so that all fit in `total`: small diffs stay
+    whole, and the largest are cut to an equal share of what is left."""
+    limits = dict(sizes)
+    remaining = max(total - NOTE_ROOM * (len(sizes) + 1), 0)
+    left = sorted(sizes, key=sizes.get)
+    while left:
+        share = remaining // len(left)
+        name = left[0]
+        if sizes[name] <= share:
+            remaining -= sizes[name]
+            left.pop(0)
+            continue
+        for name in left:
+            limits[name] = share
+        break
+    return limits
 
 
 def main(argv: list[str]) -> int:
