@@ -43,8 +43,8 @@ class ParallelClusterStack(Stack):
             cluster_name=CLUSTER_NAME,
             settings=settings,
             subnet_id=network.training_subnet.subnet_id,
-            dataset_bucket=dataset_bucket.bucket_name,
-            checkpoint_bucket=checkpoint_bucket.bucket_name,
+            dataset_bucket=dataset_bucket,
+            checkpoint_bucket=checkpoint_bucket,
             log_retention_days=log_retention_days,
             root_volume_gib=root_volume_gib,
         )

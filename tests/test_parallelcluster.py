@@ -2,8 +2,10 @@
 aws-parallelcluster 3.16.1's own schema and validators accept, behind the official provider."""
 
 import json
+import re
 import subprocess
 
+import aws_cdk as cdk
 import pytest
 
 from config.context import read_settings
@@ -18,6 +20,7 @@ LITERAL_INPUTS = ClusterInputs(
     checkpoint_bucket="trainingdata-checkpoints-example",
     pyxis_script_url="s3://cdk-hnb659fds-assets-123456789012-us-east-1/enable_pyxis.sh",
     script_bucket="cdk-hnb659fds-assets-123456789012-us-east-1",
+    ecr_pull_policy="arn:aws:iam::123456789012:policy/parallelcluster/TrainingParallelCluster-SlurmEcrPull-1A2B3C",
 )
 
 
@@ -101,7 +104,7 @@ def test_flag_adds_the_official_provider_and_a_retained_cluster():
     url = provider["Properties"]["TemplateURL"]["Fn::Sub"]
     assert url == (
         "https://${AWS::Region}-aws-parallelcluster.s3.${AWS::Region}.${AWS::URLSuffix}"
-        "/parallelcluster/3.16.1/templates/custom_resource/cluster.yaml"
+        f"/parallelcluster/{pinned_release()}/templates/custom_resource/cluster.yaml"
     )
     _, cluster = cluster_resource(template)
     props = cluster["Properties"]
@@ -179,3 +182,115 @@ def test_enable_pyxis_refuses_an_unknown_role():
     script = ROOT / "training_constructs" / "pcluster" / "enable_pyxis.sh"
     result = subprocess.run(["bash", str(script), "login"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "usage" in result.stderr
+
+
+def pinned_release() -> str:
+    (version,) = re.findall(r"^aws-parallelcluster==(\S+)$", (ROOT / "requirements-pcluster.txt").read_text(), re.M)
+    return version
+
+
+def test_one_release_everywhere_read_from_one_place():
+    from training_constructs.cluster_config import PCLUSTER_VERSION
+
+    assert PCLUSTER_VERSION == pinned_release() == "3.16.1"  # the newest aws-parallelcluster on PyPI
+    # No other release number is written anywhere in the code: a bump is one line.
+    for folder in ("training_constructs", "stacks", "config"):
+        for path in (ROOT / folder).rglob("*.py"):
+            assert not re.search(r"\b3\.1\d\.\d\b", path.read_text()), path
+
+
+def managed_policy(template, logical_id):
+    return template["Resources"][logical_id]["Properties"]
+
+
+def test_provider_gets_the_extra_policy_through_its_parameter():
+    template = synth("parallelcluster").templates[STACK]
+    (provider,) = resources(template, "AWS::CloudFormation::Stack").values()
+    parameters = provider["Properties"]["Parameters"]
+    assert list(parameters) == ["AdditionalIamPolicies"]
+    policy = managed_policy(template, parameters["AdditionalIamPolicies"]["Ref"])
+    statements = {s["Sid"]: s for s in policy["PolicyDocument"]["Statement"]}
+    assert set(statements) == {"LinkDataRepositories", "FsxS3ServiceLinkedRole", "ReadNodeScript", "FindNodeScript"}
+    assert all(s["Effect"] == "Allow" for s in statements.values())
+    link = statements["LinkDataRepositories"]
+    assert sorted(link["Action"]) == ["s3:Get*", "s3:List*", "s3:PutObject"]
+    text = json.dumps(link["Resource"])
+    # The two data buckets and their objects, nothing else.
+    assert len(link["Resource"]) == 4 and text.count("/*") == 2
+    assert text.count("TrainingData-DatasetBucketArn") == 2 and text.count("TrainingData-CheckpointBucketArn") == 2
+    slr = statements["FsxS3ServiceLinkedRole"]
+    assert sorted(slr["Action"]) == ["iam:AttachRolePolicy", "iam:CreateServiceLinkedRole", "iam:PutRolePolicy"]
+    assert json.dumps(slr["Resource"]).endswith(':role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/*"]]}')
+    assert statements["ReadNodeScript"]["Action"] == "s3:GetObject"
+    assert ".sh" in json.dumps(statements["ReadNodeScript"]["Resource"])
+    # Nothing on every resource, no IAM beyond the FSx service-linked role.
+    for statement in statements.values():
+        assert statement["Resource"] != "*"
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        assert not any(a in ("*", "s3:*", "iam:*") for a in actions)
+
+
+# The policies the provider may attach to node roles (aws/aws-parallelcluster,
+# cloudformation/policies/parallelcluster-policies.yaml, Sid IamPolicy, condition iam:PolicyARN).
+PROVIDER_ATTACHABLE_AWS_POLICIES = {
+    "CloudWatchAgentServerPolicy",
+    "AmazonSSMManagedInstanceCore",
+    "AWSBatchFullAccess",
+    "AmazonS3ReadOnlyAccess",
+    "service-role/AWSBatchServiceRole",
+    "service-role/AmazonEC2ContainerServiceforEC2Role",
+    "service-role/AmazonECSTaskExecutionRolePolicy",
+    "service-role/AmazonEC2SpotFleetTaggingRole",
+    "EC2InstanceProfileForImageBuilder",
+    "service-role/AWSLambdaBasicExecutionRole",
+}
+
+
+def node_policies(configuration):
+    nodes = [configuration["HeadNode"], *configuration["Scheduling"]["SlurmQueues"]]
+    return [p["Policy"] for node in nodes for p in node["Iam"]["AdditionalIamPolicies"]]
+
+
+def test_every_node_policy_is_one_the_provider_may_attach():
+    template = synth("parallelcluster").templates[STACK]
+    _, cluster = cluster_resource(template)
+    policies = node_policies(cluster["Properties"]["ClusterConfiguration"])
+    assert len(policies) >= 3
+    for policy in policies:
+        if "Ref" in policy:  # a policy of this stack: under /parallelcluster/ (policy/parallelcluster/*)
+            props = managed_policy(template, policy["Ref"])
+            assert props["Path"] == "/parallelcluster/" or props.get("ManagedPolicyName", "").startswith(
+                "parallelcluster"
+            )
+        else:  # an AWS managed policy: on the provider's list
+            name = policy["Fn::Join"][1][-1].split(":iam::aws:policy/")[1]
+            assert name in PROVIDER_ATTACHABLE_AWS_POLICIES, name
+    assert "AmazonEC2ContainerRegistryReadOnly" not in json.dumps(cluster)
+
+
+def test_nodes_pull_images_only_from_this_accounts_repositories():
+    template = synth("parallelcluster").templates[STACK]
+    pull = [
+        p
+        for p in resources(template, "AWS::IAM::ManagedPolicy").values()
+        if p["Properties"]["Path"] == "/parallelcluster/"
+    ]
+    (policy,) = pull
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert {"Action": "ecr:GetAuthorizationToken", "Effect": "Allow", "Resource": "*"} in statements
+    (scoped,) = [s for s in statements if s["Resource"] != "*"]
+    assert sorted(scoped["Action"]) == [
+        "ecr:BatchCheckLayerAvailability",
+        "ecr:BatchGetImage",
+        "ecr:GetDownloadUrlForLayer",
+    ]
+    assert json.dumps(scoped["Resource"]).endswith(':repository/*"]]}')
+
+
+def test_environment_bound_synth_passes_cdk_nag_too():
+    # Bound to an account and region, ARNs built with format_arn carry literals instead of pseudo
+    # parameters, and so do cdk-nag's finding ids; the acknowledgements must follow (as `cdk synth`
+    # does on a machine with a default region).
+    result = synth_with({"parallelCluster": "true"}, cdk.Environment(account="123456789012", region="eu-west-1"))
+    policies = resources(result.templates[STACK], "AWS::IAM::ManagedPolicy")
+    assert "arn:aws:ecr:eu-west-1:123456789012:repository/*" in json.dumps(policies)

@@ -1,26 +1,39 @@
 """The AWS ParallelCluster 3 cluster configuration, as a plain dict built from typed settings.
 
 No CDK in here: the stack passes CDK tokens in `ClusterInputs`; the tests pass literal values and
-validate the result with ParallelCluster's own schema (aws-parallelcluster 3.16.1).
+validate the result with ParallelCluster's own schema, in the release pinned below.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from config.catalog import AcceleratorKind, InstanceSpec
 from config.settings import ParallelClusterSettings
 
-PCLUSTER_VERSION = "3.16.1"
+
+def _pinned_release() -> str:
+    """The one place the ParallelCluster release is named: requirements-pcluster.txt, whose pin the
+    schema check installs. The provider template of the same release runs the cluster."""
+    text = (Path(__file__).resolve().parent.parent / "requirements-pcluster.txt").read_text()
+    return re.search(r"^aws-parallelcluster==(\S+)$", text, re.M).group(1)
+
+
+PCLUSTER_VERSION = _pinned_release()
 # ParallelCluster 3.16 supports alinux2023, ubuntu2204, ubuntu2404, rhel8/9, rocky8/9; alinux2 is gone.
 OS = "alinux2023"
 MOUNT_DIR = "/fsx"
 # Without a source, SSH is opened to the loopback address only, which no other host can use: the
 # head node is reached with SSM Session Manager. (ParallelCluster opens 0.0.0.0/0 when unset.)
 NO_SSH = "127.0.0.1/32"
+# Node policies. The provider may attach to node roles only customer managed policies named
+# parallelcluster* or under the path /parallelcluster/, and a short list of AWS managed policies
+# (aws/aws-parallelcluster cloudformation/policies/parallelcluster-policies.yaml, Sid IamPolicy).
+# SSM's is on that list; ECR pull is a policy of this app under /parallelcluster/ (ClusterInputs).
 SSM_POLICY = "arn:{partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
-ECR_READ_POLICY = "arn:{partition}:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly"
 # Minutes an idle dynamic node waits before ParallelCluster terminates it.
 SCALEDOWN_IDLE_MINUTES = 10
 EXPORTED_CHANGES = ["NEW", "CHANGED"]
@@ -38,6 +51,8 @@ class ClusterInputs:
     # s3:// URL of enable_pyxis.sh and the bucket that holds it.
     pyxis_script_url: str
     script_bucket: str
+    # ARN of the customer managed policy that lets nodes pull training images from ECR.
+    ecr_pull_policy: str
 
 
 def queue_name(instance: InstanceSpec) -> str:
@@ -74,7 +89,7 @@ def _compute_queue(
         },
         "ComputeSettings": {"LocalStorage": {"RootVolume": {"Size": root_gib, "Encrypted": True}}},
         "Iam": {
-            "AdditionalIamPolicies": [{"Policy": ECR_READ_POLICY.format(partition=inputs.partition)}],
+            "AdditionalIamPolicies": [{"Policy": inputs.ecr_pull_policy}],
             "S3Access": [
                 {"BucketName": inputs.dataset_bucket, "EnableWriteAccess": False},
                 {"BucketName": inputs.checkpoint_bucket, "EnableWriteAccess": True},
@@ -142,7 +157,7 @@ def cluster_configuration(
             "Iam": {
                 "AdditionalIamPolicies": [
                     {"Policy": SSM_POLICY.format(partition=inputs.partition)},
-                    {"Policy": ECR_READ_POLICY.format(partition=inputs.partition)},
+                    {"Policy": inputs.ecr_pull_policy},
                 ],
                 "S3Access": [{"BucketName": inputs.script_bucket, "EnableWriteAccess": False}],
             },

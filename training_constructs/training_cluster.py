@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import Aws, CfnResource, Fn, RemovalPolicy
+from aws_cdk import Acknowledgment, Aws, CfnResource, Fn, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_cloudformation as cloudformation
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
@@ -22,8 +24,20 @@ PROVIDER_TEMPLATE = (
 )
 
 
+# The role the provider's Lambda function runs as may do only what ParallelCluster's default policies
+# allow (aws/aws-parallelcluster cloudformation/custom_resource/cluster.yaml with
+# cloudformation/policies/parallelcluster-policies.yaml, EnableIamAdminAccess). Its template takes
+# extra managed policies for that role through this parameter (ParallelCluster user guide,
+# "Provider stack hosted by AWS ParallelCluster").
+PROVIDER_POLICIES_PARAMETER = "AdditionalIamPolicies"
+# The service-linked role FSx for Lustre uses to reach S3 for data repository associations.
+FSX_S3_SERVICE_ROLE = "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/*"
+ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
+
+
 class TrainingCluster(Construct):
     """Attributes: `cluster` (the Custom::PclusterCluster L1), `provider` (nested stack),
+    `provider_policy` (what the provider needs beyond its defaults), `ecr_pull_policy` (the nodes'),
     `configuration` (the ClusterConfiguration as passed, tokens included)."""
 
     def __init__(
@@ -34,26 +48,33 @@ class TrainingCluster(Construct):
         cluster_name: str,
         settings: ParallelClusterSettings,
         subnet_id: str,
-        dataset_bucket: str,
-        checkpoint_bucket: str,
+        dataset_bucket: s3.IBucket,
+        checkpoint_bucket: s3.IBucket,
         log_retention_days: int,
         root_volume_gib: int,
     ) -> None:
         super().__init__(scope, construct_id)
         script = s3_assets.Asset(self, "EnablePyxis", path=str(PYXIS_SCRIPT))
+        self.ecr_pull_policy = self._ecr_pull_policy()
+        self.provider_policy = self._provider_policy([dataset_bucket, checkpoint_bucket], script)
         inputs = ClusterInputs(
             partition=Aws.PARTITION,
             subnet_id=subnet_id,
-            dataset_bucket=dataset_bucket,
-            checkpoint_bucket=checkpoint_bucket,
+            dataset_bucket=dataset_bucket.bucket_name,
+            checkpoint_bucket=checkpoint_bucket.bucket_name,
             pyxis_script_url=script.s3_object_url,
             script_bucket=script.s3_bucket_name,
+            ecr_pull_policy=self.ecr_pull_policy.managed_policy_arn,
         )
         self.configuration = cluster_configuration(
             settings, inputs, log_retention_days=log_retention_days, root_volume_gib=root_volume_gib
         )
         self.provider = cloudformation.CfnStack(
-            self, "Provider", template_url=Fn.sub(PROVIDER_TEMPLATE), timeout_in_minutes=30
+            self,
+            "Provider",
+            template_url=Fn.sub(PROVIDER_TEMPLATE),
+            timeout_in_minutes=30,
+            parameters={PROVIDER_POLICIES_PARAMETER: self.provider_policy.managed_policy_arn},
         )
         self.cluster = CfnResource(
             self,
@@ -72,3 +93,113 @@ class TrainingCluster(Construct):
         self.cluster.apply_removal_policy(
             RemovalPolicy.RETAIN if settings.deletion_policy == "Retain" else RemovalPolicy.DESTROY
         )
+
+    def _ecr_pull_policy(self) -> iam.ManagedPolicy:
+        """Nodes pull training images from this account's ECR repositories (the CDK asset repository
+        and the team repository). The provider may attach it because it lives under /parallelcluster/;
+        AmazonEC2ContainerRegistryReadOnly is not on its list."""
+        stack = Stack.of(self)
+        repositories = stack.format_arn(service="ecr", resource="repository", resource_name="*")
+        policy = iam.ManagedPolicy(
+            self,
+            "EcrPull",
+            path="/parallelcluster/",
+            description="ParallelCluster nodes: pull images from this account's ECR repositories",
+            statements=[
+                # GetAuthorizationToken has no resource to scope to (ECR API reference).
+                iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+                iam.PolicyStatement(actions=ECR_PULL_ACTIONS, resources=[repositories]),
+            ],
+        )
+        _acknowledge(
+            policy,
+            {
+                "Resource::*": "ecr:GetAuthorizationToken cannot be scoped to a resource",
+                f"Resource::{_nag_name(stack, repositories)}": (
+                    "pull only, from the repositories of this account and region: the training images"
+                ),
+            },
+        )
+        return policy
+
+    def _provider_policy(self, buckets: list[s3.IBucket], script: s3_assets.Asset) -> iam.ManagedPolicy:
+        """What the provider's Lambda role needs for this configuration and its defaults lack."""
+        stack = Stack.of(self)
+        fsx_role = stack.format_arn(service="iam", region="", resource=FSX_S3_SERVICE_ROLE)
+        policy = iam.ManagedPolicy(
+            self,
+            "ProviderPermissions",
+            description="ParallelCluster provider: validate and link the data buckets, read the node script",
+            statements=[
+                # ParallelCluster checks every DataRepositoryPath with s3 head_bucket, and FSx for
+                # Lustre needs the caller to reach the bucket when it links a data repository. The
+                # actions are those of ParallelCluster's own FSx statement (Sid EnableFSxS3Access),
+                # scoped to the two buckets.
+                iam.PolicyStatement(
+                    sid="LinkDataRepositories",
+                    actions=["s3:Get*", "s3:List*", "s3:PutObject"],
+                    resources=[arn for b in buckets for arn in (b.bucket_arn, b.arn_for_objects("*"))],
+                ),
+                # FSx creates its S3 service-linked role on first use (ParallelCluster's Sid
+                # FSxS3PoliciesAttach); without it the association fails.
+                iam.PolicyStatement(
+                    sid="FsxS3ServiceLinkedRole",
+                    actions=["iam:CreateServiceLinkedRole", "iam:AttachRolePolicy", "iam:PutRolePolicy"],
+                    resources=[fsx_role],
+                ),
+                # The custom-action script is validated and read from the CDK asset bucket.
+                iam.PolicyStatement(
+                    sid="ReadNodeScript",
+                    actions=["s3:GetObject"],
+                    resources=[script.bucket.arn_for_objects(script.s3_object_key)],
+                ),
+                iam.PolicyStatement(
+                    sid="FindNodeScript",
+                    actions=["s3:ListBucket", "s3:GetBucketLocation"],
+                    resources=[script.bucket.bucket_arn],
+                ),
+            ],
+        )
+        findings = {
+            "Action::s3:Get*": "ParallelCluster's own FSx-link actions, on the dataset and checkpoint buckets only",
+            "Action::s3:List*": "head_bucket validation and FSx linking, on the dataset and checkpoint buckets only",
+        }
+        for bucket in buckets:
+            findings[f"Resource::{_nag_name(stack, bucket.arn_for_objects('*'))}"] = (
+                "objects of a bucket FSx links to /fsx"
+            )
+        _acknowledge(
+            policy,
+            {
+                **findings,
+                f"Resource::{_nag_name(stack, fsx_role)}": (
+                    "only FSx for Lustre's S3 service-linked role, which FSx needs for data repository associations"
+                ),
+            },
+        )
+        return policy
+
+
+def _nag_name(stack: Stack, value: str) -> str:
+    """A resource as cdk-nag names it in a finding id: literals as they are, references as <Name>,
+    imports by their export name. The same ARN reads differently when the stack is bound to an
+    account and region (literals) than when it is not (pseudo parameters)."""
+
+    def flat(part: object) -> str:
+        if isinstance(part, str):
+            return part
+        if isinstance(part, dict) and "Ref" in part:
+            return f"<{part['Ref']}>"
+        if isinstance(part, dict) and "Fn::ImportValue" in part:
+            return str(part["Fn::ImportValue"])
+        if isinstance(part, dict) and "Fn::Join" in part:
+            separator, parts = part["Fn::Join"]
+            return separator.join(flat(p) for p in parts)
+        raise ValueError(f"no cdk-nag name for {part!r}")
+
+    return flat(stack.resolve(value))
+
+
+def _acknowledge(policy: iam.ManagedPolicy, findings: dict[str, str]) -> None:
+    for finding, reason in findings.items():
+        Validations.of(policy).acknowledge(Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
