@@ -19,6 +19,29 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
 
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec, Profile, types_for
+from config.limits import (
+    FSX_CAPACITY_STEP_GIB,
+    FSX_MAX_CAPACITY_GIB,
+    FSX_MIN_CAPACITY_GIB,
+    FSX_THROUGHPUTS,
+    GP3_IOPS,
+    GP3_MIBPS_PER_IOPS,
+    GP3_THROUGHPUT,
+    INTERFACE_ENDPOINTS,
+    LOG_RETENTION_DAYS,
+    MAX_ATTEMPTS,
+    MAX_AVAILABILITY_ZONES,
+    MAX_FLEETS,
+    MAX_NODES,
+    MAX_ROOT_GIB,
+    MAX_SHARE,
+    MAX_SHARE_IDENTIFIERS,
+    MAX_TIMEOUT_SECONDS,
+    MIN_NODES,
+    MIN_ROOT_GIB,
+    MIN_TIMEOUT_SECONDS,
+    RUNNABLE_TIMEOUT_MINUTES,
+)
 from config.settings import (
     AppSettings,
     CapacityReservation,
@@ -29,44 +52,6 @@ from config.settings import (
     RootVolume,
     Share,
 )
-
-# AWS Batch multi-node parallel jobs: at most 1,000 nodes (Batch user guide, multi-node-parallel-jobs).
-MAX_NODES = 1000
-# A multi-node job needs at least two nodes; a single node is an ordinary Batch job.
-MIN_NODES = 2
-# Each fleet adds about ten resources and five outputs across the compute and jobs stacks;
-# CloudFormation allows 500 resources and 200 outputs per stack.
-MAX_FLEETS = 20
-# The VPC (10.0.0.0/16) has room for three /18 training subnets beside the public /24s.
-MAX_AVAILABILITY_ZONES = 3
-# Values CloudWatch Logs accepts for RetentionInDays (CloudWatch Logs API, PutRetentionPolicy).
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557)
-LOG_RETENTION_DAYS += (2922, 3288, 3653)
-# Root volume: big training images (Isaac Sim, Neuron DLC) unpack to tens of GiB each. gp3 limits:
-# 16 TiB, 125..1000 MiB/s, 3000..16000 IOPS, at most 0.25 MiB/s per provisioned IOPS (EBS user
-# guide, "General Purpose SSD volumes").
-MIN_ROOT_GIB, MAX_ROOT_GIB = 100, 16384
-GP3_THROUGHPUT, GP3_IOPS, GP3_MIBPS_PER_IOPS = (125, 1000), (3000, 16000), 0.25
-# Job attempt timeout: Batch's minimum is 60 s (API JobTimeout). The 14-day ceiling is this app's,
-# so that a forgotten job on a large fleet cannot bill for weeks; submit-job --timeout can go higher.
-MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 60, 14 * 24 * 3600
-# Batch retry strategy: 1..10 attempts (API RetryStrategy).
-MAX_ATTEMPTS = 10
-# Job queue jobStateTimeLimitActions: maxTimeSeconds 600..86400 (API JobStateTimeLimitAction).
-RUNNABLE_TIMEOUT_MINUTES = (10, 1440)
-# Fair-share identifiers: up to 255 alphanumeric characters, optionally ending in '*' for a prefix;
-# at most 500 active in a queue (API ShareAttributes). Shares are relative: 1..1000.
-MAX_SHARE_IDENTIFIERS, MAX_SHARE = 500, 1000
-# FSx for Lustre PERSISTENT_2 (SSD): 1200 GiB, 2400 GiB, then steps of 2400 GiB; throughput 125,
-# 250, 500 or 1000 MB/s per TiB (FSx for Lustre user guide, "Managing storage capacity" and
-# "Performance"). The upper bound is this app's, a guard against a typo costing a fortune.
-FSX_CAPACITY_STEP_GIB = 2400
-FSX_MIN_CAPACITY_GIB = 1200
-FSX_MAX_CAPACITY_GIB = 100 * FSX_CAPACITY_STEP_GIB
-FSX_THROUGHPUTS = (125, 250, 500, 1000)
-# Interface endpoints the network stack can add on request (short service names).
-INTERFACE_ENDPOINTS = ("batch", "ec2messages", "ecr.api", "ecr.dkr", "ecs", "ecs-agent", "ecs-telemetry", "logs")
-INTERFACE_ENDPOINTS += ("monitoring", "ssm", "ssmmessages", "sts")
 
 _GPU_TYPES = types_for(Profile.GPU)
 _TRN_TYPES = types_for(Profile.TRAINIUM)
@@ -80,9 +65,8 @@ _FLAT_FIELDS = {
     "Image": "image",
     "CapacityReservationId": "capacityReservationId",
     "CapacityReservationType": "capacityReservationType",
-    "PurchaseOption": None,
 }
-FLAT_FLEET_KEYS = tuple(p + s for p in FLAT_FLEETS for s in _FLAT_FIELDS)
+FLAT_FLEET_KEYS = tuple(p + s for p in FLAT_FLEETS for s in (*_FLAT_FIELDS, "PurchaseOption"))
 
 
 class ConfigError(ValueError):
@@ -141,7 +125,6 @@ SshSource = _pattern(
 )
 KeyName = _pattern(r"^[\x20-\x7e]{1,255}$")
 Email = _pattern(r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")
-_INT_RANGE = "integer {}..{}"
 _IMAGE_TEXT = "an image URI (registry/repository:tag or @sha256:digest)"
 _RESERVATION_TEXT = "cr- followed by 17 hex digits"
 
@@ -150,19 +133,34 @@ def key(alias: str, default: Any, allowed: str, meaning: str, **constraints: Any
     return Field(default, alias=alias, description=meaning, json_schema_extra={"allowed": allowed}, **constraints)
 
 
+def ranged(alias: str, default: int, bounds: tuple[int, int], meaning: str, note: str = "") -> Any:
+    """An integer key within `bounds`, both ends included."""
+    allowed = f"integer {bounds[0]}..{bounds[1]}{note}"
+    return key(alias, default, allowed, meaning, ge=bounds[0], le=bounds[1])
+
+
 class FleetModel(BaseModel):
     """One entry of the `fleets` key."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    instance_type: str = key("instanceType", ..., "EFA-capable catalog types: " + ", ".join(_EFA_TYPES), "type")
-    nodes: Int = key("nodes", MIN_NODES, _INT_RANGE.format(MIN_NODES, MAX_NODES), "", ge=MIN_NODES, le=MAX_NODES)
-    max_nodes: Int | None = key("maxNodes", None, f"integer nodes..{MAX_NODES}", "", ge=MIN_NODES, le=MAX_NODES)
+    instance_type: str = key(
+        "instanceType", ..., "EFA-capable catalog types: " + ", ".join(_EFA_TYPES), "instance type"
+    )
+    nodes: Int = ranged("nodes", MIN_NODES, (MIN_NODES, MAX_NODES), "nodes per multi-node job")
+    max_nodes: Int | None = key(
+        "maxNodes", None, f"integer nodes..{MAX_NODES} (default: the larger of nodes and 4)",
+        "nodes the compute environment may scale to", ge=MIN_NODES, le=MAX_NODES,
+    )  # fmt: skip
     availability_zone: Az = key("availabilityZone", None, "an AZ name such as us-east-1b, in the stack's region", "")
-    capacity_reservation_id: Reservation = key("capacityReservationId", None, _RESERVATION_TEXT, "")
-    capacity_reservation_type: ReservationType = key("capacityReservationType", "odcr", "odcr or capacity-block", "")
-    image: Image = key("image", None, _IMAGE_TEXT, "")
-    ami_id: Ami = key("amiId", None, "ami- followed by 8 or 17 hex digits", "")
+    capacity_reservation_id: Reservation = key(
+        "capacityReservationId", None, _RESERVATION_TEXT, "ODCR or capacity block"
+    )
+    capacity_reservation_type: ReservationType = key(
+        "capacityReservationType", "odcr", "odcr or capacity-block", "what capacityReservationId names"
+    )
+    image: Image = key("image", None, _IMAGE_TEXT, "existing image to use instead of building one")
+    ami_id: Ami = key("amiId", None, "ami- followed by 8 or 17 hex digits", "fixed Neuron AMI")
 
 
 def _snake(name: str) -> str:
@@ -170,46 +168,24 @@ def _snake(name: str) -> str:
 
 
 def _flat_fleet_keys(prefix: str, family: str, types: tuple[str, ...], default_type: str) -> dict[str, Any]:
-    """The flat keys of one default fleet, as model fields: suffix -> (type, default, allowed, meaning)."""
-    nodes = {"ge": MIN_NODES, "le": MAX_NODES}
-    keys = {
-        "InstanceType": (
-            str,
-            default_type,
-            f"none, or EFA-capable {family} types: " + ", ".join(types),
-            "instance type (none: no such fleet)",
-            {},
-        ),
-        "Nodes": (Int, MIN_NODES, _INT_RANGE.format(MIN_NODES, MAX_NODES), "nodes per multi-node job", nodes),
-        "MaxNodes": (
-            Int | None,
-            None,
-            f"integer {prefix}Nodes..{MAX_NODES} (default: the larger of {prefix}Nodes and 4)",
-            "nodes the compute environment may scale to",
-            nodes,
-        ),
-        "Image": (Image, None, _IMAGE_TEXT, "existing image to use instead of building one", {}),
-        "CapacityReservationId": (Reservation, None, _RESERVATION_TEXT, "ODCR or capacity block to launch into", {}),
-        "CapacityReservationType": (
-            ReservationType,
-            "odcr",
-            "odcr or capacity-block",
-            f"what {prefix}CapacityReservationId names",
-            {},
-        ),
-        "PurchaseOption": (
-            Literal["on-demand", "spot"],
-            "on-demand",
-            "on-demand (multi-node jobs do not run on Spot)",
-            "",
-            {},
-        ),
-    }
-    return {
-        f"{prefix}_{_snake(suffix)}": (kind, key(prefix + suffix, default, allowed, f"{family} fleet `{prefix}`: "
-                                                 + meaning, **constraints))
-        for suffix, (kind, default, allowed, meaning, constraints) in keys.items()
-    }  # fmt: skip
+    """The flat keys of one default fleet: the fleet fields under prefixed names, plus the purchase
+    option (only on-demand exists for multi-node jobs, but the key is a documented promise)."""
+    fields: dict[str, Any] = {}
+    for suffix, name in _FLAT_FIELDS.items():
+        source = FleetModel.model_fields[_snake(name)]
+        allowed = source.json_schema_extra["allowed"].replace("nodes", f"{prefix}Nodes")
+        default = source.default
+        if name == "instanceType":
+            allowed, default = f"none, or EFA-capable {family} types: " + ", ".join(types), default_type
+        meaning = source.description.replace("capacityReservationId", f"{prefix}CapacityReservationId")
+        meaning = f"{family} fleet `{prefix}`: {meaning}"
+        # The fleet field's type with its validators and bounds, under the flat key's name.
+        kind = Annotated[source.annotation, *source.metadata] if source.metadata else source.annotation
+        fields[f"{prefix}_{_snake(suffix)}"] = (kind, key(prefix + suffix, default, allowed, meaning))
+    spot = "on-demand (multi-node jobs do not run on Spot)"
+    option = key(f"{prefix}PurchaseOption", "on-demand", spot, f"{family} fleet `{prefix}`: purchase option")
+    fields[f"{prefix}_purchase_option"] = (Literal["on-demand", "spot"], option)
+    return fields
 
 
 class _ContextBase(BaseModel):
@@ -238,31 +214,18 @@ class _ContextBase(BaseModel):
     log_retention_days: Int = key(
         "logRetentionDays", 30, "one of " + ", ".join(map(str, LOG_RETENTION_DAYS)), "retention of the app's log groups"
     )
-    root_volume_gib: Int = key(
-        "rootVolumeGib", 300, _INT_RANGE.format(MIN_ROOT_GIB, MAX_ROOT_GIB), "gp3 root volume of each training node",
-        ge=MIN_ROOT_GIB, le=MAX_ROOT_GIB,
-    )  # fmt: skip
-    root_volume_throughput: Int = key(
-        "rootVolumeThroughput", 500, _INT_RANGE.format(*GP3_THROUGHPUT) + " MiB/s, at most rootVolumeIops / 4",
-        "root volume throughput: image layers unpack at this rate", ge=GP3_THROUGHPUT[0], le=GP3_THROUGHPUT[1],
-    )  # fmt: skip
-    root_volume_iops: Int = key(
-        "rootVolumeIops", 6000, _INT_RANGE.format(*GP3_IOPS), "root volume IOPS", ge=GP3_IOPS[0], le=GP3_IOPS[1]
+    root_volume_gib: Int = ranged("rootVolumeGib", 300, (MIN_ROOT_GIB, MAX_ROOT_GIB), "gp3 root volume of each node")
+    root_volume_throughput: Int = ranged(
+        "rootVolumeThroughput", 500, GP3_THROUGHPUT, "root volume MiB/s", " MiB/s, at most rootVolumeIops / 4"
     )
-    job_timeout_seconds: Int = key(
-        "jobTimeoutSeconds", 3600, _INT_RANGE.format(MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS),
-        "attempt timeout of the training job definitions (submit-job --timeout overrides it)",
-        ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS,
-    )  # fmt: skip
-    job_attempts: Int = key(
-        "jobAttempts", 3, f"integer 1..{MAX_ATTEMPTS}", "attempts per training job; only infrastructure failures "
-        "are retried", ge=1, le=MAX_ATTEMPTS,
-    )  # fmt: skip
-    runnable_timeout_minutes: Int = key(
-        "runnableTimeoutMinutes", 60, _INT_RANGE.format(*RUNNABLE_TIMEOUT_MINUTES),
-        "minutes a job may wait RUNNABLE for capacity that is not there, or with a request no node can hold, "
-        "before its queue cancels it", ge=RUNNABLE_TIMEOUT_MINUTES[0], le=RUNNABLE_TIMEOUT_MINUTES[1],
-    )  # fmt: skip
+    root_volume_iops: Int = ranged("rootVolumeIops", 6000, GP3_IOPS, "root volume IOPS")
+    job_timeout_seconds: Int = ranged(
+        "jobTimeoutSeconds", 3600, (MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS), "attempt timeout of training jobs"
+    )
+    job_attempts: Int = ranged("jobAttempts", 3, (1, MAX_ATTEMPTS), "attempts per job (infrastructure failures)")
+    runnable_timeout_minutes: Int = ranged(
+        "runnableTimeoutMinutes", 60, RUNNABLE_TIMEOUT_MINUTES, "minutes a job may wait RUNNABLE when it cannot run"
+    )
     alert_email: Email = key(
         "alertEmail", None, "an email address", "subscribed to the job-alert topic (failed and cancelled jobs)"
     )
@@ -280,7 +243,7 @@ class _ContextBase(BaseModel):
         "comma list of EFA-capable types: " + ", ".join(_EFA_TYPES),
         "Slurm compute instance types, one queue each",
     )
-    pcluster_max_nodes: Int = key("pclusterMaxNodes", 2, f"integer 1..{MAX_NODES}", "Slurm queue MaxCount", ge=1)
+    pcluster_max_nodes: Int = ranged("pclusterMaxNodes", 2, (1, MAX_NODES), "Slurm queue MaxCount")
     pcluster_head_node_instance_type: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")] = key(
         "pclusterHeadNodeInstanceType", "m7i.xlarge", "an EC2 instance type name such as m7i.2xlarge", "head node type"
     )
@@ -290,19 +253,16 @@ class _ContextBase(BaseModel):
         "an IPv4 CIDR such as 203.0.113.0/24, or a prefix list id pl-...",
         "who may reach the head node on SSH (default: nobody; use SSM Session Manager)",
     )
-    pcluster_key_name: KeyName = key(
-        "pclusterKeyName", None, "an EC2 key pair name", "key pair installed on the head node"
-    )
+    pcluster_key_name: KeyName = key("pclusterKeyName", None, "an EC2 key pair name", "key pair of the head node")
     pcluster_capacity_reservation_id: Reservation = key(
         "pclusterCapacityReservationId", None, _RESERVATION_TEXT, "ODCR or capacity block for the Slurm compute nodes"
     )
     pcluster_capacity_reservation_type: ReservationType = key(
         "pclusterCapacityReservationType", "odcr", "odcr or capacity-block", "what pclusterCapacityReservationId names"
     )
-    fsx_capacity_gib: Int = key(
-        "fsxCapacityGib", FSX_MIN_CAPACITY_GIB,
-        f"1200, 2400, then steps of {FSX_CAPACITY_STEP_GIB} up to {FSX_MAX_CAPACITY_GIB}",
-        "FSx for Lustre (PERSISTENT_2) capacity of the Slurm cluster", ge=FSX_MIN_CAPACITY_GIB, le=FSX_MAX_CAPACITY_GIB,
+    fsx_capacity_gib: Int = ranged(
+        "fsxCapacityGib", FSX_MIN_CAPACITY_GIB, (FSX_MIN_CAPACITY_GIB, FSX_MAX_CAPACITY_GIB), "FSx for Lustre GiB",
+        f": 1200, 2400, then steps of {FSX_CAPACITY_STEP_GIB}",
     )  # fmt: skip
     fsx_throughput: Int = key(
         "fsxThroughput", 250, "one of " + ", ".join(map(str, FSX_THROUGHPUTS)), "FSx for Lustre MB/s per TiB"
@@ -354,7 +314,8 @@ _PROBLEMS = {
 def _fail(path: str, value: Any, problem: str, allowed: str | None = None) -> ConfigError:
     if allowed is None:
         parts = path.split(".")
-        allowed = KEYS[parts[0]].allowed if len(parts) == 1 else _FLEET_FIELDS.get(parts[2], ", ".join(_FLEET_FIELDS))
+        # A top-level key, a fleet (fleets.<name>) or one of its fields (fleets.<name>.<field>).
+        allowed = KEYS[parts[0]].allowed if len(parts) < 3 else _FLEET_FIELDS.get(parts[2], ", ".join(_FLEET_FIELDS))
     return ConfigError(f"context key {path}={value!r}: {problem}; allowed: {allowed}")
 
 
@@ -454,7 +415,7 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
             raise _fail(f"{prefix}PurchaseOption", "spot", problem)
         if getattr(ctx, f"{prefix}_instance_type") == "none":
             continue
-        fields = {f: getattr(ctx, f"{prefix}_{_snake(suffix)}") for suffix, f in _FLAT_FIELDS.items() if f}
+        fields = {f: getattr(ctx, f"{prefix}_{_snake(suffix)}") for suffix, f in _FLAT_FIELDS.items()}
         model = FleetModel.model_validate(fields)
         fleets.append(_fleet(prefix, model, lambda f, p=prefix: p + _flat_suffix(f), types, family, region))
     if not fleets:

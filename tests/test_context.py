@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from config.context import KEYS, ConfigError, read_settings
@@ -194,3 +196,115 @@ def test_every_accepted_retention_maps_to_a_cloudwatch_retention():
 
     for days in LOG_RETENTION_DAYS:
         assert retention_days(days).name  # a KeyError here means the two lists drifted apart
+
+
+def fleets(**entries) -> dict:
+    return {"fleets": json.dumps(entries)}
+
+
+def test_fleets_from_the_cli_and_from_cdk_json():
+    cli = read_settings(
+        fleets(rl={"instanceType": "g6e.48xlarge", "maxNodes": "8"}, llm={"instanceType": "p5e.48xlarge", "nodes": 4})
+    )
+    # In cdk.json the value is already an object, with JSON numbers.
+    json_types = read_settings({"fleets": {"rl": {"instanceType": "g6e.48xlarge", "maxNodes": 8}}})
+    assert [(f.name, f.instance.name, f.nodes, f.max_nodes) for f in cli.fleets] == [
+        ("rl", "g6e.48xlarge", 2, 8),
+        ("llm", "p5e.48xlarge", 4, 4),
+    ]
+    assert json_types.fleet("rl").max_nodes == 8 and [f.name for f in json_types.fleets] == ["rl"]
+    assert cli.fleet("llm").construct_id == "Llm"
+
+
+def test_fleet_fields_reach_the_settings():
+    s = read_settings(
+        fleets(
+            trn={
+                "instanceType": "trn2.48xlarge",
+                "availabilityZone": "us-west-2c",
+                "capacityReservationId": "cr-0123456789abcdef0",
+                "capacityReservationType": "capacity-block",
+                "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/neuron:v1",
+                "amiId": "ami-0123456789abcdef0",
+            }
+        )
+        | {"availabilityZone": "us-west-2a"},
+        region="us-west-2",
+    )
+    trn = s.fleet("trn")
+    assert trn.availability_zone == "us-west-2c" and trn.ami_id == "ami-0123456789abcdef0"
+    assert (trn.capacity_reservation.reservation_id, trn.capacity_reservation.kind) == (
+        "cr-0123456789abcdef0",
+        "capacity-block",
+    )
+    assert trn.image_uri.endswith("/neuron:v1")
+    assert s.network.availability_zone == "us-west-2a" and s.network.fleet_availability_zones == ("us-west-2c",)
+
+
+def test_none_leaves_a_default_fleet_out():
+    assert [f.name for f in read_settings({"trainiumInstanceType": "none"}).fleets] == ["gpu"]
+    assert [f.name for f in read_settings({"gpuInstanceType": "none"}).fleets] == ["trainium"]
+
+
+@pytest.mark.parametrize(
+    ("context", "expected"),
+    [
+        (fleets(rl={"instanceType": "g6e.48xlarge", "gpus": 8}), ["fleets.rl.gpus", "unknown field", "maxNodes"]),
+        (fleets(rl={"instanceType": "g6e.48xlarge", "nodes": "many"}), ["fleets.rl.nodes", "not an integer"]),
+        (fleets(rl={"instanceType": "g6e.48xlarge", "nodes": True}), ["fleets.rl.nodes", "not an integer"]),
+        (fleets(rl={"instanceType": 5}), ["fleets.rl.instanceType", "not a string"]),
+        (
+            fleets(rl={"instanceType": "g6e.48xlarge", "nodes": 8, "maxNodes": 4}),
+            ["fleets.rl.maxNodes=4", "out of range 8..1000"],
+        ),
+        (fleets(rl={"instanceType": "g6e.48xlarge", "nodes": 1}), ["fleets.rl.nodes=1", "below 2"]),
+        (fleets(rl={}), ["fleets.rl.instanceType", "required"]),
+        (fleets(rl={"instanceType": "g6.4xlarge"}), ["fleets.rl.instanceType", "has no EFA"]),
+        (fleets(rl={"instanceType": "m7i.large"}), ["fleets.rl.instanceType", "not in the instance catalog"]),
+        (fleets(rl={"instanceType": "p5.48xlarge", "amiId": "ami-12345678"}), ["fleets.rl.amiId", "GPU fleets"]),
+        (fleets(rl={"instanceType": "p5.48xlarge", "amiId": "latest"}), ["fleets.rl.amiId", "malformed"]),
+        (
+            fleets(rl={"instanceType": "p5.48xlarge", "capacityReservationType": "capacity-block"}),
+            ["fleets.rl.capacityReservationType", "needs fleets.rl.capacityReservationId"],
+        ),
+        (fleets(rl={"instanceType": "p5.48xlarge", "image": "latest"}), ["fleets.rl.image", "malformed"]),
+        (fleets(rl="p5.48xlarge"), ["fleets.rl", "not a JSON object"]),
+        ({"fleets": "{}"}, ["fleets={}", "no fleet"]),
+        ({"fleets": "[]"}, ["fleets='[]'", "not a JSON object"]),
+        ({"fleets": '{"rl": {'}, ["fleets=", "malformed JSON"]),
+        (fleets(**{"1rl": {"instanceType": "p5.48xlarge"}}), ["fleets='1rl'", "a letter, then"]),
+        (fleets(**{"rl-a": {"instanceType": "p5.48xlarge"}}), ["fleets='rl-a'", "letters and digits"]),
+        (
+            fleets(rl={"instanceType": "p5.48xlarge"}, RL={"instanceType": "p5.48xlarge"}),
+            ["'rl' and 'RL' differ only in case"],
+        ),
+        (
+            fleets(**{f"f{i}": {"instanceType": "g6.12xlarge"} for i in range(21)}),
+            ["fleets='21 fleets'", "at most 20"],
+        ),
+    ],
+)
+def test_bad_fleets_name_the_field(context, expected):
+    message = error(**context)
+    for fragment in expected:
+        assert fragment in message, message
+
+
+def test_fleets_and_flat_fleet_keys_are_never_mixed():
+    message = error(**fleets(rl={"instanceType": "g6e.48xlarge"}), gpuNodes="4")
+    assert message == "context keys fleets and gpuNodes cannot be mixed: describe every fleet in fleets"
+    # availabilityZone is the network's default, not a fleet key: allowed with fleets.
+    read_settings(fleets(rl={"instanceType": "g6e.48xlarge"}) | {"availabilityZone": "us-east-1a"})
+
+
+def test_no_fleet_at_all_is_refused():
+    assert "leave no fleet" in error(gpuInstanceType="none", trainiumInstanceType="none")
+
+
+def test_fleet_az_must_be_in_the_region_and_the_vpc_holds_three():
+    with pytest.raises(ConfigError, match=r"fleets\.rl\.availabilityZone='eu-west-1a': is not in the stack's region"):
+        read_settings(fleets(rl={"instanceType": "g6e.48xlarge", "availabilityZone": "eu-west-1a"}), region="us-east-1")
+    four = {f"f{az}": {"instanceType": "g6e.48xlarge", "availabilityZone": f"us-east-1{az}"} for az in ("b", "c", "d")}
+    # Not pinned: two default AZs plus three named ones is more than the VPC has room for.
+    assert "the VPC holds 3" in error(**fleets(**four))
+    read_settings(fleets(**four) | {"availabilityZone": "us-east-1b"})  # pinned: b, c, d

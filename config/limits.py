@@ -1,0 +1,40 @@
+"""Bounds the context values must respect: AWS's limits, each with its source, and this app's own
+guards where AWS allows more than makes sense."""
+
+# AWS Batch multi-node parallel jobs: at most 1,000 nodes (Batch user guide, multi-node-parallel-jobs).
+MAX_NODES = 1000
+# A multi-node job needs at least two nodes; a single node is an ordinary Batch job.
+MIN_NODES = 2
+# Each fleet adds about ten resources and five outputs across the compute and jobs stacks;
+# CloudFormation allows 500 resources and 200 outputs per stack.
+MAX_FLEETS = 20
+# The VPC (10.0.0.0/16) has room for three /18 training subnets beside the public /24s.
+MAX_AVAILABILITY_ZONES = 3
+# Values CloudWatch Logs accepts for RetentionInDays (CloudWatch Logs API, PutRetentionPolicy).
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557)
+LOG_RETENTION_DAYS += (2922, 3288, 3653)
+# Root volume: big training images (Isaac Sim, Neuron DLC) unpack to tens of GiB each. gp3 limits:
+# 16 TiB, 125..1000 MiB/s, 3000..16000 IOPS, at most 0.25 MiB/s per provisioned IOPS (EBS user
+# guide, "General Purpose SSD volumes").
+MIN_ROOT_GIB, MAX_ROOT_GIB = 100, 16384
+GP3_THROUGHPUT, GP3_IOPS, GP3_MIBPS_PER_IOPS = (125, 1000), (3000, 16000), 0.25
+# Job attempt timeout: Batch's minimum is 60 s (API JobTimeout). The 14-day ceiling is this app's,
+# so that a forgotten job on a large fleet cannot bill for weeks; submit-job --timeout can go higher.
+MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 60, 14 * 24 * 3600
+# Batch retry strategy: 1..10 attempts (API RetryStrategy).
+MAX_ATTEMPTS = 10
+# Job queue jobStateTimeLimitActions: maxTimeSeconds 600..86400 (API JobStateTimeLimitAction).
+RUNNABLE_TIMEOUT_MINUTES = (10, 1440)
+# Fair-share identifiers: up to 255 alphanumeric characters, optionally ending in '*' for a prefix;
+# at most 500 active in a queue (API ShareAttributes). Shares are relative: 1..1000.
+MAX_SHARE_IDENTIFIERS, MAX_SHARE = 500, 1000
+# FSx for Lustre PERSISTENT_2 (SSD): 1200 GiB, 2400 GiB, then steps of 2400 GiB; throughput 125,
+# 250, 500 or 1000 MB/s per TiB (FSx for Lustre user guide, "Managing storage capacity" and
+# "Performance"). The upper bound is this app's, a guard against a typo costing a fortune.
+FSX_CAPACITY_STEP_GIB = 2400
+FSX_MIN_CAPACITY_GIB = 1200
+FSX_MAX_CAPACITY_GIB = 100 * FSX_CAPACITY_STEP_GIB
+FSX_THROUGHPUTS = (125, 250, 500, 1000)
+# Interface endpoints the network stack can add on request (short service names).
+INTERFACE_ENDPOINTS = ("batch", "ec2messages", "ecr.api", "ecr.dkr", "ecs", "ecs-agent", "ecs-telemetry", "logs")
+INTERFACE_ENDPOINTS += ("monitoring", "ssm", "ssmmessages", "sts")
