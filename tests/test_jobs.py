@@ -125,26 +125,32 @@ def test_gpu_training_runs_isaac_lab_through_the_launcher():
     assert "/opt/training/distributed_run.sh scripts/reinforcement_learning/rsl_rl/train.py" in c["Command"][2]
 
 
-def test_isaac_lab_command_takes_task_and_iterations_from_the_environment(tmp_path):
-    """Run the job's command in bash with a recording launcher: overrides reach the script."""
-    command = container(job_definition("default", "Gpu", "TrainingJob"))["Command"]
-    launcher = tmp_path / "distributed_run.sh"
+def run_with_recording_launcher(command: list[str], env: dict[str, str], workdir) -> list[str]:
+    """Run a job definition's shell command with a launcher that prints its arguments, one a line."""
+    launcher = workdir / "distributed_run.sh"
     launcher.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
     launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
     script = command[2].replace("/opt/training/distributed_run.sh", str(launcher))
-    checkpoints = tmp_path / "checkpoints"
-    env = {
-        "PATH": os.environ["PATH"],
-        "TASK": "Isaac-Cartpole-v0",
-        "MAX_ITERATIONS": "7",
-        "CHECKPOINT_DIR": str(checkpoints),
-    }
     result = subprocess.run(
-        [command[0], command[1], script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30, check=True
+        [*command[:2], script],
+        env={"PATH": os.environ["PATH"], **env},
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     )
+    return result.stdout.splitlines()
+
+
+def test_isaac_lab_command_takes_task_and_iterations_from_the_environment(tmp_path):
+    """Run the job's command in bash with a recording launcher: overrides reach the script."""
+    command = container(job_definition("default", "Gpu", "TrainingJob"))["Command"]
+    checkpoints = tmp_path / "checkpoints"
+    env = {"TASK": "Isaac-Cartpole-v0", "MAX_ITERATIONS": "7", "CHECKPOINT_DIR": str(checkpoints)}
+    args = run_with_recording_launcher(command, env, tmp_path)
     # Isaac Lab writes its runs under ./logs, which is the launcher's checkpoint directory.
     assert (tmp_path / "logs").resolve() == checkpoints.resolve() and checkpoints.is_dir()
-    args = result.stdout.splitlines()
     assert args[0] == "scripts/reinforcement_learning/rsl_rl/train.py"
     assert args[args.index("--task") + 1] == "Isaac-Cartpole-v0"
     assert args[args.index("--max_iterations") + 1] == "7"
@@ -461,13 +467,8 @@ def test_isaac_lab_only_where_the_gpu_can_run_isaac_sim(instance):
 
 def test_generic_pytorch_command_passes_script_and_arguments(tmp_path):
     command = container(job_definition("p5-four-nodes", "Gpu", "TrainingJob"))["Command"]
-    launcher = tmp_path / "distributed_run.sh"
-    launcher.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
-    launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
-    script = command[2].replace("/opt/training/distributed_run.sh", str(launcher))
-    env = {"PATH": os.environ["PATH"], "TRAIN_SCRIPT": "/work/train.py", "TRAIN_ARGS": "--lr 0.1 --epochs 3"}
-    result = subprocess.run([*command[:2], script], env=env, capture_output=True, text=True, timeout=30, check=True)
-    assert result.stdout.splitlines() == ["/work/train.py", "--lr", "0.1", "--epochs", "3"]
+    env = {"TRAIN_SCRIPT": "/work/train.py", "TRAIN_ARGS": "--lr 0.1 --epochs 3"}
+    assert run_with_recording_launcher(command, env, tmp_path) == ["/work/train.py", "--lr", "0.1", "--epochs", "3"]
 
 
 @pytest.mark.parametrize("instance", EFA_TYPES)
