@@ -16,32 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, create_model
 
+from config import limits
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec, Profile, types_for
-from config.limits import (
-    FSX_CAPACITY_STEP_GIB,
-    FSX_MAX_CAPACITY_GIB,
-    FSX_MIN_CAPACITY_GIB,
-    FSX_THROUGHPUTS,
-    GP3_IOPS,
-    GP3_MIBPS_PER_IOPS,
-    GP3_THROUGHPUT,
-    INTERFACE_ENDPOINTS,
-    LOG_RETENTION_DAYS,
-    MAX_ATTEMPTS,
-    MAX_AVAILABILITY_ZONES,
-    MAX_FLEETS,
-    MAX_NODES,
-    MAX_ROOT_GIB,
-    MAX_SHARE,
-    MAX_SHARE_IDENTIFIERS,
-    MAX_TIMEOUT_SECONDS,
-    MIN_NODES,
-    MIN_ROOT_GIB,
-    MIN_TIMEOUT_SECONDS,
-    RUNNABLE_TIMEOUT_MINUTES,
-)
 from config.settings import (
     AppSettings,
     CapacityReservation,
@@ -57,16 +35,16 @@ _GPU_TYPES = types_for(Profile.GPU)
 _TRN_TYPES = types_for(Profile.TRAINIUM)
 _EFA_TYPES = _GPU_TYPES + _TRN_TYPES
 # The flat keys that describe the two default fleets; `fleets` replaces them all.
-FLAT_FLEETS = {"gpu": ("NVIDIA GPU", _GPU_TYPES), "trainium": ("Trainium", _TRN_TYPES)}
-_FLAT_FIELDS = {
-    "InstanceType": "instanceType",
-    "Nodes": "nodes",
-    "MaxNodes": "maxNodes",
-    "Image": "image",
-    "CapacityReservationId": "capacityReservationId",
-    "CapacityReservationType": "capacityReservationType",
-}
-FLAT_FLEET_KEYS = tuple(p + s for p in FLAT_FLEETS for s in (*_FLAT_FIELDS, "PurchaseOption"))
+FLAT_FLEETS = {"gpu": ("NVIDIA GPU", _GPU_TYPES, "g6.12xlarge"), "trainium": ("Trainium", _TRN_TYPES, "trn1.32xlarge")}
+
+
+def _upper_first(name: str) -> str:
+    return name[0].upper() + name[1:]
+
+
+# The fleet fields the flat keys carry: gpuNodes is the gpu fleet's nodes, and so on.
+_FLAT_FIELDS = ("instanceType", "nodes", "maxNodes", "image", "capacityReservationId", "capacityReservationType")
+FLAT_FLEET_KEYS = tuple(p + s for p in FLAT_FLEETS for s in (*map(_upper_first, _FLAT_FIELDS), "PurchaseOption"))
 
 
 class ConfigError(ValueError):
@@ -147,10 +125,10 @@ class FleetModel(BaseModel):
     instance_type: str = key(
         "instanceType", ..., "EFA-capable catalog types: " + ", ".join(_EFA_TYPES), "instance type"
     )
-    nodes: Int = ranged("nodes", MIN_NODES, (MIN_NODES, MAX_NODES), "nodes per multi-node job")
+    nodes: Int = ranged("nodes", limits.MIN_NODES, (limits.MIN_NODES, limits.MAX_NODES), "nodes per multi-node job")
     max_nodes: Int | None = key(
-        "maxNodes", None, f"integer nodes..{MAX_NODES} (default: the larger of nodes and 4)",
-        "nodes the compute environment may scale to", ge=MIN_NODES, le=MAX_NODES,
+        "maxNodes", None, f"integer nodes..{limits.MAX_NODES} (default: the larger of nodes and 4)",
+        "nodes the compute environment may scale to", ge=limits.MIN_NODES, le=limits.MAX_NODES,
     )  # fmt: skip
     availability_zone: Az = key("availabilityZone", None, "an AZ name such as us-east-1b, in the stack's region", "")
     capacity_reservation_id: Reservation = key(
@@ -171,7 +149,8 @@ def _flat_fleet_keys(prefix: str, family: str, types: tuple[str, ...], default_t
     """The flat keys of one default fleet: the fleet fields under prefixed names, plus the purchase
     option (only on-demand exists for multi-node jobs, but the key is a documented promise)."""
     fields: dict[str, Any] = {}
-    for suffix, name in _FLAT_FIELDS.items():
+    for name in _FLAT_FIELDS:
+        suffix = _upper_first(name)
         source = FleetModel.model_fields[_snake(name)]
         allowed = source.json_schema_extra["allowed"].replace("nodes", f"{prefix}Nodes")
         default = source.default
@@ -192,80 +171,62 @@ class _ContextBase(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=False)
 
     fleets: Annotated[dict[str, FleetModel] | None, BeforeValidator(_json_object)] = key(
-        "fleets",
-        None,
-        "a JSON object of named fleets: name (a letter, then letters and digits) -> {instanceType, nodes, "
-        "maxNodes, availabilityZone, capacityReservationId, capacityReservationType, image, amiId}",
-        "named fleets, replacing the flat gpu*/trainium* keys (README, Fleets)",
-    )
+        "fleets", None, "a JSON object: fleet name (a letter, then letters and digits) -> {" + ", ".join(
+            f.alias for f in FleetModel.model_fields.values()) + "}", "named fleets instead of the flat fleet keys"
+    )  # fmt: skip
     availability_zone: Az = key(
-        "availabilityZone",
-        None,
-        "an AZ name such as us-east-1a, in the stack's region",
-        "AZ of the training subnet and placement groups of fleets that name none (default: the region's first AZ)",
+        "availabilityZone", None, "an AZ name such as us-east-1a, in the stack's region", "default AZ of the fleets"
     )
     nat_gateways: Int = key("natGateways", 1, "integer 1..2 (1 when availabilityZone is set)", "NAT gateways", ge=1)
     interface_endpoints: str = key(
-        "interfaceEndpoints",
-        "",
-        "comma-separated subset of: " + ", ".join(INTERFACE_ENDPOINTS),
-        "VPC interface endpoints to add (each costs money per hour and AZ)",
+        "interfaceEndpoints", "", "comma-separated subset of: " + ", ".join(limits.INTERFACE_ENDPOINTS), "endpoints"
     )
     log_retention_days: Int = key(
-        "logRetentionDays", 30, "one of " + ", ".join(map(str, LOG_RETENTION_DAYS)), "retention of the app's log groups"
+        "logRetentionDays", 30, "one of " + ", ".join(map(str, limits.LOG_RETENTION_DAYS)), "log retention"
     )
-    root_volume_gib: Int = ranged("rootVolumeGib", 300, (MIN_ROOT_GIB, MAX_ROOT_GIB), "gp3 root volume of each node")
+    root_volume_gib: Int = ranged("rootVolumeGib", 300, (limits.MIN_ROOT_GIB, limits.MAX_ROOT_GIB), "root GiB")
     root_volume_throughput: Int = ranged(
-        "rootVolumeThroughput", 500, GP3_THROUGHPUT, "root volume MiB/s", " MiB/s, at most rootVolumeIops / 4"
+        "rootVolumeThroughput", 500, limits.GP3_THROUGHPUT, "root volume MiB/s", " MiB/s, at most rootVolumeIops / 4"
     )
-    root_volume_iops: Int = ranged("rootVolumeIops", 6000, GP3_IOPS, "root volume IOPS")
-    job_timeout_seconds: Int = ranged(
-        "jobTimeoutSeconds", 3600, (MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS), "attempt timeout of training jobs"
-    )
-    job_attempts: Int = ranged("jobAttempts", 3, (1, MAX_ATTEMPTS), "attempts per job (infrastructure failures)")
+    root_volume_iops: Int = ranged("rootVolumeIops", 6000, limits.GP3_IOPS, "root volume IOPS")
+    job_timeout_seconds: Int = ranged("jobTimeoutSeconds", 3600, limits.JOB_TIMEOUT_SECONDS, "attempt timeout")
+    job_attempts: Int = ranged("jobAttempts", 3, (1, limits.MAX_ATTEMPTS), "attempts per job (infrastructure failures)")
     runnable_timeout_minutes: Int = ranged(
-        "runnableTimeoutMinutes", 60, RUNNABLE_TIMEOUT_MINUTES, "minutes a job may wait RUNNABLE when it cannot run"
+        "runnableTimeoutMinutes",
+        60,
+        limits.RUNNABLE_TIMEOUT_MINUTES,
+        "minutes before a job that cannot run is cancelled",
     )
-    alert_email: Email = key(
-        "alertEmail", None, "an email address", "subscribed to the job-alert topic (failed and cancelled jobs)"
-    )
+    alert_email: Email = key("alertEmail", None, "an email address", "subscriber of the job-alert topic")
     shares: str = key(
-        "shares",
-        "",
-        f"empty (FIFO queues), or a comma list of identifier:share; identifier up to 255 letters and digits (a "
-        f"trailing * makes it a prefix), share 1..{MAX_SHARE}, at most {MAX_SHARE_IDENTIFIERS} identifiers",
-        "fair-share identifiers of the job queues and their relative shares of the fleet",
-    )
+        "shares", "", "empty (FIFO queues), or a comma list of identifier:share; identifier up to 255 letters and "
+        f"digits (a trailing * makes it a prefix), share 1..{limits.MAX_SHARE}, at most "
+        f"{limits.MAX_SHARE_IDENTIFIERS} identifiers", "fair-share identifiers and their relative shares",
+    )  # fmt: skip
     parallel_cluster: Bool = key("parallelCluster", False, "true or false", "add the optional ParallelCluster stack")
     pcluster_instance_type: str = key(
-        "pclusterInstanceType",
-        "p5e.48xlarge",
-        "comma list of EFA-capable types: " + ", ".join(_EFA_TYPES),
-        "Slurm compute instance types, one queue each",
+        "pclusterInstanceType", "p5e.48xlarge", "comma list of EFA-capable types: " + ", ".join(_EFA_TYPES), "queues"
     )
-    pcluster_max_nodes: Int = ranged("pclusterMaxNodes", 2, (1, MAX_NODES), "Slurm queue MaxCount")
+    pcluster_max_nodes: Int = ranged("pclusterMaxNodes", 2, (1, limits.MAX_NODES), "Slurm queue MaxCount")
     pcluster_head_node_instance_type: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")] = key(
         "pclusterHeadNodeInstanceType", "m7i.xlarge", "an EC2 instance type name such as m7i.2xlarge", "head node type"
     )
     pcluster_ssh_source: SshSource = key(
-        "pclusterSshSource",
-        None,
-        "an IPv4 CIDR such as 203.0.113.0/24, or a prefix list id pl-...",
-        "who may reach the head node on SSH (default: nobody; use SSM Session Manager)",
+        "pclusterSshSource", None, "an IPv4 CIDR such as 203.0.113.0/24, or a prefix list id pl-...", "SSH source"
     )
     pcluster_key_name: KeyName = key("pclusterKeyName", None, "an EC2 key pair name", "key pair of the head node")
     pcluster_capacity_reservation_id: Reservation = key(
-        "pclusterCapacityReservationId", None, _RESERVATION_TEXT, "ODCR or capacity block for the Slurm compute nodes"
+        "pclusterCapacityReservationId", None, _RESERVATION_TEXT, "ODCR or capacity block for the Slurm nodes"
     )
     pcluster_capacity_reservation_type: ReservationType = key(
         "pclusterCapacityReservationType", "odcr", "odcr or capacity-block", "what pclusterCapacityReservationId names"
     )
     fsx_capacity_gib: Int = ranged(
-        "fsxCapacityGib", FSX_MIN_CAPACITY_GIB, (FSX_MIN_CAPACITY_GIB, FSX_MAX_CAPACITY_GIB), "FSx for Lustre GiB",
-        f": 1200, 2400, then steps of {FSX_CAPACITY_STEP_GIB}",
+        "fsxCapacityGib", limits.FSX_MIN_CAPACITY_GIB, (limits.FSX_MIN_CAPACITY_GIB, limits.FSX_MAX_CAPACITY_GIB),
+        "FSx for Lustre GiB", f": 1200, 2400, then steps of {limits.FSX_CAPACITY_STEP_GIB}",
     )  # fmt: skip
     fsx_throughput: Int = key(
-        "fsxThroughput", 250, "one of " + ", ".join(map(str, FSX_THROUGHPUTS)), "FSx for Lustre MB/s per TiB"
+        "fsxThroughput", 250, "one of " + ", ".join(map(str, limits.FSX_THROUGHPUTS)), "FSx for Lustre MB/s per TiB"
     )
     pcluster_deletion_policy: Literal["Retain", "Delete"] = key(
         "pclusterDeletionPolicy", "Retain", "Retain or Delete", "whether deleting the stack deletes the cluster"
@@ -273,12 +234,7 @@ class _ContextBase(BaseModel):
 
 
 def _context_model() -> type[BaseModel]:
-    from pydantic import create_model
-
-    fields: dict[str, Any] = {}
-    for prefix, (family, types) in FLAT_FLEETS.items():
-        default = "g6.12xlarge" if prefix == "gpu" else "trn1.32xlarge"
-        fields.update(_flat_fleet_keys(prefix, family, types, default))
+    fields = {k: v for prefix, spec in FLAT_FLEETS.items() for k, v in _flat_fleet_keys(prefix, *spec).items()}
     return create_model("Context", __base__=_ContextBase, **fields)
 
 
@@ -360,7 +316,7 @@ def _fleet(
     instance = _instance(path("instanceType"), model.instance_type, allowed, family)
     max_nodes = max(model.nodes, 4) if model.max_nodes is None else model.max_nodes
     if max_nodes < model.nodes:
-        raise _fail(path("maxNodes"), model.max_nodes, f"out of range {model.nodes}..{MAX_NODES}")
+        raise _fail(path("maxNodes"), model.max_nodes, f"out of range {model.nodes}..{limits.MAX_NODES}")
     if model.capacity_reservation_type == "capacity-block" and not model.capacity_reservation_id:
         problem = f"needs {path('capacityReservationId')}, the block's cr- id"
         raise _fail(path("capacityReservationType"), model.capacity_reservation_type, problem)
@@ -370,11 +326,9 @@ def _fleet(
     if model.ami_id and instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
         problem = "GPU fleets take AWS's current ECS GPU AMI through Batch (README, Changing a deployed fleet)"
         raise _fail(path("amiId"), model.ami_id, problem)
-    reservation = None
-    if model.capacity_reservation_id:
-        reservation = CapacityReservation(
-            reservation_id=model.capacity_reservation_id, kind=model.capacity_reservation_type
-        )
+    reservation = model.capacity_reservation_id and CapacityReservation(
+        reservation_id=model.capacity_reservation_id, kind=model.capacity_reservation_type
+    )
     return FleetSettings(
         name=name,
         instance=instance,
@@ -394,8 +348,8 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
             raise ConfigError(f"context keys fleets and {flat} cannot be mixed: describe every fleet in fleets")
         if not ctx.fleets:
             raise _fail("fleets", {}, "no fleet")
-        if len(ctx.fleets) > MAX_FLEETS:
-            raise _fail("fleets", f"{len(ctx.fleets)} fleets", f"at most {MAX_FLEETS}")
+        if len(ctx.fleets) > limits.MAX_FLEETS:
+            raise _fail("fleets", f"{len(ctx.fleets)} fleets", f"at most {limits.MAX_FLEETS}")
         seen: dict[str, str] = {}
         for name in ctx.fleets:
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,31}", name):
@@ -408,23 +362,19 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
             for name, m in ctx.fleets.items()
         )
     fleets = []
-    for prefix, (family, types) in FLAT_FLEETS.items():
+    for prefix, (family, types, _) in FLAT_FLEETS.items():
         if getattr(ctx, f"{prefix}_purchase_option") == "spot":
             # Batch user guide, multi-node-parallel-jobs: MNP jobs are not supported on Spot.
             problem = "AWS Batch multi-node parallel jobs do not run on Spot compute environments"
             raise _fail(f"{prefix}PurchaseOption", "spot", problem)
         if getattr(ctx, f"{prefix}_instance_type") == "none":
             continue
-        fields = {f: getattr(ctx, f"{prefix}_{_snake(suffix)}") for suffix, f in _FLAT_FIELDS.items()}
+        fields = {f: getattr(ctx, f"{prefix}_{_snake(f)}") for f in _FLAT_FIELDS}
         model = FleetModel.model_validate(fields)
-        fleets.append(_fleet(prefix, model, lambda f, p=prefix: p + _flat_suffix(f), types, family, region))
+        fleets.append(_fleet(prefix, model, lambda f, p=prefix: p + _upper_first(f), types, family, region))
     if not fleets:
         raise ConfigError("context keys gpuInstanceType=none and trainiumInstanceType=none leave no fleet to deploy")
     return tuple(fleets)
-
-
-def _flat_suffix(field: str) -> str:
-    return next(suffix for suffix, f in _FLAT_FIELDS.items() if f == field)
 
 
 def _network(ctx: Any, fleets: tuple[FleetSettings, ...], region: str | None) -> NetworkSettings:
@@ -435,13 +385,12 @@ def _network(ctx: Any, fleets: tuple[FleetSettings, ...], region: str | None) ->
     if not default_azs >= ctx.nat_gateways:
         raise _fail("natGateways", ctx.nat_gateways, f"out of range 1..{default_azs}")
     extra = tuple(dict.fromkeys(f.availability_zone for f in fleets if f.availability_zone not in (None, az)))
-    if default_azs + len(extra) > MAX_AVAILABILITY_ZONES:
-        problem = (
-            f"fleets use {len(extra)} AZs besides the default {default_azs}; the VPC holds {MAX_AVAILABILITY_ZONES}"
-        )
+    if default_azs + len(extra) > limits.MAX_AVAILABILITY_ZONES:
+        room = limits.MAX_AVAILABILITY_ZONES
+        problem = f"fleets use {len(extra)} AZs besides the default {default_azs}; the VPC holds {room}"
         raise _fail("availabilityZone", az, problem + " (set availabilityZone to one the fleets share)")
     names = tuple(dict.fromkeys(n.strip() for n in ctx.interface_endpoints.split(",") if n.strip()))
-    unknown = [n for n in names if n not in INTERFACE_ENDPOINTS]
+    unknown = [n for n in names if n not in limits.INTERFACE_ENDPOINTS]
     if unknown:
         raise _fail("interfaceEndpoints", ctx.interface_endpoints, f"unknown service {unknown[0]!r}")
     return NetworkSettings(
@@ -455,10 +404,10 @@ def _shares(raw: str) -> tuple[Share, ...]:
     shares: list[Share] = []
     for item in (i.strip() for i in raw.split(",")):
         match = re.fullmatch(r"(?P<identifier>[A-Za-z0-9]{1,255}\*?):(?P<share>\d{1,4})", item)
-        if not match or not 1 <= int(match["share"]) <= MAX_SHARE:
+        if not match or not 1 <= int(match["share"]) <= limits.MAX_SHARE:
             raise _fail("shares", raw, f"entry {item!r} is not identifier:share")
         shares.append(Share(identifier=match["identifier"], share=int(match["share"])))
-    if len(shares) > MAX_SHARE_IDENTIFIERS:
+    if len(shares) > limits.MAX_SHARE_IDENTIFIERS:
         raise _fail("shares", raw, f"{len(shares)} identifiers")
     for i, a in enumerate(shares):
         for b in shares[i + 1 :]:
@@ -472,9 +421,9 @@ def _shares(raw: str) -> tuple[Share, ...]:
 
 def _parallel_cluster(ctx: Any) -> ParallelClusterSettings:
     capacity = ctx.fsx_capacity_gib
-    if capacity != FSX_MIN_CAPACITY_GIB and capacity % FSX_CAPACITY_STEP_GIB:
-        raise _fail("fsxCapacityGib", capacity, f"not 1200 or a multiple of {FSX_CAPACITY_STEP_GIB}")
-    if ctx.fsx_throughput not in FSX_THROUGHPUTS:
+    if capacity != limits.FSX_MIN_CAPACITY_GIB and capacity % limits.FSX_CAPACITY_STEP_GIB:
+        raise _fail("fsxCapacityGib", capacity, f"not 1200 or a multiple of {limits.FSX_CAPACITY_STEP_GIB}")
+    if ctx.fsx_throughput not in limits.FSX_THROUGHPUTS:
         raise _fail("fsxThroughput", ctx.fsx_throughput, "not a PERSISTENT_2 throughput")
     if ctx.pcluster_capacity_reservation_type == "capacity-block" and not ctx.pcluster_capacity_reservation_id:
         problem = "needs pclusterCapacityReservationId, the block's cr- id"
@@ -506,10 +455,10 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
         fleets = _fleets(ctx, given, region)
     except ValidationError as error:
         raise _from_pydantic(error, given) from None
-    if ctx.log_retention_days not in LOG_RETENTION_DAYS:
+    if ctx.log_retention_days not in limits.LOG_RETENTION_DAYS:
         raise _fail("logRetentionDays", ctx.log_retention_days, "not a value CloudWatch Logs accepts")
-    if ctx.root_volume_throughput > ctx.root_volume_iops * GP3_MIBPS_PER_IOPS:
-        problem = f"above {GP3_MIBPS_PER_IOPS} MiB/s per IOPS (rootVolumeIops={ctx.root_volume_iops})"
+    if ctx.root_volume_throughput > ctx.root_volume_iops * limits.GP3_MIBPS_PER_IOPS:
+        problem = f"above {limits.GP3_MIBPS_PER_IOPS} MiB/s per IOPS (rootVolumeIops={ctx.root_volume_iops})"
         raise _fail("rootVolumeThroughput", ctx.root_volume_throughput, problem)
     return AppSettings(
         network=_network(ctx, fleets, region),

@@ -20,7 +20,7 @@ MIN_ROOT_GIB, MAX_ROOT_GIB = 100, 16384
 GP3_THROUGHPUT, GP3_IOPS, GP3_MIBPS_PER_IOPS = (125, 1000), (3000, 16000), 0.25
 # Job attempt timeout: Batch's minimum is 60 s (API JobTimeout). The 14-day ceiling is this app's,
 # so that a forgotten job on a large fleet cannot bill for weeks; submit-job --timeout can go higher.
-MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 60, 14 * 24 * 3600
+JOB_TIMEOUT_SECONDS = (60, 14 * 24 * 3600)
 # Batch retry strategy: 1..10 attempts (API RetryStrategy).
 MAX_ATTEMPTS = 10
 # Job queue jobStateTimeLimitActions: maxTimeSeconds 600..86400 (API JobStateTimeLimitAction).

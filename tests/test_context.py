@@ -191,7 +191,7 @@ def test_job_bad_values(context, expected):
 
 
 def test_every_accepted_retention_maps_to_a_cloudwatch_retention():
-    from config.context import LOG_RETENTION_DAYS
+    from config.limits import LOG_RETENTION_DAYS
     from training_constructs.retention import retention_days
 
     for days in LOG_RETENTION_DAYS:
