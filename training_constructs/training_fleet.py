@@ -21,8 +21,9 @@ NVIDIA_IMAGE_TYPE = "ECS_AL2023_NVIDIA"
 NEURON_IMAGE_TYPE = "ECS_AL2023"
 ECS_INSTANCE_POLICY = "service-role/AmazonEC2ContainerServiceforEC2Role"
 # Infrastructure updates (new launch template version, instance type, AMI, ...) replace instances
-# in place; running jobs keep their old instances for this long before Batch stops them (API
-# UpdatePolicy: 1..360 minutes, default 30). Two hours lets most jobs finish or checkpoint.
+# in place; running jobs keep their old instances for up to this long (API UpdatePolicy: a longer
+# timeout delays the replacement but gives jobs more time; default 30). Two hours lets most jobs
+# finish or checkpoint, and stays within every documented range (CloudFormation: 1..360).
 UPDATE_JOB_TIMEOUT_MINUTES = 120
 
 
