@@ -130,7 +130,9 @@ class FleetModel(BaseModel):
         "maxNodes", None, f"integer nodes..{limits.MAX_NODES} (default: the larger of nodes and 4)",
         "nodes the compute environment may scale to", ge=limits.MIN_NODES, le=limits.MAX_NODES,
     )  # fmt: skip
-    availability_zone: Az = key("availabilityZone", None, "an AZ name such as us-east-1b, in the stack's region", "")
+    availability_zone: Az = key(
+        "availabilityZone", None, "an AZ name such as us-east-1b, in the stack's region", "AZ of the fleet"
+    )
     capacity_reservation_id: Reservation = key(
         "capacityReservationId", None, _RESERVATION_TEXT, "ODCR or capacity block"
     )
@@ -389,6 +391,7 @@ def _network(ctx: Any, fleets: tuple[FleetSettings, ...], region: str | None) ->
         room = limits.MAX_AVAILABILITY_ZONES
         problem = f"fleets use {len(extra)} AZs besides the default {default_azs}; the VPC holds {room}"
         raise _fail("availabilityZone", az, problem + " (set availabilityZone to one the fleets share)")
+    _check_subnet_room(fleets, az)
     names = tuple(dict.fromkeys(n.strip() for n in ctx.interface_endpoints.split(",") if n.strip()))
     unknown = [n for n in names if n not in limits.INTERFACE_ENDPOINTS]
     if unknown:
@@ -396,6 +399,24 @@ def _network(ctx: Any, fleets: tuple[FleetSettings, ...], region: str | None) ->
     return NetworkSettings(
         availability_zone=az, fleet_availability_zones=extra, nat_gateways=ctx.nat_gateways, interface_endpoints=names
     )
+
+
+def _check_subnet_room(fleets: tuple[FleetSettings, ...], default_az: str | None) -> None:
+    """Fleets that share a training subnet must fit in it at their maxNodes; otherwise EC2 runs out
+    of addresses while Batch scales out, and jobs sit RUNNABLE."""
+    by_az: dict[str, list[FleetSettings]] = {}
+    for fleet in fleets:
+        by_az.setdefault(fleet.availability_zone or default_az or "the default AZ", []).append(fleet)
+    for where, members in by_az.items():
+        need = {f.name: f.max_nodes * (f.instance.max_efa_interfaces + limits.TASK_ENIS_PER_NODE) for f in members}
+        if sum(need.values()) > limits.TRAINING_SUBNET_ADDRESSES:
+            detail = ", ".join(f"{name}: {n}" for name, n in need.items())
+            raise ConfigError(
+                f"context: fleets in {where} need {sum(need.values())} private IPv4 addresses at their maxNodes "
+                f"({detail}; one per EFA interface and task ENI per node), more than the "
+                f"{limits.TRAINING_SUBNET_ADDRESSES} of a /{limits.TRAINING_SUBNET_MASK} training subnet; lower "
+                "maxNodes or give a fleet its own availabilityZone"
+            )
 
 
 def _shares(raw: str) -> tuple[Share, ...]:

@@ -10,6 +10,13 @@ MIN_NODES = 2
 MAX_FLEETS = 20
 # The VPC (10.0.0.0/16) has room for three /18 training subnets beside the public /24s.
 MAX_AVAILABILITY_ZONES = 3
+TRAINING_SUBNET_MASK = 18
+# Private IPv4 addresses a training subnet can hand out: AWS reserves the first four and the last
+# address of every subnet (VPC user guide, "Subnet CIDR blocks").
+TRAINING_SUBNET_ADDRESSES = 2 ** (32 - TRAINING_SUBNET_MASK) - 5
+# Each node takes one address per EFA interface (every one is `efa`, EFA with ENA, see
+# training_constructs/efa_launch_template.py) and one for the job's awsvpc task ENI.
+TASK_ENIS_PER_NODE = 1
 # Values CloudWatch Logs accepts for RetentionInDays (CloudWatch Logs API, PutRetentionPolicy).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557)
 LOG_RETENTION_DAYS += (2922, 3288, 3653)

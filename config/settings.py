@@ -34,6 +34,11 @@ class RootVolume:
     iops: int
 
 
+def fleet_construct_id(name: str) -> str:
+    """A fleet's name as it starts construct ids and output names: gpu -> Gpu."""
+    return name[0].upper() + name[1:]
+
+
 @dataclass(frozen=True, kw_only=True)
 class FleetSettings:
     """One named fleet: its compute path, queue and job definitions, all of one instance type."""
@@ -52,8 +57,7 @@ class FleetSettings:
 
     @property
     def construct_id(self) -> str:
-        """The fleet's name as it starts construct ids and output names: gpu -> Gpu."""
-        return self.name[0].upper() + self.name[1:]
+        return fleet_construct_id(self.name)
 
 
 @dataclass(frozen=True, kw_only=True)

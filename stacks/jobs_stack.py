@@ -60,10 +60,13 @@ class JobsStack(Stack):
         # marker, and the older versions stay recoverable. Deleting a version (s3:DeleteObjectVersion)
         # would erase it for good: never granted (grant_read_write would, through s3:DeleteObject*),
         # and denied outright so that no later grant can add it.
-        objects = [checkpoint_bucket.arn_for_objects("*"), dataset_bucket.arn_for_objects("*")]
-        self.job_role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:DeleteObject"], resources=objects[:1]))
+        checkpoint_objects = checkpoint_bucket.arn_for_objects("*")
+        every_object = [checkpoint_objects, dataset_bucket.arn_for_objects("*")]
         self.job_role.add_to_principal_policy(
-            iam.PolicyStatement(effect=iam.Effect.DENY, actions=["s3:DeleteObjectVersion"], resources=objects)
+            iam.PolicyStatement(actions=["s3:DeleteObject"], resources=[checkpoint_objects])
+        )
+        self.job_role.add_to_principal_policy(
+            iam.PolicyStatement(effect=iam.Effect.DENY, actions=["s3:DeleteObjectVersion"], resources=every_object)
         )
         self._acknowledge_bucket_grants(datasets, checkpoints)
 

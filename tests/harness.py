@@ -32,10 +32,6 @@ def fleet_name(instance_type: str) -> str:
     return re.sub(r"[^a-z0-9]", "", instance_type)
 
 
-def construct_id(fleet: str) -> str:
-    return fleet[0].upper() + fleet[1:]
-
-
 # The fleets issue's acceptance case: an RL fleet and an LLM fleet of two GPU types and a Trainium
 # fleet, each in its own AZ, with alerts, a shorter RUNNABLE limit and a pinned Neuron AMI.
 THREE_FLEETS = {

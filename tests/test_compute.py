@@ -8,7 +8,8 @@ import pytest
 from aws_cdk.assertions import Annotations, Match
 
 from config.catalog import CATALOG, AcceleratorKind
-from tests.harness import EFA_TYPES, construct_id, fleet_name, resources, synth, synth_with
+from config.settings import fleet_construct_id as construct_id
+from tests.harness import EFA_TYPES, fleet_name, resources, synth, synth_with
 
 STACK = "TrainingCompute"
 

@@ -308,3 +308,22 @@ def test_fleet_az_must_be_in_the_region_and_the_vpc_holds_three():
     # Not pinned: two default AZs plus three named ones is more than the VPC has room for.
     assert "the VPC holds 3" in error(**fleets(**four))
     read_settings(fleets(**four) | {"availabilityZone": "us-east-1b"})  # pinned: b, c, d
+
+
+def test_fleets_sharing_a_subnet_must_fit_its_addresses():
+    # p5.48xlarge: 32 EFA interfaces + 1 task ENI = 33 addresses per node; a /18 has 16379.
+    assert read_settings(fleets(big={"instanceType": "p5.48xlarge", "maxNodes": 496})).fleet("big").max_nodes == 496
+    message = error(**fleets(big={"instanceType": "p5.48xlarge", "maxNodes": 497}))
+    assert "need 16401 private IPv4 addresses" in message and "big: 16401" in message and "16379" in message
+    # Two fleets in the same (default) subnet add up; the flat keys are checked the same way.
+    both = fleets(
+        a={"instanceType": "p5.48xlarge", "maxNodes": 300}, b={"instanceType": "p5e.48xlarge", "maxNodes": 300}
+    )
+    assert "a: 9900, b: 9900" in error(**both)
+    assert "gpu: 33000" in error(gpuInstanceType="p5.48xlarge", gpuMaxNodes="1000")
+    # In different AZs each has its own subnet.
+    apart = fleets(
+        a={"instanceType": "p5.48xlarge", "maxNodes": 300},
+        b={"instanceType": "p5e.48xlarge", "maxNodes": 300, "availabilityZone": "us-east-1b"},
+    )
+    read_settings(apart | {"availabilityZone": "us-east-1a"})

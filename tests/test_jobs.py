@@ -11,7 +11,8 @@ import pytest
 
 from config.catalog import CATALOG, AcceleratorKind
 from config.context import read_settings
-from tests.harness import EFA_TYPES, ROOT, VARIANTS, construct_id, fleet_name, resources, synth
+from config.settings import fleet_construct_id as construct_id
+from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, synth
 
 STACK = "TrainingJobs"
 KINDS = ("TrainingJob", "BenchmarkJob")
@@ -147,6 +148,9 @@ def test_isaac_lab_command_takes_task_and_iterations_from_the_environment(tmp_pa
     """Run the job's command in bash with a recording launcher: overrides reach the script."""
     command = container(job_definition("default", "Gpu", "TrainingJob"))["Command"]
     checkpoints = tmp_path / "checkpoints"
+    # An image that already has a logs directory: the link must replace it, not land inside it.
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "from-the-image.txt").write_text("x")
     env = {"TASK": "Isaac-Cartpole-v0", "MAX_ITERATIONS": "7", "CHECKPOINT_DIR": str(checkpoints)}
     args = run_with_recording_launcher(command, env, tmp_path)
     # Isaac Lab writes its runs under ./logs, which is the launcher's checkpoint directory.

@@ -9,6 +9,7 @@ from aws_cdk import Fn
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from config import limits
 from config.catalog import InstanceSpec
 from config.settings import CapacityReservation, RootVolume
 
@@ -16,7 +17,7 @@ from config.settings import CapacityReservation, RootVolume
 ROOT_DEVICE = "/dev/xvda"
 # Batch multi-node containers run in awsvpc mode: ECS attaches one task ENI per job container to
 # the host (Batch user guide, "Multi-node parallel jobs" / networking), on network card 0.
-TASK_ENIS = 1
+TASK_ENIS = limits.TASK_ENIS_PER_NODE
 # The ECS agent blocks instance metadata for awsvpc tasks only with this setting (ECS developer
 # guide, "Amazon ECS container agent configuration", ECS_AWSVPC_BLOCK_IMDS); the IMDS hop limit
 # does not stop them. Batch merges MIME multi-part user data from the launch template with its
@@ -30,10 +31,6 @@ class InterfaceSlot:
     device_index: int
     interface_type: str  # "efa": EFA with ENA
     primary: bool
-
-    @property
-    def is_efa(self) -> bool:
-        return self.interface_type in ("efa", "efa-only")
 
 
 def efa_layout(instance: InstanceSpec) -> list[InterfaceSlot]:
@@ -85,7 +82,7 @@ class EfaLaunchTemplate(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         slots = efa_layout(instance)
-        self.efa_interface_count = sum(slot.is_efa for slot in slots)
+        self.efa_interface_count = len(slots)  # every slot is an EFA interface
 
         def groups(slot: InterfaceSlot) -> list[str]:
             # Every EFA interface carries the EFA group; the primary one also carries the host's own

@@ -16,7 +16,8 @@ from constructs import Construct
 
 # Batch sends "Batch Job State Change" events for every transition (Batch user guide, "Job state
 # change events"). A job the queue cancels for being stuck RUNNABLE ends FAILED with the reason
-# (CAPACITY:..., MISCONFIGURATION:...) in statusReason, so FAILED covers both.
+# (CAPACITY:..., MISCONFIGURATION:...) in statusReason, so FAILED covers both. The event's
+# detail.jobQueue is the queue's ARN (the same guide's example event), which the rule matches on.
 ALERT_STATUSES = ("FAILED",)
 
 

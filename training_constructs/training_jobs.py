@@ -21,8 +21,7 @@ BENCHMARK_TIMEOUT_SECONDS = 1800
 
 
 class TrainingJobs(Construct):
-    """Attributes: `job_queue`, `log_group`, `training` and `benchmark` (MultiNodeJobDefinition),
-    `training_kind` (isaac-lab, pytorch or neuron)."""
+    """Attributes: `job_queue`, `log_group`, `training` and `benchmark` (MultiNodeJobDefinition)."""
 
     def __init__(
         self,
@@ -71,12 +70,10 @@ class TrainingJobs(Construct):
                 attempts=attempts,
             )
 
-        training = training_workload(instance)
-        self.training_kind = training.kind
         # The launcher restores <CHECKPOINT_URI>/<job id>/ before training and uploads it while and
         # after the script runs; a retried attempt keeps its job id and so resumes.
         checkpoints = {"CHECKPOINT_URI": checkpoint_uri, "CHECKPOINT_DIR": CHECKPOINT_DIR}
-        self.training = definition("TrainingJob", training, checkpoints, timeout_seconds, "training")
+        self.training = definition("TrainingJob", training_workload(instance), checkpoints, timeout_seconds, "training")
         self.benchmark = definition(
             "BenchmarkJob",
             benchmark_workload(instance),

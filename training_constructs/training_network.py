@@ -10,6 +10,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from config import limits
+
 VPC_CIDR = "10.0.0.0/16"
 TRAINING_SUBNETS = "Training"
 PUBLIC_SUBNETS = "Public"
@@ -48,7 +50,9 @@ class TrainingNetwork(Construct):
                 # /18: room for one task ENI per node plus one address per EFA-with-ENA interface
                 # on fleets of hundreds of nodes.
                 ec2.SubnetConfiguration(
-                    name=TRAINING_SUBNETS, subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=18
+                    name=TRAINING_SUBNETS,
+                    subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
+                    cidr_mask=limits.TRAINING_SUBNET_MASK,
                 ),
             ],
             # Batch multi-node jobs with EFA interfaces in the launch template cannot name security

@@ -47,15 +47,13 @@ BENCH_ALLREDUCE_ITERS = 20
 
 @dataclass(frozen=True)
 class Workload:
-    # What the training definition is, for the README and outputs: isaac-lab, pytorch, neuron.
-    kind: str
     command: tuple[str, ...]
     environment: dict[str, str] = field(default_factory=dict)
 
 
 def _node_environment(instance: InstanceSpec) -> dict[str, str]:
     """What the launcher's preflight checks on every node, and the ranks it starts."""
-    environment = {"NPROC_PER_NODE": str(instance.processes_per_node), "EFA_DEVICES": str(instance.network_cards)}
+    environment = {"NPROC_PER_NODE": str(instance.processes_per_node), "EFA_DEVICES": str(instance.max_efa_interfaces)}
     if instance.accelerator_kind is AcceleratorKind.NEURON:
         environment.update(NEURON_EFA_ENVIRONMENT)
     else:
@@ -72,7 +70,7 @@ def training_workload(instance: InstanceSpec) -> Workload:
     Neuron all-reduce example on Trainium (replace it with your script)."""
     environment = _node_environment(instance)
     if instance.accelerator_kind is AcceleratorKind.NEURON:
-        return Workload("neuron", _allreduce(TRAINING_ALLREDUCE_MB, TRAINING_ALLREDUCE_ITERS), environment)
+        return Workload(_allreduce(TRAINING_ALLREDUCE_MB, TRAINING_ALLREDUCE_ITERS), environment)
     if not instance.runs_isaac_sim:
         # A shell expands TRAIN_SCRIPT and TRAIN_ARGS at run time: submit with your own values.
         environment.update(
@@ -82,7 +80,7 @@ def training_workload(instance: InstanceSpec) -> Workload:
             }
         )
         script = f'exec {LAUNCHER} "$TRAIN_SCRIPT" $TRAIN_ARGS'
-        return Workload("pytorch", ("/bin/bash", "-c", script), environment)
+        return Workload(("/bin/bash", "-c", script), environment)
     environment.update(
         {
             "TASK": DEFAULT_TASK,
@@ -99,11 +97,11 @@ def training_workload(instance: InstanceSpec) -> Workload:
     # uploads during and after training. A shell expands TASK and MAX_ITERATIONS at run time, so a
     # submit-time environment override changes the task without touching the command.
     script = (
-        f'mkdir -p "$CHECKPOINT_DIR" && ln -sfn "$CHECKPOINT_DIR" {ISAACLAB_LOG_DIR} && '
+        f'mkdir -p "$CHECKPOINT_DIR" && rm -rf {ISAACLAB_LOG_DIR} && ln -s "$CHECKPOINT_DIR" {ISAACLAB_LOG_DIR} && '
         f'exec {LAUNCHER} {ISAACLAB_TRAIN_SCRIPT} --task "$TASK" --max_iterations "$MAX_ITERATIONS" '
         "--headless --distributed"
     )
-    return Workload("isaac-lab", ("/bin/bash", "-c", script), environment)
+    return Workload(("/bin/bash", "-c", script), environment)
 
 
 def benchmark_workload(instance: InstanceSpec) -> Workload:
@@ -115,4 +113,4 @@ def benchmark_workload(instance: InstanceSpec) -> Workload:
         # Fail rather than fall back to TCP sockets; INFO prints the transport ("NET/OFI").
         environment["NCCL_NET"] = AWS_OFI_NCCL_PLUGIN
         environment["NCCL_DEBUG"] = "INFO"
-    return Workload("allreduce", _allreduce(BENCH_ALLREDUCE_MB, BENCH_ALLREDUCE_ITERS), environment)
+    return Workload(_allreduce(BENCH_ALLREDUCE_MB, BENCH_ALLREDUCE_ITERS), environment)
