@@ -9,6 +9,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from config.metrics import FLEET_ENV
 from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
@@ -95,7 +96,8 @@ class JobsStack(Stack):
                 scheduling_policy=self.scheduling_policy,
                 runnable_timeout=Duration.minutes(jobs.runnable_timeout_minutes),
                 job_role=self.job_role,
-                environment=environment,
+                # The fleet's name: the Fleet dimension of what its jobs emit.
+                environment={**environment, FLEET_ENV: fleet.name},
                 checkpoint_uri=f"s3://{checkpoint_bucket.bucket_name}/{fleet.name}",
                 timeout_seconds=jobs.timeout_seconds,
                 attempts=jobs.attempts,

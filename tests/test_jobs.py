@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from config import metrics
 from config.catalog import CATALOG, AcceleratorKind
 from config.context import read_settings
 from config.settings import fleet_construct_id as construct_id
@@ -181,6 +182,13 @@ def test_jobs_get_the_bucket_names_and_the_job_role(profile, kind):
     assert "TrainingData-DatasetBucketArn" in json.dumps(env["DATASET_BUCKET"])
     assert "TrainingData-CheckpointBucketArn" in json.dumps(env["CHECKPOINT_BUCKET"])
     assert c["JobRoleArn"] == {"Fn::GetAtt": [next(iter(job_roles("default"))), "Arn"]}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("profile", "fleet"), [("Gpu", "gpu"), ("Trainium", "trainium")])
+def test_jobs_know_their_fleet_for_metric_dimensions(profile, fleet, kind):
+    env = environment(container(job_definition("default", profile, kind)))
+    assert env[metrics.FLEET_ENV] == fleet
 
 
 @pytest.mark.parametrize("kind", KINDS)
