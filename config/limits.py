@@ -14,7 +14,8 @@ TRAINING_SUBNET_MASK = 18
 # Private IPv4 addresses a training subnet can hand out: AWS reserves the first four and the last
 # address of every subnet (VPC user guide, "Subnet CIDR blocks").
 TRAINING_SUBNET_ADDRESSES = 2 ** (32 - TRAINING_SUBNET_MASK) - 5
-# Each node takes one address per EFA interface (every one is `efa`, EFA with ENA, see
+# Each node takes one address per launch-template interface (every EFA one is `efa`, EFA with ENA,
+# plus an ENA-only primary where card 0 has no EFA: InstanceSpec.node_interfaces, see
 # training_constructs/efa_launch_template.py) and one for the job's awsvpc task ENI.
 TASK_ENIS_PER_NODE = 1
 # Values CloudWatch Logs accepts for RetentionInDays (CloudWatch Logs API, PutRetentionPolicy).
