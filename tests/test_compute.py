@@ -77,7 +77,7 @@ def test_p6_b300_primary_is_ena_only_on_card_0_with_room_for_the_task_eni():
     assert "InterfaceType" not in primary  # EC2's default: ENA, no EFA device
     groups = [g["Fn::ImportValue"] for g in primary["Groups"]]
     assert any("NodeSecurityGroup" in g for g in groups)
-    assert 1 + 1 <= CATALOG["p6-b300.48xlarge"].card_interfaces[0]
+    assert CATALOG["p6-b300.48xlarge"].card_interfaces[0] >= 2  # primary + task ENI
 
 
 def test_the_fleet_limit_fits_cloudformations_stack_limits():
