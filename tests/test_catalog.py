@@ -137,6 +137,31 @@ def test_card_0_without_efa_only_where_one_card_lacks_it():
         dataclasses.replace(b300, efa_interfaces=8)
 
 
+def test_readme_catalog_table_lists_every_efa_type_with_its_figures():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Instance catalog") : text.index("### Checking the catalog")]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 10 and cells[0] in CATALOG:
+            rows[cells[0]] = cells
+    assert set(rows) == {n for n, s in CATALOG.items() if s.efa_supported}
+    for name, (_, vcpus, mem, _, cards, efa, per_card, gbps, isaac, driver) in rows.items():
+        spec = CATALOG[name]
+        first, last = spec.efa_cards[0], spec.efa_cards[-1]
+        assert (int(vcpus), int(mem), int(cards), int(gbps)) == (
+            spec.vcpus,
+            spec.memory_gib,
+            spec.network_cards,
+            spec.network_gbps,
+        ), name
+        assert efa == (str(first) if first == last else f"{first}-{last}"), name
+        assert {int(per_card)} == set(spec.card_interfaces), name
+        if spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
+            assert isaac == ("yes" if spec.runs_isaac_sim else "no"), name
+        assert driver in ((spec.min_nvidia_driver or ""), "-"), name
+
+
 def test_isaac_sim_exactly_on_rt_core_gpus():
     isaac = {n for n, s in CATALOG.items() if s.runs_isaac_sim and s.efa_supported}
     assert {n.split(".")[0] for n in isaac} == {"g5", "g6", "g6e", "g7e"}
