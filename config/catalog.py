@@ -10,7 +10,7 @@ Per-card data: `card_interfaces` is EC2 DescribeInstanceTypes'
 NetworkInfo.NetworkCards[].MaximumNetworkInterfaces in card order, `efa_interfaces` is
 NetworkInfo.EfaInfo.MaximumEfaInterfaces. EFA is one interface per network card (EC2 user guide,
 efa-acc-inst-types); where an instance has one EFA interface fewer than network cards, card 0 is
-the card without EFA (the rule aws-parallelcluster 3.16.1 applies, templates/queues_stack.py:
+the card without EFA (the rule the pinned aws-parallelcluster applies, templates/queues_stack.py:
 "MaximumEfaInterfaces < MaximumNetworkCards -> NCI-0 does NOT support EFA (e.g., B300, GB200)";
 EC2 user guide, efa-acc-inst-types: "If the network card index 0 supports EFA ...").
 
