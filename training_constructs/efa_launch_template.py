@@ -45,7 +45,8 @@ def efa_layout(instance: InstanceSpec) -> list[InterfaceSlot]:
     templates for P5 and P6 (awslabs/awsome-distributed-training, 1.architectures/3.aws-batch).
     Where it does not (`InstanceSpec.efa_cards`), card 0 gets an ENA-only primary interface and the
     EFA interfaces go on the other cards, the layout the pinned aws-parallelcluster renders for such
-    types (templates/queues_stack.py: interface type unset, i.e. ENA, on card 0). No public source
+    types with its `EfaInterfaceType: efa` setting (templates/queues_stack.py: interface type
+    unset, i.e. ENA, on card 0 when card 0 has no EFA; `efa` on every other card). No public source
     shows Batch accepting `efa-only` interfaces, so none are used. Card 0 then holds one interface
     and keeps room for the task ENI even where it takes only two (p5, p5e, trn2).
     """
