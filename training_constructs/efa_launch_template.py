@@ -44,9 +44,11 @@ def efa_layout(instance: InstanceSpec) -> list[InterfaceSlot]:
     Where card 0 supports EFA (every type but p6-b300 here) this is the layout of AWS's own Batch
     templates for P5 and P6 (awslabs/awsome-distributed-training, 1.architectures/3.aws-batch).
     Where it does not (`InstanceSpec.efa_cards`), card 0 gets an ENA-only primary interface and the
-    EFA interfaces go on the other cards, the layout the pinned aws-parallelcluster renders for such
-    types with its `EfaInterfaceType: efa` setting (templates/queues_stack.py: interface type
-    unset, i.e. ENA, on card 0 when card 0 has no EFA; `efa` on every other card). No public source
+    EFA interfaces go on the other cards: the interface types the pinned aws-parallelcluster renders
+    for such types with its `EfaInterfaceType: efa` setting (templates/queues_stack.py: type unset,
+    i.e. ENA, on card 0 when card 0 has no EFA; `efa` on every other card, there at device index 1
+    where a card takes more than one interface; device index 0 here, as on every other type, the
+    Batch templates' choice). No public source
     shows Batch accepting `efa-only` interfaces, so none are used. Card 0 then holds one interface
     and keeps room for the task ENI even where it takes only two (p5, p5e, trn2).
     """
