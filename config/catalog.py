@@ -2,18 +2,25 @@
 
 Figures come from the EC2 instance-type specifications ("Accelerated computing",
 https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html: vCPUs, memory, accelerators,
-network bandwidth, network cards, EFA support) unless a line cites something else. The maximum
-number of EFA interfaces equals the number of network cards for every type listed here (EC2 user
-guide, efa-acc-inst-types: one EFA interface per network card).
+network bandwidth, network cards, EFA support) unless a line cites something else.
+`config/instance_network_sources.json` keeps the published network and EFA figures with their
+sources and the date they were read; tests/test_catalog.py fails when a row here disagrees.
 
-Interfaces per network card (`interfaces_per_card`) are EC2 DescribeInstanceTypes'
-NetworkInfo.NetworkCards[].MaximumNetworkInterfaces; the same figures are kept in
-aws/amazon-vpc-cni-k8s pkg/vpc/vpc_ip_resource_limit.go (read 2026-08). Every card of the types
-listed here takes the same number, so one figure per type is enough.
+Per-card data: `card_interfaces` is EC2 DescribeInstanceTypes'
+NetworkInfo.NetworkCards[].MaximumNetworkInterfaces in card order, `efa_interfaces` is
+NetworkInfo.EfaInfo.MaximumEfaInterfaces. EFA is one interface per network card (EC2 user guide,
+efa-acc-inst-types); where an instance has one EFA interface fewer than network cards, card 0 is
+the card without EFA (the rule the pinned aws-parallelcluster applies, templates/queues_stack.py:
+"MaximumEfaInterfaces < MaximumNetworkCards -> NCI-0 does NOT support EFA (e.g., B300, GB200)";
+EC2 user guide, efa-acc-inst-types: "If the network card index 0 supports EFA ...").
 
 Isaac Sim needs an NVIDIA RTX GPU with RT cores; A100, H100 and H200 have none and are listed as
 unsupported (Isaac Sim documentation, "Isaac Sim Requirements": GPUs without RT cores are not
-supported). L4, L40S and A10G are RTX-class data-centre GPUs with RT cores.
+supported). L4, L40S and A10G are RTX-class data-centre GPUs with RT cores, and so is the RTX PRO
+6000 Blackwell Server Edition of g7e (NVIDIA's ovrtx/Omniverse RTX hardware requirements name
+"8 x RTX Pro 6000 Blackwell Server Edition" as the recommended server). B200 and B300 are compute
+GPUs without the RTX ray-tracing features (same page: Shader Execution Reordering, Opacity
+Micro-Map and Motion BVH "No" on "Blackwell B200/B300").
 """
 
 from __future__ import annotations
@@ -48,14 +55,49 @@ class InstanceSpec:
     neuron_cores_per_device: int = 0
     # Physical NeuronCores the Neuron runtime groups into one logical core by default (LNC).
     logical_core_group: int = 1
-    network_cards: int
-    # Network interfaces each network card takes (card 0 holds the primary interface and, on
-    # Batch, the job's own awsvpc task ENI).
-    interfaces_per_card: int
+    # Network interfaces each network card takes, by card index (card 0 holds the primary
+    # interface and, on Batch, the job's own awsvpc task ENI).
+    card_interfaces: tuple[int, ...]
+    # EFA interfaces the instance takes (MaximumEfaInterfaces); 0 without EFA.
+    efa_interfaces: int
     network_gbps: int
-    efa_supported: bool = True
     # Whether the GPU can run Isaac Sim (RT cores); False for every non-GPU type.
     runs_isaac_sim: bool = False
+    # The oldest NVIDIA driver NVIDIA documents for this GPU (see MIN_NVIDIA_DRIVER); None where
+    # the ECS GPU AMI's driver has long covered it.
+    min_nvidia_driver: str | None = None
+
+    def __post_init__(self) -> None:
+        # The only layouts EC2 publishes for the types here: EFA on every card, or on every card
+        # but card 0. Anything else needs a new layout rule, not a silent guess.
+        if self.efa_interfaces not in (0, self.network_cards, self.network_cards - 1):
+            raise ValueError(f"{self.name}: {self.efa_interfaces} EFA interfaces on {self.network_cards} cards")
+
+    @property
+    def network_cards(self) -> int:
+        return len(self.card_interfaces)
+
+    @property
+    def efa_supported(self) -> bool:
+        return self.efa_interfaces > 0
+
+    @property
+    def efa_cards(self) -> tuple[int, ...]:
+        """Network cards that carry an EFA interface: all of them, or all but card 0."""
+        if not self.efa_supported:
+            return ()
+        first = self.network_cards - self.efa_interfaces
+        return tuple(range(first, self.network_cards))
+
+    @property
+    def card_0_has_efa(self) -> bool:
+        return 0 in self.efa_cards
+
+    @property
+    def node_interfaces(self) -> int:
+        """Interfaces the launch template attaches: one per EFA card, plus an ENA-only primary on
+        card 0 where card 0 has no EFA. Each takes one private IPv4 address."""
+        return self.efa_interfaces + (0 if self.card_0_has_efa else 1)
 
     @property
     def profile(self) -> Profile:
@@ -65,7 +107,7 @@ class InstanceSpec:
 
     @property
     def max_efa_interfaces(self) -> int:
-        return self.network_cards if self.efa_supported else 0
+        return self.efa_interfaces
 
     @property
     def neuron_cores(self) -> int:
@@ -80,10 +122,26 @@ class InstanceSpec:
 
 
 # GPU models with RT cores (Isaac Sim requirements; see the module docstring).
-RT_CORE_GPUS = frozenset({"A10G", "L4", "L40S"})
+RT_CORE_GPUS = frozenset({"A10G", "L4", "L40S", "RTX PRO 6000"})
+
+# The oldest NVIDIA driver documented for each Blackwell GPU; older drivers do not know the GPU.
+# The ECS AL2023 GPU AMI pins its driver per release (aws/amazon-ecs-ami NVIDIA_DRIVER_VERSION:
+# 580.159.03 in the 20260820 release, above every figure here), but a fleet can meet an older AMI,
+# so the job definitions carry the figure (MIN_NVIDIA_DRIVER) and container/driver_check.py
+# refuses to start on an older driver.
+# - B200: NVIDIA GPU Operator platform support, "HGX B200 requires a driver container version of
+#   570.133.20 or later" (NVIDIA/cloud-native-docs gpu-operator/platform-support.rst).
+# - B300: first supported with the 580.95.05 data-center driver (GPU Operator 25.10.0 release
+#   notes: "Added support for NVIDIA HGX B300", driver 580.95.05).
+# - RTX PRO 6000 Blackwell Server Edition: 575.57.08 for CUDA (GPU Operator platform support note),
+#   580.95.05 for Omniverse RTX, which Isaac Sim is (Omniverse "Technical Requirements", Blackwell,
+#   Data Center, R580); the Isaac Sim figure is the binding one on g7e.
+MIN_NVIDIA_DRIVER = {"B200": "570.133.20", "B300": "580.95.05", "RTX PRO 6000": "580.95.05"}
 
 
-def _gpu(name: str, vcpus: int, mem: int, model: str, count: int, cards: int, per_card: int, gbps: int) -> InstanceSpec:
+def _gpu(
+    name: str, vcpus: int, mem: int, model: str, count: int, cards: tuple[int, ...], efa: int, gbps: int
+) -> InstanceSpec:
     return InstanceSpec(
         name=name,
         vcpus=vcpus,
@@ -91,10 +149,11 @@ def _gpu(name: str, vcpus: int, mem: int, model: str, count: int, cards: int, pe
         accelerator_kind=AcceleratorKind.NVIDIA_GPU,
         accelerator_model=model,
         accelerator_count=count,
-        network_cards=cards,
-        interfaces_per_card=per_card,
+        card_interfaces=cards,
+        efa_interfaces=efa,
         network_gbps=gbps,
         runs_isaac_sim=model in RT_CORE_GPUS,
+        min_nvidia_driver=MIN_NVIDIA_DRIVER.get(model),
     )
 
 
@@ -104,12 +163,11 @@ def _trainium(
     mem: int,
     model: str,
     cores_per_device: int,
-    cards: int,
-    per_card: int,
+    cards: tuple[int, ...],
     gbps: int,
     lnc: int = 1,
 ) -> InstanceSpec:
-    # Every Trainium type here carries 16 Neuron devices.
+    # Every Trainium type here carries 16 Neuron devices and EFA on every network card.
     return InstanceSpec(
         name=name,
         vcpus=vcpus,
@@ -119,58 +177,64 @@ def _trainium(
         accelerator_count=16,
         neuron_cores_per_device=cores_per_device,
         logical_core_group=lnc,
-        network_cards=cards,
-        interfaces_per_card=per_card,
+        card_interfaces=cards,
+        efa_interfaces=len(cards),
         network_gbps=gbps,
     )
 
 
+def _cards(count: int, interfaces: int) -> tuple[int, ...]:
+    """`count` network cards that each take `interfaces` network interfaces."""
+    return (interfaces,) * count
+
+
 _SPECS: tuple[InstanceSpec, ...] = (
     # G5 (NVIDIA A10G).
-    _gpu("g5.48xlarge", 192, 768, "A10G", 8, 1, 7, 100),
+    _gpu("g5.48xlarge", 192, 768, "A10G", 8, _cards(1, 7), 1, 100),
     # G6 (NVIDIA L4): EFA on 8xlarge and larger, one network card each.
-    _gpu("g6.8xlarge", 32, 128, "L4", 1, 1, 8, 25),
-    _gpu("g6.12xlarge", 48, 192, "L4", 4, 1, 8, 40),
-    _gpu("g6.16xlarge", 64, 256, "L4", 1, 1, 15, 25),
-    _gpu("g6.24xlarge", 96, 384, "L4", 4, 1, 15, 50),
-    _gpu("g6.48xlarge", 192, 768, "L4", 8, 1, 15, 100),
-    # Types without EFA, listed so that asking for them is refused with a reason rather than
-    # "unknown type" (in G5, G6 and G6e, EFA starts at the 8xlarge size).
-    InstanceSpec(
-        name="g6.4xlarge",
-        vcpus=16,
-        memory_gib=64,
-        accelerator_kind=AcceleratorKind.NVIDIA_GPU,
-        accelerator_model="L4",
-        accelerator_count=1,
-        network_cards=1,
-        interfaces_per_card=8,
-        network_gbps=25,
-        efa_supported=False,
-    ),
+    _gpu("g6.8xlarge", 32, 128, "L4", 1, _cards(1, 8), 1, 25),
+    _gpu("g6.12xlarge", 48, 192, "L4", 4, _cards(1, 8), 1, 40),
+    _gpu("g6.16xlarge", 64, 256, "L4", 1, _cards(1, 15), 1, 25),
+    _gpu("g6.24xlarge", 96, 384, "L4", 4, _cards(1, 15), 1, 50),
+    _gpu("g6.48xlarge", 192, 768, "L4", 8, _cards(1, 15), 1, 100),
+    # A type without EFA, listed so that asking for it is refused with a reason rather than
+    # "unknown type" (in G5, G6, G6e and G7e, EFA starts at the 8xlarge size). 10 Gbps baseline.
+    _gpu("g6.4xlarge", 16, 64, "L4", 1, _cards(1, 8), 0, 10),
     # G6e (NVIDIA L40S): up to four network cards / 400 Gbps on the 48xlarge
     # (EC2 user guide, efa-acc-inst-types: "G6e instances support up to four network cards").
-    _gpu("g6e.8xlarge", 32, 256, "L40S", 1, 1, 8, 25),
-    _gpu("g6e.12xlarge", 48, 384, "L40S", 4, 1, 10, 100),
-    _gpu("g6e.16xlarge", 64, 512, "L40S", 1, 1, 15, 35),
-    _gpu("g6e.24xlarge", 96, 768, "L40S", 4, 2, 10, 200),
-    _gpu("g6e.48xlarge", 192, 1536, "L40S", 8, 4, 10, 400),
+    _gpu("g6e.8xlarge", 32, 256, "L40S", 1, _cards(1, 8), 1, 25),
+    _gpu("g6e.12xlarge", 48, 384, "L40S", 4, _cards(1, 10), 1, 100),
+    _gpu("g6e.16xlarge", 64, 512, "L40S", 1, _cards(1, 15), 1, 35),
+    _gpu("g6e.24xlarge", 96, 768, "L40S", 4, _cards(2, 10), 2, 200),
+    _gpu("g6e.48xlarge", 192, 1536, "L40S", 8, _cards(4, 10), 4, 400),
+    # G7e (NVIDIA RTX PRO 6000 Blackwell Server Edition, 96 GB): EFA from the 8xlarge size; the
+    # 12xlarge has two GPUs (not four), 8 GiB of memory per vCPU up to 2 TiB on the 48xlarge.
+    _gpu("g7e.8xlarge", 32, 256, "RTX PRO 6000", 1, _cards(1, 8), 1, 100),
+    _gpu("g7e.12xlarge", 48, 512, "RTX PRO 6000", 2, _cards(1, 10), 1, 400),
+    _gpu("g7e.24xlarge", 96, 1024, "RTX PRO 6000", 4, _cards(2, 10), 2, 800),
+    _gpu("g7e.48xlarge", 192, 2048, "RTX PRO 6000", 8, _cards(4, 10), 4, 1600),
     # P4d / P4de (NVIDIA A100 40 GB / 80 GB): four network cards, 400 Gbps.
-    _gpu("p4d.24xlarge", 96, 1152, "A100", 8, 4, 15, 400),
-    _gpu("p4de.24xlarge", 96, 1152, "A100", 8, 4, 15, 400),
+    _gpu("p4d.24xlarge", 96, 1152, "A100", 8, _cards(4, 15), 4, 400),
+    _gpu("p4de.24xlarge", 96, 1152, "A100", 8, _cards(4, 15), 4, 400),
     # P5 / P5e (H100 / H200): 32 network cards, 3200 Gbps (EC2 user guide, efa-acc-inst-types,
     # "P5 and P5e instances support up to 32 network cards"). P5en: 16 cards, 3200 Gbps.
-    _gpu("p5.48xlarge", 192, 2048, "H100", 8, 32, 2, 3200),
-    _gpu("p5e.48xlarge", 192, 2048, "H200", 8, 32, 2, 3200),
-    _gpu("p5en.48xlarge", 192, 2048, "H200", 8, 16, 4, 3200),
+    # p5.4xlarge: one H100, one network card with EFA, 100 Gbps: the cheapest multi-node test.
+    _gpu("p5.4xlarge", 16, 256, "H100", 1, _cards(1, 4), 1, 100),
+    _gpu("p5.48xlarge", 192, 2048, "H100", 8, _cards(32, 2), 32, 3200),
+    _gpu("p5e.48xlarge", 192, 2048, "H200", 8, _cards(32, 2), 32, 3200),
+    _gpu("p5en.48xlarge", 192, 2048, "H200", 8, _cards(16, 4), 16, 3200),
+    # P6 (Blackwell): p6-b200 has 8 cards, all with EFA, 3200 Gbps; p6-b300 has 17 cards, EFA on
+    # cards 1-16 only (16 EFA interfaces), 6400 Gbps, 4 TiB of memory.
+    _gpu("p6-b200.48xlarge", 192, 2048, "B200", 8, _cards(8, 4), 8, 3200),
+    _gpu("p6-b300.48xlarge", 192, 4096, "B300", 8, _cards(17, 4), 16, 6400),
     # Trainium: 8 network cards on trn1.32xlarge, 16 on trn1n.32xlarge (Neuron docs, multi-node
     # setup "EFA interfaces per instance"); trn2.48xlarge 16 cards, 3200 Gbps. Trainium1 devices
     # have 2 NeuronCores each, Trainium2 devices 8 (Neuron docs, Trainium / Trainium2 architecture).
     # Trainium2 runs with Logical NeuronCore configuration 2 by default: 64 ranks per trn2.48xlarge
     # (Neuron docs, "Best practices for training on AWS Neuron" and "Logical NeuronCore configuration").
-    _trainium("trn1.32xlarge", 128, 512, "Trainium", 2, 8, 5, 800),
-    _trainium("trn1n.32xlarge", 128, 512, "Trainium", 2, 16, 5, 1600),
-    _trainium("trn2.48xlarge", 192, 2048, "Trainium2", 8, 16, 2, 3200, lnc=2),
+    _trainium("trn1.32xlarge", 128, 512, "Trainium", 2, _cards(8, 5), 800),
+    _trainium("trn1n.32xlarge", 128, 512, "Trainium", 2, _cards(16, 5), 1600),
+    _trainium("trn2.48xlarge", 192, 2048, "Trainium2", 8, _cards(16, 2), 3200, lnc=2),
 )
 
 CATALOG: dict[str, InstanceSpec] = {spec.name: spec for spec in _SPECS}

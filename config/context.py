@@ -408,12 +408,12 @@ def _check_subnet_room(fleets: tuple[FleetSettings, ...], default_az: str | None
     for fleet in fleets:
         by_az.setdefault(fleet.availability_zone or default_az or "the default AZ", []).append(fleet)
     for where, members in by_az.items():
-        need = {f.name: f.max_nodes * (f.instance.max_efa_interfaces + limits.TASK_ENIS_PER_NODE) for f in members}
+        need = {f.name: f.max_nodes * (f.instance.node_interfaces + limits.TASK_ENIS_PER_NODE) for f in members}
         if sum(need.values()) > limits.TRAINING_SUBNET_ADDRESSES:
             detail = ", ".join(f"{name}: {n}" for name, n in need.items())
             raise ConfigError(
                 f"context: fleets in {where} need {sum(need.values())} private IPv4 addresses at their maxNodes "
-                f"({detail}; one per EFA interface and task ENI per node), more than the "
+                f"({detail}; one per launch-template interface and task ENI per node), more than the "
                 f"{limits.TRAINING_SUBNET_ADDRESSES} of a /{limits.TRAINING_SUBNET_MASK} training subnet; lower "
                 "maxNodes or give a fleet its own availabilityZone"
             )

@@ -5,16 +5,19 @@ guards where AWS allows more than makes sense."""
 MAX_NODES = 1000
 # A multi-node job needs at least two nodes; a single node is an ordinary Batch job.
 MIN_NODES = 2
-# Each fleet adds about ten resources and five outputs across the compute and jobs stacks;
-# CloudFormation allows 500 resources and 200 outputs per stack.
-MAX_FLEETS = 20
+# CloudFormation allows 500 resources and 200 outputs per stack; a fleet adds 5 resources to the
+# compute stack and 4 outputs to the jobs stack (26 fleets, the all-types synth: 130 resources,
+# 105 outputs; tests/test_compute.py extrapolates the synth to this limit). 30 holds every
+# EFA-capable catalog type as its own fleet with room for what later stacks add per fleet.
+MAX_FLEETS = 30
 # The VPC (10.0.0.0/16) has room for three /18 training subnets beside the public /24s.
 MAX_AVAILABILITY_ZONES = 3
 TRAINING_SUBNET_MASK = 18
 # Private IPv4 addresses a training subnet can hand out: AWS reserves the first four and the last
 # address of every subnet (VPC user guide, "Subnet CIDR blocks").
 TRAINING_SUBNET_ADDRESSES = 2 ** (32 - TRAINING_SUBNET_MASK) - 5
-# Each node takes one address per EFA interface (every one is `efa`, EFA with ENA, see
+# Each node takes one address per launch-template interface (every EFA one is `efa`, EFA with ENA,
+# plus an ENA-only primary where card 0 has no EFA: InstanceSpec.node_interfaces, see
 # training_constructs/efa_launch_template.py) and one for the job's awsvpc task ENI.
 TASK_ENIS_PER_NODE = 1
 # Values CloudWatch Logs accepts for RetentionInDays (CloudWatch Logs API, PutRetentionPolicy).

@@ -18,6 +18,7 @@ from marshmallow import ValidationError
 from pcluster.schemas.cluster_schema import ClusterSchema
 from pcluster.validators.cluster_validators import ComputeResourceSizeValidator
 from pcluster.validators.common import FailureLevel
+from pcluster.validators.ec2_validators import InstanceTypeOSCompatibleValidator
 from pcluster.validators.fsx_validators import (
     FsxDraValidator,
     FsxPersistentOptionsValidator,
@@ -35,6 +36,9 @@ def errors(configuration: dict, cluster_name: str) -> list[str]:
     results = []
     for queue in cluster.scheduling.queues:
         for resource in queue.compute_resources:
+            # Instance type against the OS (refuses e.g. p6e-gb200 on RHEL); offline, no EC2 call.
+            for instance_type in resource.instance_types:
+                results += InstanceTypeOSCompatibleValidator().execute(instance_type=instance_type, os=cluster.image.os)
             results += ComputeResourceSizeValidator().execute(
                 min_count=resource.min_count, max_count=resource.max_count, capacity_type=queue.capacity_type
             )

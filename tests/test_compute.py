@@ -7,6 +7,7 @@ import email
 import pytest
 from aws_cdk.assertions import Annotations, Match
 
+from config import limits
 from config.catalog import CATALOG, AcceleratorKind
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import EFA_TYPES, fleet_name, resources, synth, synth_with
@@ -35,27 +36,73 @@ def interfaces_on(lt, card):
 
 
 @pytest.mark.parametrize("instance", EFA_TYPES)
-def test_one_efa_device_on_every_network_card(instance):
+def test_one_efa_device_on_every_efa_card_and_the_primary_on_card_0(instance):
     _, lt, _ = of_type(instance)
     spec = CATALOG[instance]
     interfaces = lt["NetworkInterfaces"]
-    # AWS's Batch layout: EFA with ENA ("efa"), device index 0, once per card; no efa-only.
-    assert all(i["InterfaceType"] == "efa" and i["DeviceIndex"] == 0 for i in interfaces)
-    assert sorted(i["NetworkCardIndex"] for i in interfaces) == list(range(spec.network_cards))
-    assert len(interfaces) == spec.max_efa_interfaces
+    # AWS's Batch layout: EFA with ENA ("efa"), device index 0, once per EFA card; no efa-only.
+    efa = [i for i in interfaces if i.get("InterfaceType") == "efa"]
+    assert all(i["DeviceIndex"] == 0 for i in interfaces)
+    assert sorted(i["NetworkCardIndex"] for i in efa) == list(spec.efa_cards)
+    assert len(efa) == spec.max_efa_interfaces
+    assert len(interfaces) == spec.node_interfaces
+    assert len(interfaces_on(lt, 0)) == 1  # the primary interface: card 0, device index 0
+
+
+# One representative of every layout family: network cards -> (type, interfaces expected on each
+# card as (card, type) with None for ENA only). Written out, not derived from the catalog.
+LAYOUT_FAMILIES = {
+    1: ("g6.12xlarge", [(0, "efa")]),
+    4: ("g6e.48xlarge", [(c, "efa") for c in range(4)]),
+    8: ("p6-b200.48xlarge", [(c, "efa") for c in range(8)]),
+    16: ("p5en.48xlarge", [(c, "efa") for c in range(16)]),
+    17: ("p6-b300.48xlarge", [(0, None)] + [(c, "efa") for c in range(1, 17)]),
+    32: ("p5.48xlarge", [(c, "efa") for c in range(32)]),
+}
+
+
+@pytest.mark.parametrize("cards", sorted(LAYOUT_FAMILIES))
+def test_layout_family(cards):
+    instance, expected = LAYOUT_FAMILIES[cards]
+    assert CATALOG[instance].network_cards == cards
+    _, lt, _ = of_type(instance)
+    got = sorted((i["NetworkCardIndex"], i.get("InterfaceType")) for i in lt["NetworkInterfaces"])
+    assert got == expected
+    assert {i["DeviceIndex"] for i in lt["NetworkInterfaces"]} == {0}
+
+
+def test_p6_b300_primary_is_ena_only_on_card_0_with_room_for_the_task_eni():
+    _, lt, _ = of_type("p6-b300.48xlarge")
+    (primary,) = interfaces_on(lt, 0)
+    assert "InterfaceType" not in primary  # EC2's default: ENA, no EFA device
+    groups = [g["Fn::ImportValue"] for g in primary["Groups"]]
+    assert any("NodeSecurityGroup" in g for g in groups)
+    assert CATALOG["p6-b300.48xlarge"].card_interfaces[0] >= 2  # primary + task ENI
+
+
+def test_the_fleet_limit_fits_cloudformations_stack_limits():
+    # Every stack of the all-types synth, scaled from its fleet count to MAX_FLEETS (fixed
+    # resources counted as if per fleet, so the estimate errs high): CloudFormation's 500
+    # resources and 200 outputs per stack.
+    result = synth("all-types")
+    for name, template in result.templates.items():
+        for section, limit in (("Resources", 500), ("Outputs", 200)):
+            count = len(template.get(section, {}))
+            assert count * limits.MAX_FLEETS / len(EFA_TYPES) <= limit, (name, section, count)
+    assert len(EFA_TYPES) <= limits.MAX_FLEETS
 
 
 @pytest.mark.parametrize("instance", EFA_TYPES)
 def test_card_0_keeps_a_free_slot_for_the_batch_task_eni(instance):
     _, lt, _ = of_type(instance)
     used = len(interfaces_on(lt, 0))
-    assert used + 1 <= CATALOG[instance].interfaces_per_card
+    assert used + 1 <= CATALOG[instance].card_interfaces[0]
 
 
 def test_card_0_is_tight_where_the_catalog_says_so():
     # Pinned from DescribeInstanceTypes (aws/amazon-vpc-cni-k8s): only two interfaces on card 0.
     for instance in ("p5.48xlarge", "p5e.48xlarge", "trn2.48xlarge"):
-        assert CATALOG[instance].interfaces_per_card == 2
+        assert CATALOG[instance].card_interfaces[0] == 2
         _, lt, _ = of_type(instance)
         assert len(interfaces_on(lt, 0)) == 1
 
@@ -255,7 +302,7 @@ def test_three_fleets_three_compute_paths_each_sized_from_its_type():
         _, lt, ce = fleet("three-fleets", fleet_id)
         assert ce["Properties"]["ComputeResources"]["InstanceTypes"] == [instance]
         assert ce["Properties"]["ComputeResources"]["MaxvCpus"] == max_nodes * CATALOG[instance].vcpus
-        assert len(lt["NetworkInterfaces"]) == CATALOG[instance].network_cards
+        assert len(lt["NetworkInterfaces"]) == CATALOG[instance].node_interfaces
 
 
 def test_fleets_in_other_azs_use_the_subnet_of_their_own_az():

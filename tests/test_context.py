@@ -279,8 +279,8 @@ def test_none_leaves_a_default_fleet_out():
             ["'rl' and 'RL' differ only in case"],
         ),
         (
-            fleets(**{f"f{i}": {"instanceType": "g6.12xlarge"} for i in range(21)}),
-            ["fleets='21 fleets'", "at most 20"],
+            fleets(**{f"f{i}": {"instanceType": "g6.12xlarge"} for i in range(31)}),
+            ["fleets='31 fleets'", "at most 30"],
         ),
     ],
 )
@@ -327,3 +327,16 @@ def test_fleets_sharing_a_subnet_must_fit_its_addresses():
         b={"instanceType": "p5e.48xlarge", "maxNodes": 300, "availabilityZone": "us-east-1b"},
     )
     read_settings(apart | {"availabilityZone": "us-east-1a"})
+
+
+def test_subnet_room_counts_the_ena_only_primary_of_p6_b300():
+    # p6-b300.48xlarge: ENA-only primary + 16 EFA interfaces + 1 task ENI = 18 addresses per node
+    # (not 17, its EFA count + 1): 909 nodes take 16362 of 16379, 910 take 16380.
+    assert read_settings(fleets(b300={"instanceType": "p6-b300.48xlarge", "maxNodes": 909})).fleet("b300")
+    assert "b300: 16380" in error(**fleets(b300={"instanceType": "p6-b300.48xlarge", "maxNodes": 910}))
+    # p6-b200: 8 EFA interfaces, EFA on card 0 too: 9 per node, 9000 at 1000 nodes.
+    mixed = fleets(
+        b200={"instanceType": "p6-b200.48xlarge", "maxNodes": 1000},
+        p5={"instanceType": "p5.48xlarge", "maxNodes": 300},
+    )
+    assert "b200: 9000, p5: 9900" in error(**mixed)

@@ -77,7 +77,8 @@ def test_every_efa_and_neuron_device_is_mapped(instance, kind):
     devices = c["LinuxParameters"]["Devices"]
     uverbs = [d for d in devices if d["HostPath"].startswith("/dev/infiniband/uverbs")]
     neuron = [d for d in devices if d["HostPath"].startswith("/dev/neuron")]
-    assert [d["HostPath"] for d in uverbs] == [f"/dev/infiniband/uverbs{i}" for i in range(spec.network_cards)]
+    # One uverbs device per EFA card: p6-b300's ENA-only card 0 adds none (16 on 17 cards).
+    assert [d["HostPath"] for d in uverbs] == [f"/dev/infiniband/uverbs{i}" for i in range(spec.efa_interfaces)]
     if spec.accelerator_kind is AcceleratorKind.NEURON:
         assert [d["HostPath"] for d in neuron] == [f"/dev/neuron{i}" for i in range(16)]
     else:
@@ -455,12 +456,15 @@ def test_preflight_expectations_match_the_launch_template(instance, kind):
     compute = synth("all-types").templates["TrainingCompute"]
     prefix = f"{construct_id(fleet_name(instance))}LaunchTemplate"
     (lt,) = [r for k, r in resources(compute, "AWS::EC2::LaunchTemplate").items() if k.startswith(prefix)]
-    attached = [i for i in lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"] if i["InterfaceType"] == "efa"]
+    interfaces = lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]
+    attached = [i for i in interfaces if i.get("InterfaceType") == "efa"]
     assert int(env["EFA_DEVICES"]) == len(attached)
     if spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
         assert int(env["EXPECTED_GPUS"]) == spec.accelerator_count
     else:
         assert "EXPECTED_GPUS" not in env
+    # Blackwell GPUs need a recent driver; the figure reaches the node for its driver check.
+    assert env.get("MIN_NVIDIA_DRIVER") == spec.min_nvidia_driver
 
 
 @pytest.mark.parametrize("instance", EFA_TYPES)
@@ -475,6 +479,23 @@ def test_isaac_lab_only_where_the_gpu_can_run_isaac_sim(instance):
         # The generic PyTorch definition: the launcher on the script named in TRAIN_SCRIPT.
         assert c["Command"] == ["/bin/bash", "-c", 'exec /opt/training/distributed_run.sh "$TRAIN_SCRIPT" $TRAIN_ARGS']
         assert environment(c)["TRAIN_SCRIPT"].startswith("/opt/training/")
+
+
+def test_isaac_lab_exactly_on_the_rt_core_fleets_of_all_types():
+    # Written out: the families whose GPU has RT cores (A10G, L4, L40S, RTX PRO 6000 Blackwell).
+    isaac = {i for i in EFA_TYPES if "rsl_rl/train.py" in json.dumps(container(of_type(i, "TrainingJob"))["Command"])}
+    assert isaac == {i for i in EFA_TYPES if i.split(".")[0] in ("g5", "g6", "g6e", "g7e")}
+    assert {"g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge", "g7e.48xlarge"} <= isaac
+    for p6 in ("p6-b200.48xlarge", "p6-b300.48xlarge"):
+        assert '"$TRAIN_SCRIPT"' in container(of_type(p6, "TrainingJob"))["Command"][2]  # generic PyTorch
+
+
+def test_p6_b300_maps_16_efa_devices_and_expects_16():
+    c = container(of_type("p6-b300.48xlarge", "TrainingJob"))
+    uverbs = [d["HostPath"] for d in c["LinuxParameters"]["Devices"] if "uverbs" in d["HostPath"]]
+    assert uverbs == [f"/dev/infiniband/uverbs{i}" for i in range(16)]
+    assert environment(c)["EFA_DEVICES"] == "16"
+    assert environment(c)["MIN_NVIDIA_DRIVER"] == "580.95.05"
 
 
 def test_generic_pytorch_command_passes_script_and_arguments(tmp_path):

@@ -45,6 +45,9 @@ ACCEPTED = {
         "fsxThroughput": "500",
         "pclusterDeletionPolicy": "Delete",
     },
+    # Blackwell queues: ParallelCluster 3.16.1 knows p6-b300 (pcluster/constants.py P6_B300, card 0
+    # ENA-only in INSTANCE_TYPES_WITH_FIRST_INTERFACE_ENA) and supports it on every OS it supports.
+    "blackwell-queues": {"pclusterInstanceType": "p6-b200.48xlarge,p6-b300.48xlarge,g7e.48xlarge"},
     "prefix-list-odcr": {
         "pclusterSshSource": "pl-0123456789abcdef0",
         "pclusterCapacityReservationId": "cr-0123456789abcdef0",
@@ -61,6 +64,15 @@ REFUSED = {
     "capacity-block-min-count": (
         lambda c: c["Scheduling"]["SlurmQueues"][0].update(CapacityType="CAPACITY_BLOCK"),
         "Min count must be",
+    ),
+    "gb200-on-rhel8": (
+        lambda c: (
+            c["Image"].update(Os="rhel8"),
+            c["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0].update(
+                Instances=[{"InstanceType": "p6e-gb200.36xlarge"}]
+            ),
+        ),
+        "InstanceTypeOSCompatibleValidator",
     ),
     "dra-with-import-path": (
         lambda c: c["SharedStorage"][0]["FsxLustreSettings"].update(ImportPath="s3://legacy-import"),

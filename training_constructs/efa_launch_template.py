@@ -1,5 +1,5 @@
-"""A launch template that attaches every EFA interface an instance type has, and leaves room on
-network card 0 for the Batch job's own network interface."""
+"""A launch template that attaches every EFA interface an instance type has, on the network cards
+that support EFA, and leaves room on network card 0 for the Batch job's own network interface."""
 
 from __future__ import annotations
 
@@ -29,25 +29,39 @@ ECS_AGENT_SETTINGS = ("ECS_AWSVPC_BLOCK_IMDS=true",)
 class InterfaceSlot:
     network_card_index: int
     device_index: int
-    interface_type: str  # "efa": EFA with ENA
+    interface_type: str | None  # "efa": EFA with ENA; None: ENA only (EC2's default type)
     primary: bool
+
+    @property
+    def is_efa(self) -> bool:
+        return self.interface_type == "efa"
 
 
 def efa_layout(instance: InstanceSpec) -> list[InterfaceSlot]:
-    """One `efa` interface (EFA with ENA) at device index 0 of every network card, the first one
-    also the instance's primary interface.
+    """One `efa` interface (EFA with ENA) at device index 0 of every network card that supports
+    EFA; the interface at card 0, device index 0 is the instance's primary interface.
 
-    This is the layout of AWS's own Batch templates for P5 and P6 (awslabs/awsome-distributed-training,
-    1.architectures/3.aws-batch). No public source shows Batch accepting `efa-only` interfaces, so
-    none are used. Card 0 then holds one interface and keeps room for the task ENI even where it
-    takes only two (p5, p5e, trn2: `interfaces_per_card` in the catalog).
+    Where card 0 supports EFA (every type but p6-b300 here) this is the layout of AWS's own Batch
+    templates for P5 and P6 (awslabs/awsome-distributed-training, 1.architectures/3.aws-batch).
+    Where it does not (`InstanceSpec.efa_cards`), card 0 gets an ENA-only primary interface and the
+    EFA interfaces go on the other cards: the interface types the pinned aws-parallelcluster renders
+    for such types with its `EfaInterfaceType: efa` setting (templates/queues_stack.py: type unset,
+    i.e. ENA, on card 0 when card 0 has no EFA; `efa` on every other card, there at device index 1
+    where a card takes more than one interface; device index 0 here, as on every other type, the
+    Batch templates' choice). No public source
+    shows Batch accepting `efa-only` interfaces, so none are used. Card 0 then holds one interface
+    and keeps room for the task ENI even where it takes only two (p5, p5e, trn2).
     """
     if not instance.efa_supported:
         raise ValueError(f"{instance.name} has no EFA")
-    slots = [InterfaceSlot(card, 0, "efa", card == 0) for card in range(instance.network_cards)]
+    efa_cards = instance.efa_cards
+    slots = [] if 0 in efa_cards else [InterfaceSlot(0, 0, None, True)]
+    slots += [InterfaceSlot(card, 0, "efa", card == 0) for card in efa_cards]
     on_card_0 = sum(slot.network_card_index == 0 for slot in slots)
-    if on_card_0 + TASK_ENIS > instance.interfaces_per_card:
-        raise ValueError(f"{instance.name}: network card 0 takes {instance.interfaces_per_card} interfaces")
+    if on_card_0 + TASK_ENIS > instance.card_interfaces[0]:
+        raise ValueError(f"{instance.name}: network card 0 takes {instance.card_interfaces[0]} interfaces")
+    if len(slots) != instance.node_interfaces:
+        raise ValueError(f"{instance.name}: {len(slots)} interfaces laid out, {instance.node_interfaces} counted")
     return slots
 
 
@@ -82,10 +96,10 @@ class EfaLaunchTemplate(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         slots = efa_layout(instance)
-        self.efa_interface_count = len(slots)  # every slot is an EFA interface
+        self.efa_interface_count = sum(slot.is_efa for slot in slots)
 
         def groups(slot: InterfaceSlot) -> list[str]:
-            # Every EFA interface carries the EFA group; the primary one also carries the host's own
+            # Every interface carries the EFA group; the primary one also carries the host's own
             # outbound traffic (ECS, ECR, S3, logs) through the node group.
             efa = [efa_security_group.security_group_id]
             return [*efa, node_security_group.security_group_id] if slot.primary else efa

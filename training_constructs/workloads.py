@@ -58,6 +58,9 @@ def _node_environment(instance: InstanceSpec) -> dict[str, str]:
         environment.update(NEURON_EFA_ENVIRONMENT)
     else:
         environment["EXPECTED_GPUS"] = str(instance.accelerator_count)
+        if instance.min_nvidia_driver:
+            # container/driver_check.py refuses an older host driver (config/catalog.py cites it).
+            environment["MIN_NVIDIA_DRIVER"] = instance.min_nvidia_driver
     return environment
 
 
