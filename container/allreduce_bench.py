@@ -220,8 +220,9 @@ def init_backend(name: str) -> Backend:
         return Backend(name, torch.device("cuda"), _dist_all_reduce, torch.cuda.synchronize, _dist_barrier)
     if name == "xla":
         # torch-neuronx: the xla process group; tensors are lazy until mark_step runs the graph.
-        import torch_xla.core.xla_model as xm
-        import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" backend)
+        # Installed in the Neuron image only; importing xla_backend registers the "xla" backend.
+        import torch_xla.core.xla_model as xm  # type: ignore[import-not-found]
+        import torch_xla.distributed.xla_backend  # type: ignore[import-not-found]  # noqa: F401
 
         dist.init_process_group(backend="xla")
         xla_ops = {"sum": xm.REDUCE_SUM, "max": xm.REDUCE_MAX}
@@ -246,22 +247,22 @@ def timed_iterations(backend: Backend, operation: Callable[[], object], iters: i
     on the device: CUDA events around every call on GPUs, which queue no synchronization between
     calls; elsewhere a synchronize after every call, with the host clock around it."""
     if backend.device.type == "cuda":
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        for start, end in zip(starts, ends, strict=True):
-            start.record()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]  # type: ignore[no-untyped-call]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]  # type: ignore[no-untyped-call]
+        for start_event, end_event in zip(starts, ends, strict=True):
+            start_event.record()
             operation()
-            end.record()
+            end_event.record()
         torch.cuda.synchronize()
-        each = [start.elapsed_time(end) / 1e3 for start, end in zip(starts, ends, strict=True)]
+        each = [a.elapsed_time(b) / 1e3 for a, b in zip(starts, ends, strict=True)]
         return starts[0].elapsed_time(ends[-1]) / 1e3 / iters, each
     each = []
     block_start = time.perf_counter()
     for _ in range(iters):
-        start = time.perf_counter()
+        started = time.perf_counter()
         operation()
         backend.sync()
-        each.append(time.perf_counter() - start)
+        each.append(time.perf_counter() - started)
     return (time.perf_counter() - block_start) / iters, each
 
 
