@@ -544,6 +544,8 @@ def main(argv: list[str]) -> int:
     final = worst([word, *(check.verdict for check in checks)])
     largest = rows[-1]
     if rank == 0:
+        if "node_checks_skipped" in report:
+            print(f"# per-node check skipped: {report['node_checks_skipped']}", flush=True)
         if checks and not single:
             print("# per node (all nodes at once, each its own world)", flush=True)
             for check in checks:

@@ -55,7 +55,7 @@ def load_bench(monkeypatch):
     return module
 
 
-def gloo_world_of_one(monkeypatch) -> None:
+def world_of_one(monkeypatch) -> None:
     for name, value in {
         "RANK": "0",
         "WORLD_SIZE": "1",
@@ -255,7 +255,7 @@ def test_metric_line_uses_the_shared_names(monkeypatch):
 @needs_torch
 def test_a_world_of_one_reports_no_bandwidth(monkeypatch, capsys):
     bench = load_bench(monkeypatch)
-    gloo_world_of_one(monkeypatch)
+    world_of_one(monkeypatch)
     monkeypatch.setenv("TRAINING_FLEET", "gpu")
     assert bench.main(["--sizes", "1M", "--backend", "gloo", "--network-gbps", "40", "--per-node"]) == 0
     out = capsys.readouterr().out
@@ -271,47 +271,47 @@ def test_sweep_times_no_buffer_copies_and_checks_every_size(monkeypatch):
     def no_copies(*_args, **_kwargs):
         raise AssertionError("the benchmark copied a buffer")
 
-    gloo_world_of_one(monkeypatch)
+    world_of_one(monkeypatch)
     backend = bench.init_backend("gloo")
     monkeypatch.setattr(bench.torch.Tensor, "clone", no_copies)
     try:
         options = {"iters": 2, "warmup": 1, "group": None, "ranks": 1, "slow_seconds": 0.0}
         clean = bench.sweep(backend, [4096, 65536], corrupt=False, **options)
         corrupt = bench.sweep(backend, [4096, 65536], corrupt=True, **options)
+        # The rows apply 2 (n - 1) / n for the group's rank count (here told 3 and 4 over a world of one).
+        scaled = {n: bench.sweep(backend, [1 << 20], corrupt=False, **{**options, "ranks": n})[0] for n in (3, 4)}
     finally:
         bench.dist.destroy_process_group()
     assert [(r.bytes, r.count, r.wrong) for r in clean] == [(4096, 1024, 0), (65536, 16384, 0)]
     assert [r.wrong for r in corrupt] == [1, 1]
     assert all(r.time_us > 0 and r.busbw_GBps == 0 for r in clean)  # one rank: factor 0
+    for n, factor in ((3, 4 / 3), (4, 1.5)):
+        assert scaled[n].busbw_GBps == pytest.approx(scaled[n].algbw_GBps * factor, rel=0.01, abs=0.002)
 
 
 # On a GPU (skipped where CUDA is absent): the same checks through NCCL, timed with CUDA events.
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
-needs_cuda = pytest.mark.skipif(not _cuda_available(), reason="needs an NVIDIA GPU with CUDA")
+# The fixture decides at run time, so that collecting this file does not import torch.
+@pytest.fixture
+def needs_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU with CUDA")
+    return torch
 
 
 @pytest.mark.cuda
-@needs_cuda
-def test_cuda_world_of_one_reports_no_bandwidth(monkeypatch, capsys):
+def test_cuda_world_of_one_reports_no_bandwidth(needs_cuda, monkeypatch, capsys):
     bench = load_bench(monkeypatch)
-    gloo_world_of_one(monkeypatch)
+    world_of_one(monkeypatch)
     assert bench.main(["--sizes", "1G", "--backend", "nccl"]) == 0
     (line,) = json_lines(capsys.readouterr().out)
     assert line["verdict"] == "no-peers" and "busbw_gbps" not in line
 
 
 @pytest.mark.cuda
-@needs_cuda
-def test_cuda_sweep_checks_every_size_and_counts_a_corrupted_element(monkeypatch):
+def test_cuda_sweep_checks_every_size_and_counts_a_corrupted_element(needs_cuda, monkeypatch):
     bench = load_bench(monkeypatch)
-    gloo_world_of_one(monkeypatch)
+    world_of_one(monkeypatch)
     backend = bench.init_backend("nccl")
     try:
         options = {"iters": 3, "warmup": 1, "group": None, "ranks": 1, "slow_seconds": 0.0}
@@ -325,11 +325,8 @@ def test_cuda_sweep_checks_every_size_and_counts_a_corrupted_element(monkeypatch
 
 
 @pytest.mark.cuda
-@needs_cuda
-def test_cuda_two_gpu_sweep_through_the_launcher():
-    import torch
-
-    if torch.cuda.device_count() < 2:
+def test_cuda_two_gpu_sweep_through_the_launcher(needs_cuda):
+    if needs_cuda.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
     env = base_env(NPROC_PER_NODE="2", MASTER_PORT=str(free_port()))
     run = launch(env, "allreduce_bench.py", "--sizes", "8K:256M", "--iters", "5", "--backend", "nccl")
