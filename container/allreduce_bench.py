@@ -536,12 +536,12 @@ def main(argv: list[str]) -> int:
     wrong = sum(row.wrong for row in rows)
     if single:
         checks = [node_check(node_identity()[1], world, average, wrong, args.node_gbps)]
-    if single:
         fraction, word = checks[0].fraction, checks[0].verdict
     else:
         fraction, word = verdict(busbw_gbps, args.network_gbps)
         word = "wrong-result" if wrong else word
     final = worst([word, *(check.verdict for check in checks)])
+    correct = wrong == 0 and all(check.wrong == 0 for check in checks)
     largest = rows[-1]
     if rank == 0:
         if "node_checks_skipped" in report:
@@ -580,12 +580,11 @@ def main(argv: list[str]) -> int:
                 "failing_nodes": [c.node for c in checks if c.verdict in ("broken", "wrong-result")],
                 "degraded_nodes": [c.node for c in checks if c.verdict == "degraded"],
                 "verdict": final,
-                "correct": wrong == 0 and all(check.wrong == 0 for check in checks),
+                "correct": correct,
                 "elapsed_seconds": round(time.monotonic() - began, 3),
             }
         )
         print(json.dumps(report), flush=True)
-    correct = wrong == 0 and all(check.wrong == 0 for check in checks)
     dist.destroy_process_group()
     return 0 if correct else 1
 
