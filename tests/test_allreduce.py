@@ -10,6 +10,7 @@ import itertools
 import json
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -125,10 +126,23 @@ def test_per_node_check_names_the_slow_node_and_the_fabric_check_follows():
 
 @needs_torch
 def test_two_process_sweep_counts_a_corrupted_element_and_fails():
-    env = base_env(NPROC_PER_NODE="2", MASTER_PORT=str(free_port()), ALLREDUCE_BENCH_CORRUPT_RANK="1")
-    run = launch(env, "allreduce_bench.py", "--sizes", "8K:2M", "--iters", "2", "--warmup", "0")
-    out, err = run.communicate(timeout=240)
-    assert run.returncode != 0, err
+    # Two ranks started directly with the variables torchrun would set (no agent: one torch import
+    # fewer); the launcher's part is in the test above.
+    common = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(BENCH), "--sizes", "8K:2M", "--iters", "2", "--warmup", "0"],
+            env=base_env(**common, RANK=str(rank), LOCAL_RANK=str(rank), ALLREDUCE_BENCH_CORRUPT_RANK="1"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [run.communicate(timeout=240) for run in ranks]
+    out, err = outputs[0]
+    # Both ranks learn the count of wrong elements (a sum over the ranks) and fail.
+    assert [run.returncode for run in ranks] == [1, 1], err
     rows = table_rows(out)
     sizes = [8192 * 2**i for i in range(9)]
     assert [int(row[0]) for row in rows] == sizes
