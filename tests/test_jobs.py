@@ -12,6 +12,7 @@ import pytest
 from config import metrics
 from config.catalog import CATALOG, AcceleratorKind
 from config.context import read_settings
+from config.gpu_interconnect import INTRA_NODE
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, synth
 
@@ -167,7 +168,9 @@ def test_isaac_lab_command_takes_task_and_iterations_from_the_environment(tmp_pa
 def test_benchmark_runs_the_allreduce_across_the_nodes(profile):
     c = container(job_definition("default", profile, "BenchmarkJob"))
     assert c["Command"][:2] == ["/opt/training/distributed_run.sh", "/opt/training/allreduce_bench.py"]
-    assert int(c["Command"][c["Command"].index("--size-mb") + 1]) >= 1024  # bandwidth needs large messages
+    # A sweep up to 1 GiB (bandwidth needs large messages), within every node first, then across nodes.
+    assert c["Command"][c["Command"].index("--sizes") + 1] == "8K:1G"
+    assert "--per-node" in c["Command"]
 
 
 def test_trainium_training_runs_the_neuron_allreduce_example():
@@ -525,6 +528,11 @@ def test_benchmark_refuses_a_socket_fallback_and_knows_the_published_bandwidth(i
     spec = CATALOG[instance]
     env = environment(container(of_type(instance, "BenchmarkJob")))
     assert int(env["NETWORK_GBPS"]) == spec.network_gbps
+    # The per-node verdict's reference: the GPUs' interconnect, where there are GPUs to connect.
+    if spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU and spec.accelerator_count > 1:
+        assert int(env["NODE_GBPS"]) == INTRA_NODE[instance].gbps > 0
+    else:
+        assert "NODE_GBPS" not in env
     if spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
         # aws-ofi-nccl's plugin name: NCCL fails instead of falling back to TCP sockets.
         assert env["NCCL_NET"] == "AWS Libfabric"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from config.catalog import AcceleratorKind, InstanceSpec
+from config.gpu_interconnect import INTRA_NODE
 
 # Installed by both Dockerfiles (container/).
 LAUNCHER = "/opt/training/distributed_run.sh"
@@ -41,7 +42,9 @@ AWS_OFI_NCCL_PLUGIN = "AWS Libfabric"
 
 TRAINING_ALLREDUCE_MB = 256
 TRAINING_ALLREDUCE_ITERS = 100
-BENCH_ALLREDUCE_MB = 1024
+# The benchmark sweeps message sizes as nccl-tests' all_reduce_perf is usually run (-b 8K -e 1G -f 2):
+# from latency-bound to bandwidth-bound, 18 sizes.
+BENCH_ALLREDUCE_SIZES = "8K:1G"
 BENCH_ALLREDUCE_ITERS = 20
 
 
@@ -108,12 +111,17 @@ def training_workload(instance: InstanceSpec) -> Workload:
 
 
 def benchmark_workload(instance: InstanceSpec) -> Workload:
-    """The network smoke test: a large all-reduce across every process of every node, judged
-    against the instance's published network bandwidth."""
+    """The fleet check: an all-reduce sweep within every node at once, judged against the GPUs'
+    published interconnect bandwidth, then across every process of every node, judged against the
+    instance's published network bandwidth."""
     environment = _node_environment(instance)
     environment["NETWORK_GBPS"] = str(instance.network_gbps)
+    interconnect = INTRA_NODE.get(instance.name)
+    if interconnect is not None and not interconnect.single_gpu:
+        environment["NODE_GBPS"] = str(interconnect.gbps)
     if instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
         # Fail rather than fall back to TCP sockets; INFO prints the transport ("NET/OFI").
         environment["NCCL_NET"] = AWS_OFI_NCCL_PLUGIN
         environment["NCCL_DEBUG"] = "INFO"
-    return Workload(_allreduce(BENCH_ALLREDUCE_MB, BENCH_ALLREDUCE_ITERS), environment)
+    command = (LAUNCHER, ALLREDUCE_BENCH, "--sizes", BENCH_ALLREDUCE_SIZES, "--iters", str(BENCH_ALLREDUCE_ITERS))
+    return Workload((*command, "--per-node"), environment)
