@@ -32,6 +32,10 @@ JOB_STATE_METRICS = {
 # the CloudWatch agent. EFA counters are summed over a node's devices and ports, per minute.
 NODE_HEARTBEAT = "NodeHeartbeat"
 XID_ERRORS = "GpuXidErrors"
+# Power of all a node's GPUs, in watts, from `nvidia-smi --query-gpu=power.draw`: the agent's
+# nvidia_gpu power_draw reads <power_draw>, which drivers writing the v13 XML schema (580) no longer
+# have (they write average_power_draw and instant_power_draw; tests read the H100 fixture).
+GPU_POWER = "GpuPowerDrawWatts"
 EFA_COUNTER_METRICS = {
     "tx_bytes": "EfaTxBytes",
     "rx_bytes": "EfaRxBytes",
@@ -44,5 +48,5 @@ EFA_COUNTER_METRICS = {
     "impaired_remote_conn_events": "EfaImpairedRemoteConnections",
 }
 # The CloudWatch agent's nvidia_gpu input names its metrics nvidia_smi_<measurement>.
-GPU_MEASUREMENTS = ("utilization_gpu", "memory_used", "power_draw", "temperature_gpu")
+GPU_MEASUREMENTS = ("utilization_gpu", "memory_used", "temperature_gpu")
 GPU_UTILIZATION = "nvidia_smi_utilization_gpu"

@@ -1,6 +1,6 @@
 """Node metrics through the launch template's user data: the CloudWatch agent (GPU metrics through its
 nvidia_gpu input on NVIDIA fleets) and the node collector (collector.py: EFA counters on every fleet,
-NVIDIA Xid errors on GPU fleets), as commands for `ecs_agent_user_data`.
+NVIDIA Xid errors and GPU power on GPU fleets), as commands for `ecs_agent_user_data`.
 
 Every metric lands in config.metrics.NAMESPACE with the dimensions Fleet and InstanceId and no others:
 the agent rolls the per-GPU series (index, name, ...) up to the node (`aggregation_dimensions`) and
@@ -18,6 +18,7 @@ from config.metrics import (
     EFA_COUNTER_METRICS,
     FLEET_DIMENSION,
     GPU_MEASUREMENTS,
+    GPU_POWER,
     INSTANCE_DIMENSION,
     NAMESPACE,
     NODE_HEARTBEAT,
@@ -42,7 +43,7 @@ def gpu_metric_names() -> list[str]:
 
 
 def collector_metric_names(*, gpu: bool) -> list[str]:
-    return [*EFA_COUNTER_METRICS.values(), NODE_HEARTBEAT, *([XID_ERRORS] if gpu else [])]
+    return [*EFA_COUNTER_METRICS.values(), NODE_HEARTBEAT, *([XID_ERRORS, GPU_POWER] if gpu else [])]
 
 
 def agent_config(*, fleet: str, gpu: bool) -> dict[str, Any]:
@@ -84,13 +85,13 @@ def node_metrics_commands(*, fleet: str, gpu: bool) -> list[str]:
     """Shell commands for the node's user data. The agent is installed in the background so that the
     ECS agent registers the node without waiting; a failed setup says so on the instance console
     (EC2 GetConsoleOutput) instead of failing the boot."""
-    xid = " --xid" if gpu else ""
+    gpu_flag = " --gpu" if gpu else ""
     unit = "\n".join(
         [
             "[Unit]",
-            "Description=Training node metrics (EFA counters, GPU Xid errors) to the CloudWatch agent",
+            "Description=Training node metrics (EFA counters, GPU Xid errors and power) to the CloudWatch agent",
             "[Service]",
-            f"ExecStart=/usr/bin/python3 {INSTALL_DIR}/collector.py --fleet {fleet}{xid}"
+            f"ExecStart=/usr/bin/python3 {INSTALL_DIR}/collector.py --fleet {fleet}{gpu_flag}"
             f" --statsd {STATSD_ADDRESS} --interval {INTERVAL_SECONDS}",
             "Restart=always",
             "RestartSec=30",

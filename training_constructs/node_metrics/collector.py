@@ -4,7 +4,9 @@
 - EFA: the hardware counters under /sys/class/infiniband/<device>/ports/<port>/hw_counters (names from
   the Linux EFA driver, drivers/infiniband/hw/efa/efa_com_cmd.h), summed over the node's devices and
   ports, as per-minute increases.
-- GPU nodes (--xid): NVIDIA Xid errors, counted from `NVRM: Xid` lines of the kernel log.
+- GPU nodes (--gpu): NVIDIA Xid errors, counted from `NVRM: Xid` lines of the kernel log, and the
+  power drawn by all GPUs from `nvidia-smi --query-gpu=power.draw` (the CloudWatch agent's nvidia_gpu
+  input does not find power in the XML that current drivers write).
 - A heartbeat of 1, so that a dashboard can count the nodes of a fleet.
 
 Each value goes out as a StatsD line with a Fleet tag to the agent's StatsD listener; the agent adds
@@ -38,10 +40,12 @@ EFA_COUNTERS = {
     "impaired_remote_conn_events": "EfaImpairedRemoteConnections",
 }
 XID_ERRORS = "GpuXidErrors"
+GPU_POWER = "GpuPowerDrawWatts"
 NODE_HEARTBEAT = "NodeHeartbeat"
 FLEET_DIMENSION = "Fleet"
 SYSFS_INFINIBAND = Path("/sys/class/infiniband")
 DMESG = "/usr/bin/dmesg"
+NVIDIA_SMI = "/usr/bin/nvidia-smi"
 # The driver logs every Xid as "NVRM: Xid (PCI:<bus id>): <code>, ..." (NVIDIA Xid errors guide).
 XID_LINE = re.compile(r"NVRM: Xid \(")
 
@@ -65,6 +69,18 @@ def count_xid_lines(kernel_log: str) -> int:
     return sum(1 for line in kernel_log.splitlines() if XID_LINE.search(line))
 
 
+def total_power_watts(query_output: str) -> float | None:
+    """Sum of `nvidia-smi --query-gpu=power.draw --format=csv,noheader,nounits` lines; None when no
+    GPU reported a number ([N/A], or nvidia-smi failed)."""
+    watts = []
+    for line in query_output.splitlines():
+        try:
+            watts.append(float(line.strip()))
+        except ValueError:
+            continue
+    return sum(watts) if watts else None
+
+
 def increases(before: Mapping[str, int], now: Mapping[str, int]) -> dict[str, int]:
     """Per-counter increase; a counter that went down was reset (driver reload) and counts from 0."""
     return {name: value - before[name] if value >= before.get(name, 0) else value for name, value in now.items()}
@@ -77,18 +93,29 @@ def statsd_lines(fleet: str, counts: Mapping[str, int], gauges: Mapping[str, flo
     ]
 
 
-def kernel_log() -> str:
-    done = subprocess.run([DMESG], capture_output=True, text=True, check=False)  # noqa: S603 (fixed argv)
+def run(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603 (fixed argv)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
     return done.stdout
 
 
+def kernel_log() -> str:
+    return run([DMESG])
+
+
+def gpu_power_query() -> str:
+    return run([NVIDIA_SMI, "--query-gpu=power.draw", "--format=csv,noheader,nounits"])
+
+
 class Collector:
-    def __init__(self, *, fleet: str, sysfs: Path, xid: bool) -> None:
+    def __init__(self, *, fleet: str, sysfs: Path, gpu: bool) -> None:
         self.fleet = fleet
         self.sysfs = sysfs
-        self.xid = xid
+        self.gpu = gpu
         self.efa_before = read_efa_counters(sysfs)
-        self.xid_before = count_xid_lines(kernel_log()) if xid else 0
+        self.xid_before = count_xid_lines(kernel_log()) if gpu else 0
         if self.efa_before is None:
             print(f"training-node-metrics: no EFA device under {sysfs}; EFA metrics stay empty", file=sys.stderr)
 
@@ -99,25 +126,29 @@ class Collector:
             grown = increases(self.efa_before or {}, efa_now)
             counts.update({EFA_COUNTERS[name]: value for name, value in grown.items()})
             self.efa_before = efa_now
-        if self.xid:
+        gauges: dict[str, float] = {NODE_HEARTBEAT: 1}
+        if self.gpu:
             xid_now = count_xid_lines(kernel_log())
             # The kernel ring buffer can wrap: a lower count means old lines left, not fewer errors.
             counts[XID_ERRORS] = max(0, xid_now - self.xid_before)
             self.xid_before = xid_now
-        return statsd_lines(self.fleet, counts, {NODE_HEARTBEAT: 1})
+            power = total_power_watts(gpu_power_query())
+            if power is not None:
+                gauges[GPU_POWER] = power
+        return statsd_lines(self.fleet, counts, gauges)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleet", required=True)
-    parser.add_argument("--xid", action="store_true", help="count NVIDIA Xid errors (GPU nodes)")
+    parser.add_argument("--gpu", action="store_true", help="NVIDIA Xid errors and GPU power (GPU nodes)")
     parser.add_argument("--sysfs", type=Path, default=SYSFS_INFINIBAND)
     parser.add_argument("--statsd", default="127.0.0.1:8125")
     parser.add_argument("--interval", type=float, default=60.0)
     parser.add_argument("--samples", type=int, default=0, help="stop after this many samples (0: never)")
     args = parser.parse_args(argv)
     host, port = args.statsd.rsplit(":", 1)
-    collector = Collector(fleet=args.fleet, sysfs=args.sysfs, xid=args.xid)
+    collector = Collector(fleet=args.fleet, sysfs=args.sysfs, gpu=args.gpu)
     sent = 0
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         while args.samples == 0 or sent < args.samples:
