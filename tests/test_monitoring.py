@@ -76,6 +76,8 @@ def test_every_fleet_has_a_rule_on_its_own_queue_into_the_job_events_log_group()
         pattern = rule["EventPattern"]
         assert pattern["source"] == ["aws.batch"] and pattern["detail-type"] == ["Batch Job State Change"]
         assert pattern["detail"]["status"] == list(JOB_STATE_METRICS)
+        # Jobs, not the nodes of a multi-node job (<job id>#<node index>).
+        assert pattern["detail"]["jobId"] == [{"anything-but": {"wildcard": "*#*"}}]
         ((queue, _),) = [q["Fn::GetAtt"] for q in pattern["detail"]["jobQueue"]]
         seen_queues.add(queue)
         (target,) = rule["Targets"]

@@ -73,7 +73,14 @@ class JobMetrics(Construct):
                 event_pattern=events.EventPattern(
                     source=["aws.batch"],
                     detail_type=["Batch Job State Change"],
-                    detail={"jobQueue": [queue_arn], "status": list(JOB_STATE_METRICS)},
+                    detail={
+                        "jobQueue": [queue_arn],
+                        "status": list(JOB_STATE_METRICS),
+                        # The nodes of a multi-node job are addressed as <job id>#<node> (Batch user
+                        # guide, "Multi-node parallel jobs"); count the job, not each of its nodes.
+                        # Anything-but with a wildcard: EventBridge user guide, "Comparison operators".
+                        "jobId": [{"anything-but": {"wildcard": "*#*"}}],
+                    },
                 ),
                 targets=[
                     _LogGroupTarget(
