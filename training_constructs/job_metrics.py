@@ -20,6 +20,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
+from aws_cdk.interfaces.aws_events import IRuleRef
 from constructs import Construct
 
 from config.metrics import FLEET_DIMENSION, JOB_STATE_METRICS, NAMESPACE
@@ -47,7 +48,7 @@ class _LogGroupTarget:
         self._arn = log_group.log_group_arn
         self._message = message
 
-    def bind(self, _rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
+    def bind(self, rule: IRuleRef, id: str | None = None) -> events.RuleTargetConfig:
         return events.RuleTargetConfig(arn=self._arn, input=self._message)
 
 
