@@ -241,3 +241,14 @@ def test_fault_alarms_sum_the_fleets_nodes_with_metrics_insights():
     expected = f"SELECT SUM({XID_ERRORS}) FROM \"{NAMESPACE}\" WHERE {FLEET_DIMENSION} = 'llm'"  # noqa: S608
     assert query["Expression"] == expected
     assert xid["Threshold"] == 1 and xid["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+
+def test_nothing_runs_on_a_schedule_so_nothing_emits_at_zero_nodes():
+    # Job metrics come only from job state changes, node metrics only from nodes: no scheduled rule
+    # and no function in the stacks that carry the metrics that could emit (or bill) while every
+    # fleet is at zero.
+    for name in (JOBS, COMPUTE, MONITORING):
+        template = synth("default").templates[name]
+        assert not resources(template, "AWS::Lambda::Function"), name
+        for rule in resources(template, "AWS::Events::Rule").values():
+            assert "ScheduleExpression" not in rule["Properties"], name
