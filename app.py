@@ -7,6 +7,7 @@ import os
 import sys
 
 import aws_cdk as cdk
+from aws_cdk import Duration
 from cdk_nag import AwsSolutionsChecks
 
 from config.context import ConfigError, read_settings
@@ -14,6 +15,7 @@ from config.settings import AppSettings
 from stacks.compute_stack import ComputeStack
 from stacks.data_stack import DataStack
 from stacks.jobs_stack import JobsStack
+from stacks.monitoring_stack import MonitoringStack
 from stacks.network_stack import NetworkStack
 from stacks.parallel_cluster_stack import ParallelClusterStack
 from stacks.registry_stack import RegistryStack
@@ -74,6 +76,16 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
     # The jobs stack reads the buckets through named exports, which CDK does not track as a
     # reference between the stacks.
     jobs.add_stack_dependency(data)
+    MonitoringStack(
+        app,
+        f"{STACK_PREFIX}Monitoring",
+        fleets=settings.fleets,
+        alert_topic=jobs.alerts.topic,
+        job_events=jobs.job_metrics.log_group,
+        runnable_timeout=Duration.minutes(settings.jobs.runnable_timeout_minutes),
+        env=env,
+        description="Training platform: dashboard of jobs, nodes, GPUs and EFA per fleet, and alarms to the job alerts",
+    )
     if settings.parallel_cluster.enabled:
         cluster = ParallelClusterStack(
             app,

@@ -16,3 +16,37 @@ BENCHMARK_BUSBW = "BenchmarkBusBandwidthGbps"
 BENCHMARK_VERDICT = "BenchmarkVerdict"
 # Boot-time host check: 1 when a node failed it, 0 when it passed.
 BOOT_CHECK_FAILED = "BootCheckFailed"
+
+# Job metrics, counted from AWS Batch "Batch Job State Change" events of the app's queues (one
+# metric per state a job enters; dimension Fleet only, a job is not bound to one instance).
+JOB_STATE_METRICS = {
+    "SUBMITTED": "JobsSubmitted",
+    "RUNNABLE": "JobsRunnable",
+    "STARTING": "JobsStarting",
+    "RUNNING": "JobsStarted",
+    "SUCCEEDED": "JobsSucceeded",
+    "FAILED": "JobsFailed",
+}
+
+# Node metrics (dimensions Fleet and InstanceId), sent by the node collector every minute through
+# the CloudWatch agent. EFA counters are summed over a node's devices and ports, per minute.
+NODE_HEARTBEAT = "NodeHeartbeat"
+XID_ERRORS = "GpuXidErrors"
+# Power of all a node's GPUs, in watts, from `nvidia-smi --query-gpu=power.draw`: the agent's
+# nvidia_gpu power_draw reads <power_draw>, which drivers writing the v13 XML schema (580) no longer
+# have (they write average_power_draw and instant_power_draw; tests read the H100 fixture).
+GPU_POWER = "GpuPowerDrawWatts"
+EFA_COUNTER_METRICS = {
+    "tx_bytes": "EfaTxBytes",
+    "rx_bytes": "EfaRxBytes",
+    "rdma_read_bytes": "EfaRdmaReadBytes",
+    "rdma_write_bytes": "EfaRdmaWriteBytes",
+    "retrans_pkts": "EfaRetransmittedPackets",
+    "retrans_timeout_events": "EfaRetransmitTimeouts",
+    "rx_drops": "EfaRxDrops",
+    "unresponsive_remote_events": "EfaUnresponsiveRemoteEvents",
+    "impaired_remote_conn_events": "EfaImpairedRemoteConnections",
+}
+# The CloudWatch agent's nvidia_gpu input names its metrics nvidia_smi_<measurement>.
+GPU_MEASUREMENTS = ("utilization_gpu", "memory_used", "temperature_gpu")
+GPU_UTILIZATION = "nvidia_smi_utilization_gpu"

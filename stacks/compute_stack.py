@@ -31,6 +31,7 @@ class ComputeStack(Stack):
                 self,
                 fleet.construct_id,
                 instance=fleet.instance,
+                fleet_name=fleet.name,
                 max_nodes=fleet.max_nodes,
                 subnet=network.subnet_for(fleet.availability_zone),
                 efa_security_group=network.efa_security_group,

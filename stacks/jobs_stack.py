@@ -14,6 +14,7 @@ from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
 from training_constructs.job_alerts import JobAlerts
+from training_constructs.job_metrics import JobMetrics
 from training_constructs.training_fleet import TrainingFleet
 from training_constructs.training_jobs import TrainingJobs
 
@@ -120,6 +121,12 @@ class JobsStack(Stack):
             email=jobs.alert_email,
         )
         CfnOutput(self, "AlertTopic", value=self.alerts.topic.topic_arn)
+        self.job_metrics = JobMetrics(
+            self,
+            "JobMetrics",
+            job_queue_arns={name: jobs_.job_queue.job_queue_arn for name, jobs_ in self.fleets.items()},
+            retention=log_retention,
+        )
 
     def _acknowledge_bucket_grants(self, datasets: ExportedBucket, checkpoints: ExportedBucket) -> None:
         # grant_read / grant_read_write: object-level actions need `<bucket>/*`, and CDK's grants use

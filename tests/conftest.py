@@ -24,6 +24,7 @@ SYNTH_FILES = frozenset(
         "test_nag.py",
         "test_network.py",
         "test_parallelcluster.py",
+        "test_monitoring.py",
         "test_registry.py",
         "test_snapshots.py",
     }

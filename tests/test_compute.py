@@ -9,6 +9,7 @@ from aws_cdk.assertions import Annotations, Match
 
 from config import limits
 from config.catalog import CATALOG, AcceleratorKind
+from config.metrics import NAMESPACE
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import EFA_TYPES, fleet_name, resources, synth, synth_with
 
@@ -200,8 +201,12 @@ def test_user_data_blocks_instance_metadata_for_job_containers(instance):
     scripts = [part.get_payload(decode=True).decode() for part in message.walk() if not part.is_multipart()]
     (script,) = scripts
     assert "ECS_AWSVPC_BLOCK_IMDS=true" in script and "/etc/ecs/ecs.config" in script
-    # Nothing is fetched or installed at boot.
-    for word in ("curl", "wget", "yum", "dnf", "pip", "efa_installer"):
+    # One package is installed at boot, the CloudWatch agent, from the AMI release's own locked
+    # repository (no --releasever=latest); nothing else is fetched.
+    installs = [line for line in script.splitlines() if "dnf" in line]
+    assert len(installs) == 1 and "dnf install -y amazon-cloudwatch-agent &&" in installs[0]
+    assert "releasever" not in script
+    for word in ("curl", "wget", "yum", "pip", "efa_installer"):
         assert word not in script
 
 
@@ -239,17 +244,22 @@ def test_changing_the_instance_type_keeps_logical_ids_and_exports():
     assert after["Resources"][ce_id]["Properties"]["ComputeResources"]["InstanceTypes"] == ["p5.48xlarge"]
 
 
-def test_instance_role_is_only_the_ecs_instance_policy():
+def test_instance_role_is_the_ecs_instance_policy_and_metrics_in_our_namespace_only():
     template = synth("default").templates[STACK]
-    roles = resources(template, "AWS::IAM::Role").values()
+    roles = resources(template, "AWS::IAM::Role")
     assert len(roles) == 2
-    for role in roles:
+    for role in roles.values():
         (policy,) = role["Properties"]["ManagedPolicyArns"]
         assert "AmazonEC2ContainerServiceforEC2Role" in str(policy)
         assert "Policies" not in role["Properties"]
         (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
         assert statement["Principal"] == {"Service": "ec2.amazonaws.com"}
-    assert not resources(template, "AWS::IAM::Policy")
+    policies = resources(template, "AWS::IAM::Policy").values()
+    assert sorted(ref["Ref"] for p in policies for ref in p["Properties"]["Roles"]) == sorted(roles)
+    for policy in policies:
+        (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+        assert statement["Action"] == "cloudwatch:PutMetricData" and statement["Effect"] == "Allow"
+        assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": NAMESPACE}}
 
 
 def test_odcr_is_targeted_without_placement_group():

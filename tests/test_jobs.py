@@ -316,7 +316,7 @@ def test_every_queue_cancels_jobs_stuck_runnable(variant, minutes):
 
 def alert_rule(variant):
     template = synth(variant).templates[STACK]
-    ((_, rule),) = resources(template, "AWS::Events::Rule").items()
+    (rule,) = [r for k, r in resources(template, "AWS::Events::Rule").items() if k.startswith("JobAlerts")]
     return template, rule["Properties"]
 
 

@@ -15,7 +15,14 @@ def snapshot_json(snapshot):
 
 
 # Named here, not read from a synth at import time: every pytest-xdist worker imports this module.
-DEFAULT_STACKS = ("TrainingCompute", "TrainingData", "TrainingJobs", "TrainingNetwork", "TrainingRegistry")
+DEFAULT_STACKS = (
+    "TrainingCompute",
+    "TrainingData",
+    "TrainingJobs",
+    "TrainingMonitoring",
+    "TrainingNetwork",
+    "TrainingRegistry",
+)
 
 
 def test_every_default_stack_has_a_snapshot():

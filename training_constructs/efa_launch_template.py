@@ -3,6 +3,7 @@ that support EFA, and leaves room on network card 0 for the Batch job's own netw
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aws_cdk import Fn
@@ -10,8 +11,9 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from config import limits
-from config.catalog import InstanceSpec
+from config.catalog import AcceleratorKind, InstanceSpec
 from config.settings import CapacityReservation, RootVolume
+from training_constructs.node_metrics import node_metrics_commands
 
 # Root device of the ECS-optimized Amazon Linux 2023 AMIs.
 ROOT_DEVICE = "/dev/xvda"
@@ -65,11 +67,12 @@ def efa_layout(instance: InstanceSpec) -> list[InterfaceSlot]:
     return slots
 
 
-def ecs_agent_user_data() -> str:
-    """MIME multi-part user data that appends the agent settings to /etc/ecs/ecs.config. Nothing is
-    downloaded or installed at boot."""
+def ecs_agent_user_data(extra_commands: Sequence[str] = ()) -> str:
+    """MIME multi-part user data that appends the agent settings to /etc/ecs/ecs.config, then runs
+    `extra_commands` (node metrics: the one package installed at boot, see training_constructs.node_metrics)."""
     script = ec2.UserData.for_linux()
     script.add_commands(*(f"echo {setting} >> /etc/ecs/ecs.config" for setting in ECS_AGENT_SETTINGS))
+    script.add_commands(*extra_commands)
     multipart = ec2.MultipartUserData()
     multipart.add_part(ec2.MultipartBody.from_user_data(script))
     return multipart.render()
@@ -89,6 +92,7 @@ class EfaLaunchTemplate(Construct):
         construct_id: str,
         *,
         instance: InstanceSpec,
+        fleet_name: str,
         efa_security_group: ec2.ISecurityGroup,
         node_security_group: ec2.ISecurityGroup,
         root_volume: RootVolume,
@@ -140,7 +144,13 @@ class EfaLaunchTemplate(Construct):
                     # are kept off by ECS_AWSVPC_BLOCK_IMDS in the user data.
                     http_put_response_hop_limit=1,
                 ),
-                user_data=Fn.base64(ecs_agent_user_data()),
+                user_data=Fn.base64(
+                    ecs_agent_user_data(
+                        node_metrics_commands(
+                            fleet=fleet_name, gpu=instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU
+                        )
+                    )
+                ),
                 block_device_mappings=[
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
                         device_name=ROOT_DEVICE,

@@ -12,6 +12,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from config.catalog import AcceleratorKind, InstanceSpec
+from config.metrics import NAMESPACE
 from config.settings import CapacityReservation, RootVolume
 from training_constructs.efa_launch_template import EfaLaunchTemplate
 
@@ -25,6 +26,7 @@ ECS_INSTANCE_POLICY = "service-role/AmazonEC2ContainerServiceforEC2Role"
 # timeout delays the replacement but gives jobs more time; default 30). Two hours lets most jobs
 # finish or checkpoint, and stays within every documented range (CloudFormation: 1..360).
 UPDATE_JOB_TIMEOUT_MINUTES = 120
+CONTAINER_INSIGHTS = "enabled"
 
 
 class TrainingFleet(Construct):
@@ -40,6 +42,7 @@ class TrainingFleet(Construct):
         construct_id: str,
         *,
         instance: InstanceSpec,
+        fleet_name: str,
         max_nodes: int,
         subnet: ec2.ISubnet,
         efa_security_group: ec2.ISecurityGroup,
@@ -54,6 +57,7 @@ class TrainingFleet(Construct):
             self,
             "LaunchTemplate",
             instance=instance,
+            fleet_name=fleet_name,
             efa_security_group=efa_security_group,
             node_security_group=node_security_group,
             root_volume=root_volume,
@@ -88,6 +92,7 @@ class TrainingFleet(Construct):
                 "pull images and ship logs, kept current by AWS as the agent changes",
             )
         )
+        self._allow_node_metrics()
         instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.instance_role)
 
         # L1 on purpose: the L2 ManagedEc2EcsComputeEnvironment always renders securityGroupIds,
@@ -109,6 +114,10 @@ class TrainingFleet(Construct):
             update_policy=batch.CfnComputeEnvironment.UpdatePolicyProperty(
                 terminate_jobs_on_update=False, job_execution_timeout_minutes=UPDATE_JOB_TIMEOUT_MINUTES
             ),
+            # Container Insights on the ECS cluster behind the environment (CloudFormation
+            # AWS::Batch::ComputeEnvironment EcsSettings.ContainerInsights). Its task and instance
+            # metrics exist only while instances run.
+            ecs_settings=batch.CfnComputeEnvironment.EcsSettingsProperty(container_insights=CONTAINER_INSIGHTS),
             compute_resources=batch.CfnComputeEnvironment.ComputeResourcesProperty(
                 # On-demand EC2: multi-node parallel jobs run neither on Spot nor on Fargate.
                 type="EC2",
@@ -128,6 +137,25 @@ class TrainingFleet(Construct):
                 ec2_configuration=[ec2_configuration],
                 update_to_latest_image_version=take_aws_updates,
             ),
+        )
+
+    def _allow_node_metrics(self) -> None:
+        """The node's CloudWatch agent publishes GPU and EFA metrics, in the app's namespace only.
+        PutMetricData has no resource-level permissions; the cloudwatch:namespace condition key scopes
+        it (CloudWatch user guide, "Using condition keys to limit access to CloudWatch namespaces")."""
+        self.instance_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": NAMESPACE}},
+            )
+        )
+        Validations.of(self.instance_role.node.find_child("DefaultPolicy")).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="cloudwatch:PutMetricData supports no resource ARN; the cloudwatch:namespace "
+                f"condition limits it to the {NAMESPACE} namespace",
+            )
         )
 
     @property

@@ -1,0 +1,254 @@
+"""Observability in the templates: job metrics from Batch events, node metrics in user data, Container
+Insights, one dashboard naming every fleet, alarms that reach the job-alert topic."""
+
+from __future__ import annotations
+
+import base64
+import email
+import json
+import re
+
+import pytest
+
+from config.metrics import FLEET_DIMENSION, GPU_UTILIZATION, JOB_STATE_METRICS, NAMESPACE, XID_ERRORS
+from tests.harness import THREE_FLEETS, resources, synth
+
+JOBS, COMPUTE, MONITORING = "TrainingJobs", "TrainingCompute", "TrainingMonitoring"
+GPU_FLEETS = {"rl", "llm"}  # three-fleets: g6e and p5e; "trn" is Trainium
+
+
+def flatten(value) -> str:
+    """A CloudFormation string (maybe Fn::Join), with every token shown as <token>."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        return "".join(flatten(part) for part in value["Fn::Join"][1])
+    return "<token>"
+
+
+def job_event_rules(template):
+    return {k: r["Properties"] for k, r in resources(template, "AWS::Events::Rule").items() if "JobMetrics" in k}
+
+
+def transform(target, event) -> dict:
+    """What EventBridge hands the log group: the template with each <variable> replaced by the value at
+    its path; a variable outside quotes becomes JSON (EventBridge user guide, input transformation)."""
+
+    def value(path):
+        node = event
+        for key in path.removeprefix("$.").split("."):
+            node = node[key]
+        return node
+
+    transformer = target["InputTransformer"]
+    text = transformer["InputTemplate"]
+    for name, path in transformer["InputPathsMap"].items():
+        text = text.replace(f":<{name}>", ":" + json.dumps(value(path)))
+        text = text.replace(f"<{name}>", str(value(path)))
+    return json.loads(text)
+
+
+# A Batch job state change event, shaped as in the Batch user guide's "Job state change events".
+EVENT = {
+    "version": "0",
+    "id": "c8f9c4b5-76e5-d76a-f980-7011e206042b",
+    "detail-type": "Batch Job State Change",
+    "source": "aws.batch",
+    "time": "2026-11-23T10:00:00Z",
+    "detail": {
+        "jobName": "llama-7b-run_3",
+        "jobId": "4c7599ae-0a82-49aa-ba5a-4727fcce14a8",
+        "jobQueue": "arn:aws:batch:us-west-2:123456789012:job-queue/queue",
+        "status": "RUNNING",
+        "createdAt": 1795432800000,
+        "attempts": [],
+    },
+}
+
+
+def test_every_fleet_has_a_rule_on_its_own_queue_into_the_job_events_log_group():
+    template = synth("three-fleets").templates[JOBS]
+    rules = job_event_rules(template)
+    queues = set(resources(template, "AWS::Batch::JobQueue"))
+    (group_id,) = [k for k in resources(template, "AWS::Logs::LogGroup") if k.startswith("JobMetrics")]
+    seen_queues, seen_fleets = set(), set()
+    for rule in rules.values():
+        pattern = rule["EventPattern"]
+        assert pattern["source"] == ["aws.batch"] and pattern["detail-type"] == ["Batch Job State Change"]
+        assert pattern["detail"]["status"] == list(JOB_STATE_METRICS)
+        # Jobs, not the nodes of a multi-node job (<job id>#<node index>).
+        assert pattern["detail"]["jobId"] == [{"anything-but": {"wildcard": "*#*"}}]
+        ((queue, _),) = [q["Fn::GetAtt"] for q in pattern["detail"]["jobQueue"]]
+        seen_queues.add(queue)
+        (target,) = rule["Targets"]
+        assert target["Arn"] == {"Fn::GetAtt": [group_id, "Arn"]}
+        line = json.loads(transform(target, EVENT)["message"])
+        seen_fleets.add(line["fleet"])
+        assert line["status"] == "RUNNING" and line["createdAt"] == EVENT["detail"]["createdAt"]
+        assert line["jobId"] == EVENT["detail"]["jobId"] and line["jobName"] == EVENT["detail"]["jobName"]
+    assert seen_queues == queues and seen_fleets == set(THREE_FLEETS)
+    # EventBridge may write to the group through its resource policy; no Lambda-backed custom resource.
+    (policy,) = resources(template, "AWS::Logs::ResourcePolicy").values()
+    assert "events.amazonaws.com" in json.dumps(policy) and group_id in json.dumps(policy)
+    assert not resources(template, "AWS::Lambda::Function")
+
+
+def test_metric_filters_count_each_state_per_fleet():
+    template = synth("three-fleets").templates[JOBS]
+    filters = [f["Properties"] for f in resources(template, "AWS::Logs::MetricFilter").values()]
+    by_metric = {}
+    for metric_filter in filters:
+        (transformation,) = metric_filter["MetricTransformations"]
+        assert transformation["MetricNamespace"] == NAMESPACE and transformation["MetricValue"] == "1"
+        assert transformation["Dimensions"] == [{"Key": FLEET_DIMENSION, "Value": "$.fleet"}]
+        by_metric[transformation["MetricName"]] = metric_filter["FilterPattern"]
+    assert by_metric == {name: f'{{ $.status = "{status}" }}' for status, name in JOB_STATE_METRICS.items()}
+
+
+def user_data(template, fleet_id) -> tuple[str, str]:
+    """(the MIME document EC2 receives, its one shell script)."""
+    (lt,) = [
+        r["Properties"]["LaunchTemplateData"]
+        for k, r in resources(template, "AWS::EC2::LaunchTemplate").items()
+        if k.startswith(f"{fleet_id}LaunchTemplate")
+    ]
+    (separator, parts) = lt["UserData"]["Fn::Base64"]["Fn::Join"]
+    document = separator.join(
+        p if isinstance(p, str) else base64.b64encode(p["Fn::Base64"].encode()).decode() for p in parts
+    )
+    message = email.message_from_string(document)
+    (script,) = [p.get_payload(decode=True).decode() for p in message.walk() if not p.is_multipart()]
+    return document, script
+
+
+def agent_json(script: str) -> dict:
+    match = re.search(r"cloudwatch-agent\.json <<'(\w+)'\n(.*?)\n\1", script, re.S)
+    assert match, "no agent configuration in user data"
+    return json.loads(match.group(2))
+
+
+@pytest.mark.parametrize("fleet", sorted(THREE_FLEETS))
+def test_user_data_sets_up_the_agent_and_collector_for_the_fleet(fleet):
+    document, script = user_data(synth("three-fleets").templates[COMPUTE], fleet.capitalize())
+    config = agent_json(script)["metrics"]
+    assert config["namespace"] == NAMESPACE
+    gpu = fleet in GPU_FLEETS
+    # nvidia_gpu on GPU fleets and nowhere else; the collector on every (EFA) fleet.
+    assert ("nvidia_gpu" in config["metrics_collected"]) is gpu
+    if gpu:
+        assert config["metrics_collected"]["nvidia_gpu"]["append_dimensions"] == {FLEET_DIMENSION: fleet}
+    (exec_start,) = [line for line in script.splitlines() if line.startswith("ExecStart=")]
+    assert f"--fleet {fleet}" in exec_start and ("--gpu" in exec_start) is gpu
+    assert "systemctl enable --now training-node-metrics.service" in script
+    # EC2 refuses user data above 16 KB before its own base64 (EC2 user guide, "Run commands when you
+    # launch an EC2 instance with user data"); Batch adds its own part, so keep room.
+    assert len(document.encode()) < 12 * 1024
+
+
+def test_instance_roles_may_publish_metrics_only_in_our_namespace():
+    template = synth("three-fleets").templates[COMPUTE]
+    statements = [
+        s
+        for p in resources(template, "AWS::IAM::Policy").values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert len(statements) == len(THREE_FLEETS)
+    for statement in statements:
+        assert statement["Action"] == "cloudwatch:PutMetricData"
+        assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": NAMESPACE}}
+
+
+@pytest.mark.parametrize("variant", ["default", "three-fleets"])
+def test_container_insights_on_every_compute_environment(variant):
+    environments = resources(synth(variant).templates[COMPUTE], "AWS::Batch::ComputeEnvironment").values()
+    assert environments
+    for environment in environments:
+        assert environment["Properties"]["EcsSettings"] == {"ContainerInsights": "enabled"}
+
+
+def dashboard(variant):
+    template = synth(variant).templates[MONITORING]
+    (board,) = resources(template, "AWS::CloudWatch::Dashboard").values()
+    return template, json.loads(flatten(board["Properties"]["DashboardBody"]).replace("<token>", "TOKEN"))
+
+
+def titles(body) -> list[str]:
+    return [w["properties"].get("title") or w["properties"].get("markdown", "") for w in body["widgets"]]
+
+
+def test_one_dashboard_with_a_row_of_widgets_for_every_fleet():
+    template, body = dashboard("three-fleets")
+    names = titles(body)
+    for fleet in THREE_FLEETS:
+        mine = [t for t in names if t.startswith(f"{fleet}:")]
+        assert len(mine) >= 6, (fleet, mine)
+        assert any("jobs entering each state" in t for t in mine)
+        assert any("time from submission to start" in t for t in mine)
+        assert any("nodes running" in t for t in mine)
+        assert any("EFA retransmits" in t for t in mine)
+        assert any("benchmark verdict" in t for t in mine)
+    text = json.dumps(body)
+    for fleet in GPU_FLEETS:
+        assert f'MetricName=\\"{GPU_UTILIZATION}\\" Fleet=\\"{fleet}\\"' in text
+    assert 'Fleet=\\"trn\\"' in text and f'MetricName=\\"{GPU_UTILIZATION}\\" Fleet=\\"trn\\"' not in text
+    assert any("Boot-check failures" in t for t in names) and any("Job alerts" in t for t in names)
+    # Nodes against the fleet's maxNodes.
+    (nodes,) = [w for w in body["widgets"] if w["properties"].get("title") == "rl: nodes running"]
+    assert nodes["properties"]["annotations"]["horizontal"][0]["value"] == THREE_FLEETS["rl"]["maxNodes"]
+    url = flatten(template["Outputs"]["DashboardUrl"]["Value"])
+    assert url.startswith("https://") and "#dashboards/dashboard/" in url
+
+
+def alarms(variant):
+    template = synth(variant).templates[MONITORING]
+    return {k: a["Properties"] for k, a in resources(template, "AWS::CloudWatch::Alarm").items()}
+
+
+def test_alarms_of_every_fleet_go_to_the_job_alert_topic_and_say_what_to_do():
+    found = alarms("three-fleets")
+    jobs_topic = list(resources(synth("three-fleets").templates[JOBS], "AWS::SNS::Topic"))
+    assert len(jobs_topic) == 1
+    for fleet in THREE_FLEETS:
+        kinds = {
+            k.split("Alarm")[0].removeprefix(f"Dashboard{fleet.capitalize()}")
+            for k in found
+            if k.startswith(f"Dashboard{fleet.capitalize()}")
+        }
+        expected = {"Runnable", "BootCheck", "EfaRetransmit"} | ({"Xid"} if fleet in GPU_FLEETS else set())
+        assert kinds == expected, fleet
+    for alarm in found.values():
+        (action,) = alarm["AlarmActions"]
+        assert "Fn::ImportValue" in action and "JobAlertsTopic" in json.dumps(action)
+        assert alarm["TreatMissingData"] == "notBreaching"
+        assert len(alarm["AlarmDescription"]) > 80
+
+
+@pytest.mark.parametrize(("variant", "half_seconds"), [("default", 1800), ("three-fleets", 900)])
+def test_runnable_alarm_fires_at_half_the_queue_limit(variant, half_seconds):
+    (runnable, *_) = [a for k, a in alarms(variant).items() if "RunnableAlarm" in k]
+    metrics = {m["Id"]: m for m in runnable["Metrics"]}
+    assert {metrics[i]["MetricStat"]["Metric"]["MetricName"] for i in ("runnable", "started")} == {
+        JOB_STATE_METRICS["RUNNABLE"],
+        JOB_STATE_METRICS["STARTING"],
+    }
+    assert all(metrics[i]["MetricStat"]["Period"] == half_seconds for i in ("runnable", "started"))
+
+
+def test_fault_alarms_sum_the_fleets_nodes_with_metrics_insights():
+    found = alarms("three-fleets")
+    (xid,) = [a for k, a in found.items() if k.startswith("DashboardLlmXidAlarm")]
+    (query,) = xid["Metrics"]
+    expected = f"SELECT SUM({XID_ERRORS}) FROM \"{NAMESPACE}\" WHERE {FLEET_DIMENSION} = 'llm'"  # noqa: S608
+    assert query["Expression"] == expected
+    assert xid["Threshold"] == 1 and xid["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+
+def test_nothing_runs_on_a_schedule_so_nothing_emits_at_zero_nodes():
+    # Job metrics come only from job state changes, node metrics only from nodes: no scheduled rule
+    # and no function in the stacks that carry the metrics that could emit (or bill) while every
+    # fleet is at zero.
+    for name in (JOBS, COMPUTE, MONITORING):
+        template = synth("default").templates[name]
+        assert not resources(template, "AWS::Lambda::Function"), name
+        for rule in resources(template, "AWS::Events::Rule").values():
+            assert "ScheduleExpression" not in rule["Properties"], name

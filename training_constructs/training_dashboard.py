@@ -1,0 +1,276 @@
+"""One CloudWatch dashboard for the deployment (a row per fleet) and the alarms that page the job-alert
+topic. aws_cloudwatch L2 only: cdk-monitoring-constructs has no Batch monitor (cdklabs/
+cdk-monitoring-constructs#612) and every figure here is a custom metric; see README, "Observability"."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from config.catalog import AcceleratorKind
+from config.metrics import (
+    BENCHMARK_VERDICT,
+    BOOT_CHECK_FAILED,
+    EFA_COUNTER_METRICS,
+    FLEET_DIMENSION,
+    GPU_UTILIZATION,
+    JOB_STATE_METRICS,
+    NAMESPACE,
+    NODE_HEARTBEAT,
+    XID_ERRORS,
+)
+from config.settings import FleetSettings
+
+WIDTH = 24
+# A fleet whose retransmitted EFA packets exceed this in a minute is losing packets on the fabric.
+# No AWS figure exists; healthy SRD traffic retransmits rarely, so a sustained thousand a minute across
+# a fleet is worth a look (tune to what your fleet shows while healthy).
+EFA_RETRANSMITS_PER_MINUTE = 1000
+EFA_RETRANSMIT_MINUTES = 5
+
+
+ONE_MINUTE = Duration.minutes(1)
+
+
+def search(metric: str, fleet: str, statistic: str, period: Duration = ONE_MINUTE) -> str:
+    """Every series of `metric` of one fleet (any dimension set that has this Fleet)."""
+    return (
+        f'SEARCH(\'Namespace="{NAMESPACE}" MetricName="{metric}" {FLEET_DIMENSION}="{fleet}"\', '
+        f"'{statistic}', {int(period.to_seconds())})"
+    )
+
+
+def insights_sum(metric: str, fleet: str) -> str:
+    """A Metrics Insights query (alarms cannot use SEARCH): the fleet's total of `metric`."""
+    # Names come from config.metrics and validated fleet names (letters and digits), never user text.
+    return f"SELECT SUM({metric}) FROM \"{NAMESPACE}\" WHERE {FLEET_DIMENSION} = '{fleet}'"  # noqa: S608
+
+
+def job_metric(status: str, fleet: str, period: Duration) -> cw.Metric:
+    return cw.Metric(
+        namespace=NAMESPACE,
+        metric_name=JOB_STATE_METRICS[status],
+        dimensions_map={FLEET_DIMENSION: fleet},
+        statistic="Sum",
+        period=period,
+        label=status,
+    )
+
+
+class TrainingDashboard(Construct):
+    """Attributes: `dashboard`, `alarms` (fleet name -> alarms of that fleet)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        fleets: Sequence[FleetSettings],
+        alert_topic: sns.ITopic,
+        job_events: logs.ILogGroup,
+        runnable_timeout: Duration,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.dashboard = cw.Dashboard(self, "Resource", default_interval=Duration.hours(3))
+        self.dashboard.add_widgets(
+            cw.TextWidget(markdown="# Training platform: alerts and boot checks", width=WIDTH, height=1),
+            cw.GraphWidget(
+                title="Job alerts published (failed and cancelled jobs)",
+                left=[alert_topic.metric_number_of_messages_published(period=Duration.minutes(5))],
+                width=12,
+            ),
+            cw.GraphWidget(
+                title="Boot-check failures, every fleet",
+                left=[
+                    cw.MathExpression(
+                        expression=f'SEARCH(\'Namespace="{NAMESPACE}" MetricName="{BOOT_CHECK_FAILED}"\', '
+                        "'Sum', 300)",
+                        label="",
+                        period=Duration.minutes(5),
+                    )
+                ],
+                width=12,
+            ),
+        )
+        self.alarms: dict[str, list[cw.Alarm]] = {}
+        alarm_action = actions.SnsAction(alert_topic)
+        for fleet in fleets:
+            self._fleet_row(fleet, job_events)
+            alarms = self._fleet_alarms(fleet, runnable_timeout)
+            for alarm in alarms:
+                alarm.add_alarm_action(alarm_action)
+            self.alarms[fleet.name] = alarms
+
+    def _fleet_row(self, fleet: FleetSettings, job_events: logs.ILogGroup) -> None:
+        name = fleet.name
+        five = Duration.minutes(5)
+        gpu = fleet.instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU
+        accelerator: cw.IWidget = (
+            cw.GraphWidget(
+                title=f"{name}: GPU utilisation per node (%)",
+                left=[cw.MathExpression(expression=search(GPU_UTILIZATION, name, "Average"), label="")],
+                left_y_axis=cw.YAxisProps(min=0, max=100),
+                width=6,
+            )
+            if gpu
+            else cw.TextWidget(
+                markdown=f"**{name}: NeuronCore utilisation** is not collected (README, Observability).",
+                width=6,
+            )
+        )
+        self.dashboard.add_widgets(
+            cw.TextWidget(
+                markdown=f"## Fleet {name} ({fleet.instance.name}, up to {fleet.max_nodes} nodes)",
+                width=WIDTH,
+                height=1,
+            ),
+            cw.GraphWidget(
+                title=f"{name}: jobs entering each state (per 5 min)",
+                left=[job_metric(status, name, five) for status in JOB_STATE_METRICS],
+                width=8,
+            ),
+            cw.LogQueryWidget(
+                title=f"{name}: time from submission to start (s)",
+                log_group_names=[job_events.log_group_name],
+                query_lines=[
+                    f"filter fleet = '{name}' and status = 'RUNNING'",
+                    "fields (toMillis(@timestamp) - createdAt) / 1000 as waitSeconds",
+                    "stats max(waitSeconds) as longest, avg(waitSeconds) as average by bin(5m)",
+                ],
+                view=cw.LogQueryVisualizationType.LINE,
+                width=8,
+            ),
+            cw.GraphWidget(
+                title=f"{name}: nodes running",
+                left=[cw.MathExpression(expression=f"SUM({search(NODE_HEARTBEAT, name, 'Maximum')})", label="nodes")],
+                left_annotations=[cw.HorizontalAnnotation(value=fleet.max_nodes, label="maxNodes")],
+                left_y_axis=cw.YAxisProps(min=0),
+                width=8,
+            ),
+        )
+        self.dashboard.add_widgets(
+            accelerator,
+            cw.GraphWidget(
+                title=f"{name}: EFA bytes per minute, fleet total",
+                left=[
+                    cw.MathExpression(
+                        expression=f"SUM({search(EFA_COUNTER_METRICS[counter], name, 'Sum')})", label=counter
+                    )
+                    for counter in ("tx_bytes", "rx_bytes", "rdma_read_bytes", "rdma_write_bytes")
+                ],
+                width=6,
+            ),
+            cw.GraphWidget(
+                title=f"{name}: EFA retransmits and errors per minute",
+                left=[
+                    cw.MathExpression(
+                        expression=f"SUM({search(EFA_COUNTER_METRICS[counter], name, 'Sum')})", label=counter
+                    )
+                    for counter in (
+                        "retrans_pkts",
+                        "retrans_timeout_events",
+                        "rx_drops",
+                        "unresponsive_remote_events",
+                        "impaired_remote_conn_events",
+                    )
+                ],
+                width=6,
+            ),
+            cw.SingleValueWidget(
+                title=f"{name}: last benchmark verdict (1 healthy, 0.5 degraded, 0 failing)",
+                metrics=[
+                    cw.MathExpression(expression=search(BENCHMARK_VERDICT, name, "Minimum", Duration.days(1)), label="")
+                ],
+                width=6,
+            ),
+        )
+
+    def _fleet_alarms(self, fleet: FleetSettings, runnable_timeout: Duration) -> list[cw.Alarm]:
+        name = fleet.name
+        cid = fleet.construct_id
+        # Half the queue's RUNNABLE limit, as whole minutes (an alarm period is a multiple of 60 s).
+        half = Duration.minutes(max(1, int(runnable_timeout.to_minutes() // 2)))
+        waiting = cw.MathExpression(
+            expression="IF(FILL(runnable, 0) > 0 AND FILL(started, 0) == 0, 1, 0)",
+            using_metrics={
+                "runnable": job_metric("RUNNABLE", name, half),
+                "started": job_metric("STARTING", name, half),
+            },
+            period=half,
+            label="jobs queued, none started",
+        )
+        stuck = waiting.create_alarm(
+            self,
+            f"{cid}RunnableAlarm",
+            alarm_description=(
+                f"Fleet {name}: jobs became RUNNABLE and none started within {half.to_minutes():.0f} minutes, half "
+                "the queue's RUNNABLE limit; the queue cancels them at the limit. Check that the compute "
+                "environment is VALID and scaling (Batch console), the EC2 quota and capacity for "
+                f"{fleet.instance.name} in the fleet's AZ, and that the job fits one node (README, Jobs that "
+                "cannot run)."
+            ),
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )
+        faults = [
+            cw.MathExpression(
+                expression=insights_sum(BOOT_CHECK_FAILED, name),
+                period=Duration.minutes(5),
+                label="boot-check failures",
+            )
+        ]
+        if fleet.instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
+            faults.append(
+                cw.MathExpression(
+                    expression=insights_sum(XID_ERRORS, name), period=Duration.minutes(5), label="GPU Xid errors"
+                )
+            )
+        alarms = [stuck]
+        for fault in faults:
+            kind = "Xid" if fault.label == "GPU Xid errors" else "BootCheck"
+            alarms.append(
+                fault.create_alarm(
+                    self,
+                    f"{cid}{kind}Alarm",
+                    alarm_description=(
+                        f"Fleet {name}: a node reported {fault.label}. Find the node on the dashboard's "
+                        "InstanceId series, read its kernel log (SSM: dmesg | grep -i xid) or boot-check "
+                        "output, and terminate it so Batch replaces it; a GPU with repeated Xid errors "
+                        "needs an EC2 instance replacement."
+                    ),
+                    threshold=1,
+                    evaluation_periods=1,
+                    comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                )
+            )
+        retransmits = cw.MathExpression(
+            expression=insights_sum(EFA_COUNTER_METRICS["retrans_pkts"], name),
+            period=Duration.minutes(1),
+            label="EFA retransmitted packets",
+        )
+        alarms.append(
+            retransmits.create_alarm(
+                self,
+                f"{cid}EfaRetransmitAlarm",
+                alarm_description=(
+                    f"Fleet {name}: more than {EFA_RETRANSMITS_PER_MINUTE} EFA packets retransmitted per minute "
+                    f"for {EFA_RETRANSMIT_MINUTES} minutes while nodes ran. Compare nodes on the dashboard: "
+                    "one node's counters rising points at that node (terminate it); all rising points at "
+                    "placement or congestion (check the cluster placement group)."
+                ),
+                threshold=EFA_RETRANSMITS_PER_MINUTE,
+                evaluation_periods=EFA_RETRANSMIT_MINUTES,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            )
+        )
+        return alarms
