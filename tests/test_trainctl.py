@@ -134,14 +134,16 @@ def test_share_errors_say_what_to_pass(trainctl: Any) -> None:
     assert "drop --share" in extra
 
 
-def test_bad_flag_values_are_one_line(trainctl: Any) -> None:
-    assert "reserved for Batch" in one_error_line(
-        trainctl("submit", "gpu", "--env", "AWS_BATCH_JOB_ID=x", "--dry-run"), ExitCode.USAGE
-    )
-    assert "60 seconds or more" in one_error_line(
-        trainctl("submit", "gpu", "--timeout", "30", "--dry-run"), ExitCode.USAGE
-    )
-    assert "a job name is" in one_error_line(trainctl("submit", "gpu", "--name", "bad name", "--dry-run"), 2)
+def test_bad_flag_values_are_refused_before_any_aws_call(trainctl: Any) -> None:
+    # Nothing listens on port 9: had trainctl asked AWS first, it would exit 3, not 2.
+    offline = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+    for args, says in (
+        (("submit", "gpu", "--env", "AWS_BATCH_JOB_ID=x"), "reserved for Batch"),
+        (("submit", "gpu", "--timeout", "30"), "60 seconds or more"),
+        (("submit", "gpu", "--name", "bad name"), "a job name is"),
+        (("sweep", "gpu", "--grid", "LR"), "NAME=v1,v2"),
+    ):
+        assert says in one_error_line(trainctl(*args, "--dry-run", env=offline), ExitCode.USAGE)
 
 
 def test_submit_watch_exits_with_the_jobs_outcome(world: World, trainctl: Any) -> None:

@@ -25,7 +25,15 @@ from trainctl.errors import ExitCode, TrainctlError
 from trainctl.jobs import DONE, STATES, describe_jobs, job_environment, list_job_ids, main_node, num_nodes, owned_job
 from trainctl.jobs import watch as watch_job
 from trainctl.logs import StreamReader, interleave, node_streams, parse_nodes
-from trainctl.requests import SWEEP_TAG, grid_points, parse_env, parse_grid, point_name, submit_request
+from trainctl.requests import (
+    SWEEP_TAG,
+    check_flags,
+    grid_points,
+    parse_env,
+    parse_grid,
+    point_name,
+    submit_request,
+)
 from trainctl.verdict import HEALTHY, last_verdict
 from trainctl.why import explain
 
@@ -234,8 +242,10 @@ def submit(
 ) -> None:
     """Submit one multi-node job to a fleet's queue."""
     state = _state(ctx)
-    fleet = state.deployment().fleet(fleet_name)
+    # The flags first: a typo is reported before any AWS call.
     environment = parse_env(env or [])
+    check_flags(name=name, timeout_seconds=timeout)
+    fleet = state.deployment().fleet(fleet_name)
     request = submit_request(
         name=name or f"{fleet.name}-{job.value}-{_timestamp()}",
         queue=fleet.job_queue,
@@ -282,6 +292,7 @@ def sweep(
     Not an array job: AWS documents array jobs only as collections of single-node child jobs.
     """
     state = _state(ctx)
+    points = grid_points(parse_grid(grid))
     fleet = state.deployment().fleet(fleet_name)
     sweep_id = f"{fleet.name}-{_timestamp()}"
     requests = [
@@ -293,7 +304,7 @@ def sweep(
             share=share,
             tags={SWEEP_TAG: sweep_id},
         )
-        for point in grid_points(parse_grid(grid))
+        for point in points
     ]
     _check_share(state, fleet, share)
     if dry_run:

@@ -77,6 +77,14 @@ def check_job_name(name: str) -> str:
     return name
 
 
+def check_flags(*, name: str | None, timeout_seconds: int | None) -> None:
+    """What can be refused before anything is asked of AWS."""
+    if name is not None:
+        check_job_name(name)
+    if timeout_seconds is not None and timeout_seconds < MIN_TIMEOUT_SECONDS:
+        raise TrainctlError(f"--timeout {timeout_seconds}: Batch accepts {MIN_TIMEOUT_SECONDS} seconds or more")
+
+
 def submit_request(
     *,
     name: str,
@@ -109,8 +117,7 @@ def submit_request(
     if overrides:
         request["nodeOverrides"] = overrides
     if timeout_seconds is not None:
-        if timeout_seconds < MIN_TIMEOUT_SECONDS:
-            raise TrainctlError(f"--timeout {timeout_seconds}: Batch accepts {MIN_TIMEOUT_SECONDS} seconds or more")
+        check_flags(name=None, timeout_seconds=timeout_seconds)
         request["timeout"] = {"attemptDurationSeconds": timeout_seconds}
     if tags:
         request["tags"] = dict(tags)
