@@ -45,6 +45,23 @@ def test_every_catalog_type_has_a_price_with_source_and_date(name: str) -> None:
     assert price.usd is None or price.usd > 0
 
 
+# AWS Price List API, us-east-1 EC2 offer of 2026-07-28 (OnDemand, Linux, Shared tenancy).
+PRICE_LIST_FIGURES = {
+    "p5.48xlarge": 55.04,
+    "p4d.24xlarge": 21.957642,
+    "trn1.32xlarge": 21.50,
+    "p6-b200.48xlarge": 113.9328,
+}
+
+
+def test_prices_match_the_price_list_and_capacity_block_only_types_have_none() -> None:
+    for name, usd in PRICE_LIST_FIGURES.items():
+        assert PRICES[name].usd == usd, name
+    # Sold in us-east-1 only through Capacity Blocks: no on-demand SKU.
+    assert PRICES["p5e.48xlarge"].usd is None
+    assert PRICES["trn2.48xlarge"].usd is None
+
+
 def test_prices_are_labelled_as_estimates() -> None:
     import config.prices
 
