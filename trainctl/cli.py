@@ -8,7 +8,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
@@ -16,13 +16,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from config.prices import PRICES
 from trainctl.aws import Aws, aws_errors
+from trainctl.checkpoints import checkpoint_location, list_checkpoints
+from trainctl.checkpoints import download as download_checkpoints
 from trainctl.compute import fleet_compute
-from trainctl.cost import GROUPINGS, summarize, usage_of
+from trainctl.cost import GROUPINGS, finished_usages, parse_prices, parse_since, summarize, unpriced_types
 from trainctl.deployment import Deployment, Fleet, load_deployment
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.jobs import DONE, STATES, describe_jobs, job_environment, list_job_ids, main_node, num_nodes, owned_job
+from trainctl.jobs import DONE, describe_jobs, main_node, num_nodes, owned_job
 from trainctl.jobs import watch as watch_job
 from trainctl.logs import StreamReader, interleave, node_streams, parse_nodes
 from trainctl.requests import (
@@ -34,6 +35,7 @@ from trainctl.requests import (
     point_name,
     submit_request,
 )
+from trainctl.status import fleet_status
 from trainctl.verdict import HEALTHY, last_verdict
 from trainctl.why import explain
 
@@ -150,28 +152,7 @@ PollOption = Annotated[float, typer.Option("--poll-seconds", hidden=True, min=0.
 def status(ctx: typer.Context) -> None:
     """Per fleet: instance type, queue and compute environment state, instances and vCPUs, jobs by state."""
     state = _state(ctx)
-    rows = []
-    for fleet in state.deployment().fleets.values():
-        compute = fleet_compute(state.batch, fleet)
-        queue = compute.queue or {}
-        environment = compute.environment or {}
-        resources = environment.get("computeResources", {})
-        desired = int(resources.get("desiredvCpus", 0))
-        per_instance = compute.instance.vcpus if compute.instance else 0
-        jobs = {s: sum(1 for _ in list_job_ids(state.batch, fleet.job_queue, jobStatus=s)) for s in STATES}
-        rows.append(
-            {
-                "fleet": fleet.name,
-                "instance_type": compute.instance_type,
-                "queue_state": f"{queue.get('state', '?')}/{queue.get('status', '?')}",
-                "environment_state": f"{environment.get('state', '?')}/{environment.get('status', '?')}",
-                "environment_reason": environment.get("statusReason", ""),
-                "instances": desired // per_instance if per_instance else None,
-                "vcpus": desired,
-                "max_vcpus": int(resources.get("maxvCpus", 0)),
-                "jobs": jobs,
-            }
-        )
+    rows = [fleet_status(state.batch, fleet) for fleet in state.deployment().fleets.values()]
     if state.json:
         state.out(rows)
         return
@@ -405,22 +386,6 @@ def cancel(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JO
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints
-def _checkpoint_prefix(job: dict[str, Any], fleet: Fleet, deployment: Deployment) -> tuple[str, str]:
-    """(bucket, key prefix) where the launcher keeps this job's checkpoints: <CHECKPOINT_URI>/<job id>/."""
-    uri = job_environment(job).get("CHECKPOINT_URI")
-    if not uri:
-        if not deployment.checkpoint_bucket:
-            raise TrainctlError(
-                "the job has no CHECKPOINT_URI and no TrainingData stack names a checkpoint bucket: nothing to list"
-            )
-        uri = f"s3://{deployment.checkpoint_bucket}/{fleet.name}"
-    if not uri.startswith("s3://"):
-        raise TrainctlError(f"the job's CHECKPOINT_URI {uri!r} is not an s3:// URI")
-    bucket, _, prefix = uri[len("s3://") :].partition("/")
-    prefix = prefix.strip("/")
-    return bucket, f"{prefix}/{job['jobId']}/" if prefix else f"{job['jobId']}/"
-
-
 @app.command()
 @reports_errors
 def checkpoints(
@@ -434,25 +399,15 @@ def checkpoints(
     state = _state(ctx)
     deployment = state.deployment()
     job, fleet = owned_job(state.batch, deployment, job_id)
-    bucket, prefix = _checkpoint_prefix(job, fleet, deployment)
+    bucket, prefix = checkpoint_location(job, fleet, deployment)
     s3 = state.aws.client("s3")
-    objects = []
-    with aws_errors():
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            objects += page.get("Contents", [])
+    objects = list_checkpoints(s3, bucket, prefix)
     if not objects:
         _note(
             f"no checkpoints under s3://{bucket}/{prefix} yet: the launcher uploads them while and after the job runs"
         )
     if download is not None:
-        root = download.resolve()
-        for item in objects:
-            target = (root / item["Key"][len(prefix) :]).resolve()
-            if not target.is_relative_to(root):
-                raise TrainctlError(f"refusing to write {item['Key']!r} outside {root}")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with aws_errors():
-                s3.download_file(bucket, item["Key"], str(target))
+        download_checkpoints(s3, bucket, prefix, objects, download)
     rows = [
         {"key": o["Key"][len(prefix) :], "bytes": int(o["Size"]), "modified": str(o["LastModified"])} for o in objects
     ]
@@ -527,27 +482,6 @@ def _finish_check(state: State, result: dict[str, Any], summary: str, code: Exit
 
 
 # ----------------------------------------------------------------------------------------------- cost
-def _since(text: str | None) -> datetime:
-    if text is None:
-        return datetime.now(UTC) - timedelta(days=7)
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise TrainctlError(f"--since {text!r} is not a date: use YYYY-MM-DD or YYYY-MM-DDTHH:MM") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
-def _prices(pairs: list[str]) -> dict[str, float]:
-    prices: dict[str, float] = {}
-    for pair in pairs:
-        name, _, value = pair.partition("=")
-        try:
-            prices[name] = float(value)
-        except ValueError:
-            raise TrainctlError(f"--price {pair!r} is not TYPE=USD_PER_HOUR (for example p5.48xlarge=55.04)") from None
-    return prices
-
-
 @app.command()
 @reports_errors
 def cost(
@@ -568,25 +502,11 @@ def cost(
     an estimate, not your bill (no Savings Plans, reservations or Spot; boot and idle time not counted).
     """
     state = _state(ctx)
-    start = _since(since)
-    since_ms = int(start.timestamp() * 1000)
-    overrides = _prices(price or [])
-    usages = []
-    for fleet in state.deployment().fleets.values():
-        compute = fleet_compute(state.batch, fleet)
-        # With a filter, ListJobs returns jobs in every status (API ListJobs, jobStatus).
-        summaries = list_job_ids(
-            state.batch, fleet.job_queue, filters=[{"name": "AFTER_CREATED_AT", "values": [str(since_ms)]}]
-        )
-        finished = [
-            str(s["jobId"]) for s in summaries if s.get("status") in DONE and int(s.get("createdAt", 0)) >= since_ms
-        ]
-        for job in describe_jobs(state.batch, finished):
-            usage = usage_of(job, fleet=fleet.name, instance_type=compute.instance_type or "unknown")
-            if usage is not None:
-                usages.append(usage)
+    start = parse_since(since)
+    overrides = parse_prices(price or [])
+    usages = finished_usages(state.batch, state.deployment(), start)
     rows = summarize(usages, by=by.value, overrides=overrides)
-    unpriced = sorted({u.instance_type for u in usages if u.instance_type not in overrides} - _priced_types())
+    unpriced = unpriced_types(usages, overrides)
     if state.json:
         state.out(
             {
@@ -611,10 +531,6 @@ def cost(
     )
     for name in unpriced:
         typer.echo(f"No price for {name}: pass --price {name}=USD_PER_HOUR.")
-
-
-def _priced_types() -> set[str]:
-    return {name for name, listed in PRICES.items() if listed.usd is not None}
 
 
 def main() -> None:

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from config.prices import PRICES
+from trainctl.compute import fleet_compute
+from trainctl.deployment import Deployment
+from trainctl.errors import TrainctlError
+from trainctl.jobs import DONE, describe_jobs, list_job_ids
 
 GROUPINGS = ("share", "queue", "name")
 MS_PER_HOUR = 3_600_000
@@ -94,3 +99,50 @@ def summarize(usages: Iterable[JobUsage], *, by: str, overrides: dict[str, float
         else:
             row.usd += usage.node_hours * price
     return sorted(rows.values(), key=lambda r: (-r.usd, -r.node_hours, r.key))
+
+
+def parse_since(text: str | None) -> datetime:
+    """`--since`: a date or date-time, UTC unless it says otherwise; default 7 days ago."""
+    if text is None:
+        return datetime.now(UTC) - timedelta(days=7)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise TrainctlError(f"--since {text!r} is not a date: use YYYY-MM-DD or YYYY-MM-DDTHH:MM") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def parse_prices(pairs: Iterable[str]) -> dict[str, float]:
+    """`--price TYPE=USD` options."""
+    prices: dict[str, float] = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        try:
+            prices[name] = float(value)
+        except ValueError:
+            raise TrainctlError(f"--price {pair!r} is not TYPE=USD_PER_HOUR (for example p5.48xlarge=55.04)") from None
+    return prices
+
+
+def finished_usages(batch: Any, deployment: Deployment, since: datetime) -> list[JobUsage]:
+    """Every job of the deployment's queues created since `since` that ran and finished."""
+    since_ms = int(since.timestamp() * 1000)
+    usages = []
+    for fleet in deployment.fleets.values():
+        compute = fleet_compute(batch, fleet)
+        # With a filter, ListJobs returns jobs in every status (API ListJobs, jobStatus).
+        summaries = list_job_ids(
+            batch, fleet.job_queue, filters=[{"name": "AFTER_CREATED_AT", "values": [str(since_ms)]}]
+        )
+        finished = [
+            str(s["jobId"]) for s in summaries if s.get("status") in DONE and int(s.get("createdAt", 0)) >= since_ms
+        ]
+        for job in describe_jobs(batch, finished):
+            usage = usage_of(job, fleet=fleet.name, instance_type=compute.instance_type or "unknown")
+            if usage is not None:
+                usages.append(usage)
+    return usages
+
+
+def unpriced_types(usages: Iterable[JobUsage], overrides: dict[str, float]) -> list[str]:
+    return sorted({u.instance_type for u in usages if price_per_hour(u.instance_type, overrides) is None})
