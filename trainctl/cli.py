@@ -150,30 +150,43 @@ PollOption = Annotated[float, typer.Option("--poll-seconds", hidden=True, min=0.
 @app.command()
 @reports_errors
 def status(ctx: typer.Context) -> None:
-    """Per fleet: instance type, queue and compute environment state, instances and vCPUs, jobs by state."""
+    """Per fleet: instance type, queue and compute environment state, instances and vCPUs, jobs by state.
+
+    Instances: the compute environment's desired vCPUs over one instance's vCPUs (what Batch is
+    scaling to now).
+    """
     state = _state(ctx)
     rows = [fleet_status(state.batch, fleet) for fleet in state.deployment().fleets.values()]
     if state.json:
         state.out(rows)
         return
     table = Table(title=f"Training fleets in {state.deployment().region}")
-    for column in ("fleet", "type", "queue", "compute env", "instances", "vCPUs", "jobs"):
-        table.add_column(column)
+    for column in ("fleet", "type", "queue", "compute env", "instances", "vCPUs"):
+        table.add_column(column, no_wrap=column in ("fleet", "type", "instances", "vCPUs"))
+    table.add_column("jobs", min_width=14)
     for row in rows:
         jobs_text = " ".join(f"{s}={n}" for s, n in row["jobs"].items() if n) or "none"
-        environment_text = row["environment_state"] + (
-            f" ({row['environment_reason']})" if row["environment_reason"] else ""
+        # A VALID environment's reason only says that it is available.
+        healthy = row["environment_state"].endswith("/VALID")
+        environment_text = _state_text(row["environment_state"]) + (
+            f" ({row['environment_reason']})" if row["environment_reason"] and not healthy else ""
         )
         table.add_row(
             row["fleet"],
             str(row["instance_type"]),
-            row["queue_state"],
+            _state_text(row["queue_state"]),
             environment_text,
             str(row["instances"] if row["instances"] is not None else "?"),
             f"{row['vcpus']} of {row['max_vcpus']}",
             jobs_text,
         )
     _console().print(table)
+
+
+def _state_text(state_and_status: str) -> str:
+    """ "ENABLED/VALID" reads "ENABLED"; anything else is shown whole."""
+    state, _, status = state_and_status.partition("/")
+    return state if status == "VALID" else f"{state} {status}"
 
 
 # ----------------------------------------------------------------------------------------------- submit
@@ -195,9 +208,23 @@ def _timestamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
 
 
-def _show_state(job: dict[str, Any]) -> None:
+def _state_line(job: dict[str, Any]) -> str:
     reason = f" ({job['statusReason']})" if job.get("statusReason") else ""
-    _note(f"{datetime.now(UTC).strftime('%H:%M:%S')} {job.get('jobId')} {job.get('status')}{reason}")
+    return f"{datetime.now(UTC).strftime('%H:%M:%S')} {job.get('jobId')} {job.get('status')}{reason}"
+
+
+def _follow(state: State, job_id: str, poll_seconds: float) -> dict[str, Any]:
+    """Follow a job to its end, each change of state on stderr; a live spinner on a terminal."""
+    console = Console(stderr=True, highlight=False)
+    if not console.is_terminal:
+        return watch_job(state.batch, job_id, on_state=lambda j: _note(_state_line(j)), poll_seconds=poll_seconds)
+    with console.status(f"{job_id}: submitted") as spinner:
+
+        def on_state(job: dict[str, Any]) -> None:
+            console.print(_state_line(job))
+            spinner.update(f"{job_id}: {job.get('status')}")
+
+        return watch_job(state.batch, job_id, on_state=on_state, poll_seconds=poll_seconds)
 
 
 @app.command()
@@ -247,7 +274,7 @@ def submit(
     elif not state.json:
         typer.echo(job_id)
     if watch:
-        final = watch_job(state.batch, job_id, on_state=_show_state, poll_seconds=poll_seconds)
+        final = _follow(state, job_id, poll_seconds)
         if state.json:
             state.out({"jobId": job_id, "status": final.get("status"), "statusReason": final.get("statusReason")})
         if final.get("status") != "SUCCEEDED":
@@ -446,7 +473,7 @@ def check(
     with aws_errors():
         job_id = str(state.batch.submit_job(**request)["jobId"])
     _note(f"benchmark job {job_id} submitted to fleet {fleet.name}")
-    job = watch_job(state.batch, job_id, on_state=_show_state, poll_seconds=poll_seconds)
+    job = _follow(state, job_id, poll_seconds)
     result: dict[str, Any] = {"jobId": job_id, "fleet": fleet.name, "status": job.get("status")}
     if job.get("status") != "SUCCEEDED":
         result["statusReason"] = job.get("statusReason")
