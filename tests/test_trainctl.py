@@ -374,6 +374,11 @@ def test_no_credentials(trainctl: Any) -> None:
     assert "no AWS credentials: pass --profile" in one_error_line(result, ExitCode.AWS)
 
 
+def test_unknown_profile(trainctl: Any) -> None:
+    line = one_error_line(trainctl("--profile", "ml-team", "status"), ExitCode.AWS)
+    assert line == "trainctl: profile 'ml-team' is not in the AWS config: pass an existing --profile"
+
+
 def test_unknown_fleet_lists_the_deployed_ones(trainctl: Any) -> None:
     line = one_error_line(trainctl("submit", "h100", "--dry-run"), ExitCode.USAGE)
     assert line == "trainctl: no fleet 'h100' in us-east-1: the deployed fleets are gpu, spare, trainium"

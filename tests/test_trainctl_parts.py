@@ -9,11 +9,13 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 
+import botocore.exceptions
 import pytest
 
 from config.catalog import CATALOG
 from config.prices import NOT_PUBLISHED, PRICES
 from tests.harness import ROOT
+from trainctl.aws import aws_errors
 from trainctl.cost import JobUsage, summarize, usage_of
 from trainctl.deployment import _FLEET_OUTPUTS, JOBS_STACK, fleets_from_outputs
 from trainctl.errors import ExitCode, TrainctlError
@@ -211,6 +213,23 @@ def test_fleets_from_outputs_reads_names_that_end_like_a_suffix() -> None:
     fleets = fleets_from_outputs(outputs)
     assert sorted(fleets) == ["bench2", "gpu", "training"]
     assert fleets["training"].training_definition == "Training-TrainingJobDefinition"
+
+
+# ----------------------------------------------------------------------------------------------- AWS errors
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("ExpiredTokenException", "AWS refused the credentials (ExpiredTokenException): refresh them"),
+        ("AccessDeniedException", "AWS DescribeJobs failed: not allowed"),
+    ],
+)
+def test_aws_errors_become_one_line(code: str, says: str) -> None:
+    error = botocore.exceptions.ClientError({"Error": {"Code": code, "Message": "not allowed\nmore"}}, "DescribeJobs")
+    with pytest.raises(TrainctlError) as raised, aws_errors():
+        raise error
+    assert raised.value.code is ExitCode.AWS
+    assert raised.value.message.startswith(says)
+    assert "\n" not in raised.value.message
 
 
 # ----------------------------------------------------------------------------------------------- package rules
