@@ -214,6 +214,26 @@ def test_logs_interleave_three_node_streams_in_time(world: World, trainctl: Any)
     assert "0..2" in one_error_line(trainctl("logs", job_id, "--node", "3"), ExitCode.USAGE)
 
 
+def test_logs_follow_prints_new_lines_and_nodes_that_start_late(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = world.submit("gpu", definition=world.wide_gpu_definition, name="followed")
+    world.set_job(job_id, "RUNNING")
+    world.add_node_streams(job_id, "gpu", {0: [(1_000, "n0 first")], 1: [(2_000, "n1 first")]})
+
+    def time_passes(_seconds: float) -> None:
+        # Between two polls: node 2 starts and logs, node 0 logs again, the job ends.
+        world.add_node_streams(job_id, "gpu", {2: [(3_000, "n2 first")]})
+        world.append_log(job_id, "gpu", 0, 4_000, "n0 second")
+        world.set_job(job_id, "SUCCEEDED")
+
+    monkeypatch.setattr("trainctl.cli._sleep", time_passes)
+    result = trainctl("logs", job_id, "--follow")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["[n0] n0 first", "[n1] n1 first", "[n2] n2 first", "[n0] n0 second"]
+
+
 # ----------------------------------------------------------------------------------------------- why
 def test_why_a_request_larger_than_the_compute_environment(world: World, trainctl: Any) -> None:
     job_id = world.submit("gpu", definition=world.wide_gpu_definition, name="too-wide")

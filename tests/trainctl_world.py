@@ -157,6 +157,14 @@ class World:
             node_job.log_stream_name = stream
             self.batch_backend._jobs[node_job.job_id] = node_job
 
+    def append_log(self, job_id: str, fleet: str, node: int, offset_ms: int, message: str) -> None:
+        """One more line in a node's stream (made by add_node_streams), stamped now - 10 min + offset."""
+        self.client("logs").put_log_events(
+            logGroupName=self.log_groups[fleet],
+            logStreamName=f"training/default/{job_id}-node{node}",
+            logEvents=[{"timestamp": int(time.time() * 1000) - 600_000 + offset_ms, "message": message}],
+        )
+
     @contextmanager
     def benchmark_prints(self, fleet: str, lines: list[str]) -> Iterator[list[str]]:
         """While active, every job submitted to moto's Batch gets a main node whose log holds `lines`:

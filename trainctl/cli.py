@@ -63,6 +63,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 # How often --watch, --follow and check ask Batch for news (hidden option; tests use 0).
 POLL_SECONDS = 15.0
+# Between polls of --follow (a test stands in for the time that passes).
+_sleep = time.sleep
 
 
 class JobKind(enum.StrEnum):
@@ -364,7 +366,7 @@ def logs(
             _note(f"no node of job {job_id} has a log stream yet (it is {job.get('status')})")
         return
     while job.get("status") not in DONE:
-        time.sleep(poll_seconds)
+        _sleep(poll_seconds)
         job = describe_jobs(state.batch, [job_id])[0]
         waiting = [n for n, r in readers.items() if r.source.stream is None]
         if waiting:
@@ -439,7 +441,8 @@ def checkpoints(
         {"key": o["Key"][len(prefix) :], "bytes": int(o["Size"]), "modified": str(o["LastModified"])} for o in objects
     ]
     if state.json:
-        state.out({"uri": f"s3://{bucket}/{prefix}", "objects": rows, "downloaded_to": str(download or "") or None})
+        copied_to = str(download) if download else None
+        state.out({"uri": f"s3://{bucket}/{prefix}", "objects": rows, "downloaded_to": copied_to})
         return
     table = Table(title=f"s3://{bucket}/{prefix}")
     for column in ("file", "bytes", "modified"):
