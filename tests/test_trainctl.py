@@ -408,7 +408,8 @@ def test_a_job_that_is_not_ours(world: World, trainctl: Any) -> None:
     theirs = world.client("batch").submit_job(
         jobName="theirs", jobQueue=world.foreign_queue, jobDefinition=world.training["gpu"]
     )["jobId"]
-    for command in ("why", "logs", "cancel", "checkpoints"):
+    # One command that reads and one that acts; every job command goes through the same check.
+    for command in ("why", "cancel"):
         line = one_error_line(trainctl(command, theirs), ExitCode.USAGE)
         assert "not in a queue of this deployment (fleets gpu, spare, trainium)" in line
     assert "no job 'no-such-job'" in one_error_line(trainctl("why", "no-such-job"), ExitCode.USAGE)
