@@ -238,20 +238,23 @@ def test_logs_follow_prints_new_lines_and_nodes_that_start_late(
 def test_why_a_request_larger_than_the_compute_environment(world: World, trainctl: Any) -> None:
     job_id = world.submit("gpu", definition=world.wide_gpu_definition, name="too-wide")
     created = datetime.now(UTC) - timedelta(minutes=20)
-    world.set_job(job_id, "RUNNABLE", created=created.replace(tzinfo=None))
+    # Batch's own reason for this job (Batch user guide, "Jobs stuck in a RUNNABLE status").
+    reason = "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE"
+    world.set_job(job_id, "RUNNABLE", created=created.replace(tzinfo=None), reason=reason)
 
     answer = ok_json(trainctl("--json", "why", job_id))
 
     assert answer["status"] == "RUNNABLE"
-    misfit, *rest = answer["reasons"]
+    batch_says, misfit, limit = answer["reasons"]
+    assert "more vCPUs than the compute environment's maximum" in batch_says
     assert "3 nodes x 48 vCPUs = 144 vCPUs" in misfit
     assert "at most 96 vCPUs (2 nodes)" in misfit
     assert "--nodes 2" in misfit
-    limits = [r for r in rest if "RUNNABLE when" in r]
-    assert len(limits) == 3
-    assert all(f"after {RUNNABLE_LIMIT_SECONDS // 60} min" in r for r in limits)
     # Created 20 minutes ago with a 60-minute limit: cancelled in 40 minutes at the earliest.
-    assert any("MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE" in r and "in 40 min" in r for r in limits)
+    assert limit == (
+        f"the queue will cancel the job after {RUNNABLE_LIMIT_SECONDS // 60} min RUNNABLE with "
+        "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE: in 40 min at the earliest"
+    )
 
 
 def test_why_a_job_that_fits_is_waiting_for_instances(world: World, trainctl: Any) -> None:
@@ -264,11 +267,14 @@ def test_why_a_job_that_fits_is_waiting_for_instances(world: World, trainctl: An
     assert "nothing in the request or the compute environment rules the job out" in result.stdout
     assert "all 2 nodes" in result.stdout
     assert "vCPUs =" not in result.stdout
+    assert "Batch reports none of them for this job yet" in result.stdout
 
 
 def test_why_a_failed_job_gives_batchs_reason_in_plain_words(world: World, trainctl: Any) -> None:
     job_id = world.submit("gpu", name="cancelled")
-    world.set_job(job_id, "FAILED", reason="CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - no g6.12xlarge in us-east-1a")
+    # What Batch writes when the queue's time limit cancelled the job (Batch user guide).
+    reason = "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+    world.set_job(job_id, "FAILED", reason=reason)
 
     reasons = ok_json(trainctl("--json", "why", job_id))["reasons"]
 

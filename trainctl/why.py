@@ -11,8 +11,9 @@ from typing import Any
 from config.catalog import InstanceSpec
 from trainctl.jobs import node_requirements, num_nodes
 
-# The reasons a queue's jobStateTimeLimitActions act on (API JobStateTimeLimitAction, reason), and
-# what each means. The same words start a job's statusReason when Batch blocks or cancels it.
+# Why Batch holds a RUNNABLE job, as the start of its statusReason, and the reasons a queue's
+# jobStateTimeLimitActions act on (Batch user guide, "Jobs stuck in a RUNNABLE status"). A job the
+# action cancelled says "Canceled by JobStateTimeLimit action due to reason: <code>".
 REASONS = {
     "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY": "EC2 has no free capacity for the instance type in the fleet's AZ",
     "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE": (
@@ -21,7 +22,13 @@ REASONS = {
     "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT": (
         "one node asks for more than any instance of the compute environment holds"
     ),
+    # No time-limit action can act on this one.
+    "ACTION_REQUIRED": "the queue's compute environments are INVALID",
 }
+
+
+def reason_code(status_reason: str) -> str | None:
+    return next((code for code in REASONS if code in status_reason), None)
 
 
 @dataclass(frozen=True)
@@ -51,8 +58,8 @@ def explain(
     reasons: list[str] = []
     status_reason = job.get("statusReason")
     if status_reason:
-        meaning = next((text for code, text in REASONS.items() if str(status_reason).startswith(code)), None)
-        reasons.append(f"Batch says: {status_reason}" + (f" ({meaning})" if meaning else ""))
+        code = reason_code(str(status_reason))
+        reasons.append(f"Batch says: {status_reason}" + (f" ({REASONS[code]})" if code else ""))
     if status in ("RUNNING", "STARTING"):
         reasons.append(f"the job is {status}: nothing holds it back (`trainctl logs {job.get('jobId')}` shows it)")
         return Explanation(status, reasons)
@@ -163,21 +170,22 @@ def _scaling(job: dict[str, Any], environment: dict[str, Any] | None) -> str:
 
 
 def _runnable_limit(job: dict[str, Any], queue: dict[str, Any] | None, now: datetime) -> list[str]:
-    actions = [
-        a for a in (queue or {}).get("jobStateTimeLimitActions", []) if a.get("state") == "RUNNABLE" and a.get("action")
-    ]
+    actions = [a for a in (queue or {}).get("jobStateTimeLimitActions", []) if a.get("state") == "RUNNABLE"]
     if not actions:
         return ["the queue has no RUNNABLE time limit: the job waits until it starts or is cancelled"]
-    lines = []
-    created = int(job.get("createdAt", 0))
-    for action in actions:
-        limit = int(action["maxTimeSeconds"])
-        # The clock starts when the job becomes RUNNABLE for that reason, never before it was created.
-        earliest = created + limit * 1000
-        remaining = earliest / 1000 - now.timestamp()
-        when = f"in {_minutes(remaining)} at the earliest" if remaining > 0 else "at any moment"
-        lines.append(
-            f"the queue will {str(action['action']).lower()} it after {_minutes(limit)} RUNNABLE when "
-            f"{action.get('reason')} ({REASONS.get(str(action.get('reason')), 'see the Batch user guide')}): {when}"
-        )
-    return lines
+    code = reason_code(str(job.get("statusReason", "")))
+    matching = [a for a in actions if a.get("reason") == code]
+    if not matching:
+        limits = ", ".join(f"{a.get('reason')} ({_minutes(int(a['maxTimeSeconds']))})" for a in actions)
+        return [
+            f"the queue cancels a job RUNNABLE that long for one of these reasons: {limits}; "
+            "Batch reports none of them for this job yet"
+        ]
+    limit = int(matching[0]["maxTimeSeconds"])
+    # The clock starts when Batch sets the reason, which is never before the job was created.
+    remaining = int(job.get("createdAt", 0)) / 1000 + limit - now.timestamp()
+    when = f"in {_minutes(remaining)} at the earliest" if remaining > 0 else "at any moment"
+    return [
+        f"the queue will {str(matching[0].get('action', 'cancel')).lower()} the job after {_minutes(limit)} "
+        f"RUNNABLE with {code}: {when}"
+    ]
