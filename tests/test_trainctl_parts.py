@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import botocore.exceptions
 import pytest
@@ -16,8 +17,9 @@ from config.catalog import CATALOG
 from config.prices import NOT_PUBLISHED, PRICES
 from tests.harness import ROOT
 from trainctl.aws import aws_errors
+from trainctl.checkpoints import checkpoint_location, download
 from trainctl.cost import JobUsage, summarize, usage_of
-from trainctl.deployment import _FLEET_OUTPUTS, JOBS_STACK, fleets_from_outputs
+from trainctl.deployment import _FLEET_OUTPUTS, JOBS_STACK, Deployment, Fleet, fleets_from_outputs
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.logs import LogLine, interleave, parse_nodes
 from trainctl.requests import grid_points, parse_grid, point_name, submit_request
@@ -213,6 +215,31 @@ def test_fleets_from_outputs_reads_names_that_end_like_a_suffix() -> None:
     fleets = fleets_from_outputs(outputs)
     assert sorted(fleets) == ["bench2", "gpu", "training"]
     assert fleets["training"].training_definition == "Training-TrainingJobDefinition"
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+FLEET = Fleet(name="gpu", job_queue="q", training_definition="t", benchmark_definition="b", log_group="g")
+
+
+def test_checkpoints_follow_the_jobs_uri_or_the_data_stacks_bucket() -> None:
+    deployment = Deployment(region="us-east-1", fleets={"gpu": FLEET}, alert_topic=None, checkpoint_bucket="ckpt")
+    with_uri = {
+        "jobId": "j1",
+        "nodeProperties": {
+            "nodeRangeProperties": [
+                {"container": {"environment": [{"name": "CHECKPOINT_URI", "value": "s3://team/runs/gpu/"}]}}
+            ]
+        },
+    }
+    assert checkpoint_location(with_uri, FLEET, deployment) == ("team", "runs/gpu/j1/")
+    assert checkpoint_location({"jobId": "j2"}, FLEET, deployment) == ("ckpt", "gpu/j2/")
+
+
+def test_download_never_writes_outside_the_directory(tmp_path: Path) -> None:
+    escaping = [{"Key": "gpu/j1/../../../outside.pt"}]
+    with pytest.raises(TrainctlError, match="outside"):
+        download(None, "ckpt", "gpu/j1/", escaping, tmp_path / "out")
+    assert not (tmp_path / "outside.pt").exists()
 
 
 # ----------------------------------------------------------------------------------------------- AWS errors
