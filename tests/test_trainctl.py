@@ -440,6 +440,9 @@ def test_every_command_has_help(trainctl: Any) -> None:
 
 def test_installed_console_script_makes_no_aws_call_for_help(world: World) -> None:
     script = Path(sys.executable).with_name("trainctl")
+    assert script.exists(), (
+        "trainctl is not installed in this venv: `make test` installs it (requirements-cli.txt, -e .)"
+    )
     environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     # Nothing listens on port 9: a call to AWS would fail; help must not make one.
     environment |= {
