@@ -35,11 +35,17 @@ $(VENV)/.dev: requirements-dev.txt requirements-test.txt $(VENV)/.runtime
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt -r requirements-test.txt
 	@touch $@
 
+# trainctl, editable: the console script runs this checkout's trainctl/ and config/.
+$(VENV)/.trainctl: requirements-cli.txt pyproject.toml $(VENV)/.runtime
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-cli.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $@
+
 node_modules/.installed: package.json package-lock.json $(VENV)/.runtime
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-bootstrap: $(VENV)/.runtime node_modules/.installed
+bootstrap: $(VENV)/.runtime $(VENV)/.trainctl node_modules/.installed
 
 synth: bootstrap
 	$(CDK) synth --quiet $(ARGS)

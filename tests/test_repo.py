@@ -27,6 +27,7 @@ def test_cdk_cli_is_pinned_exactly():
 def test_python_requirements_are_pinned():
     for name in (
         "requirements.txt",
+        "requirements-cli.txt",
         "requirements-dev.txt",
         "requirements-node.txt",
         "requirements-test.txt",

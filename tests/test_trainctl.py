@@ -1,0 +1,457 @@
+"""trainctl's commands against AWS APIs served by moto on 127.0.0.1 (CloudFormation outputs, Batch,
+CloudWatch Logs, S3), run in-process through typer's test runner; one smoke test runs the installed
+console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.trainctl_world import CHECKPOINT_BUCKET, RUNNABLE_LIMIT_SECONDS, World, build_world, moto_environment
+from tests.trainctl_world import tear_down as tear_down_world
+from trainctl.cli import app
+from trainctl.errors import ExitCode
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        yield build_world(endpoint)
+    finally:
+        tear_down_world(endpoint)
+        server.stop()
+
+
+@pytest.fixture
+def trainctl(world: World) -> Any:
+    """Run `trainctl ARGS` in-process against the world; returns click's Result."""
+    runner = CliRunner()
+
+    def run(*args: str, env: dict[str, str | None] | None = None) -> Any:
+        return runner.invoke(app, list(args), env={**moto_environment(world.endpoint), **(env or {})})
+
+    return run
+
+
+def ok_json(result: Any) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def one_error_line(result: Any, code: ExitCode) -> str:
+    assert result.exit_code == code, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("trainctl: ")
+    assert "Traceback" not in result.output
+    return str(lines[0])
+
+
+# ----------------------------------------------------------------------------------------------- status
+def test_status_shows_each_fleet_from_the_outputs(world: World, trainctl: Any) -> None:
+    runnable = world.submit("spare", name="waiting")
+    world.set_job(runnable, "RUNNABLE")
+    world.submit("spare", name="done")
+
+    fleets = {row["fleet"]: row for row in ok_json(trainctl("--json", "status"))}
+
+    assert set(fleets) == {"gpu", "trainium", "spare"}
+    spare = fleets["spare"]
+    assert spare["instance_type"] == "g6.12xlarge"
+    assert spare["queue_state"] == "ENABLED/VALID"
+    assert spare["environment_state"] == "ENABLED/VALID"
+    assert (spare["vcpus"], spare["max_vcpus"], spare["instances"]) == (0, 96, 0)
+    assert {s: n for s, n in spare["jobs"].items() if n} == {"RUNNABLE": 1, "SUCCEEDED": 1}
+    assert fleets["trainium"]["instance_type"] == "trn1.32xlarge"
+
+    table = trainctl("status")
+    assert table.exit_code == 0, table.output
+    assert "RUNNABLE=1 SUCCEEDED=1" in table.stdout
+    assert "0 of 96" in table.stdout
+
+
+# ----------------------------------------------------------------------------------------------- submit
+def test_submit_dry_run_prints_the_exact_request(world: World, trainctl: Any) -> None:
+    result = trainctl(
+        "submit", "gpu", "--nodes", "4", "--env", "TASK=Isaac-Velocity-Flat-H1-v0", "--env", "MAX_ITERATIONS=1000",
+        "--timeout", "7200", "--name", "h1-flat-4", "--dry-run",
+    )  # fmt: skip
+
+    assert ok_json(result) == {
+        "jobName": "h1-flat-4",
+        "jobQueue": world.queues["gpu"],
+        "jobDefinition": world.training["gpu"],
+        "nodeOverrides": {
+            "numNodes": 4,
+            "nodePropertyOverrides": [
+                {
+                    "targetNodes": "0:",
+                    "containerOverrides": {
+                        "environment": [
+                            {"name": "TASK", "value": "Isaac-Velocity-Flat-H1-v0"},
+                            {"name": "MAX_ITERATIONS", "value": "1000"},
+                        ]
+                    },
+                }
+            ],
+        },
+        "timeout": {"attemptDurationSeconds": 7200},
+    }
+    # A dry run submits nothing.
+    named = [{"name": "JOB_NAME", "values": ["h1-flat-4"]}]
+    assert world.client("batch").list_jobs(jobQueue=world.queues["gpu"], filters=named)["jobSummaryList"] == []
+
+
+def test_submit_benchmark_with_a_share_on_a_fair_share_queue(world: World, trainctl: Any) -> None:
+    request = ok_json(trainctl("submit", "trainium", "--job", "benchmark", "--share", "llama", "--dry-run"))
+
+    assert request["shareIdentifier"] == "llama"
+    assert request["jobDefinition"] == world.benchmark["trainium"]
+    assert request["jobQueue"] == world.queues["trainium"]
+    assert "nodeOverrides" not in request
+    assert request["jobName"].startswith("trainium-benchmark-")
+
+
+def test_share_errors_say_what_to_pass(trainctl: Any) -> None:
+    missing = one_error_line(trainctl("submit", "trainium", "--dry-run"), ExitCode.USAGE)
+    assert "fair share: pass --share" in missing
+    extra = one_error_line(trainctl("submit", "gpu", "--share", "llama", "--dry-run"), ExitCode.USAGE)
+    assert "drop --share" in extra
+
+
+def test_bad_flag_values_are_refused_before_any_aws_call(trainctl: Any) -> None:
+    # Nothing listens on port 9: had trainctl asked AWS first, it would exit 3, not 2.
+    offline = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+    for args, says in (
+        (("submit", "gpu", "--env", "AWS_BATCH_JOB_ID=x"), "reserved for Batch"),
+        (("submit", "gpu", "--timeout", "30"), "60 seconds or more"),
+        (("submit", "gpu", "--name", "bad name"), "a job name is"),
+        (("sweep", "gpu", "--grid", "LR"), "NAME=v1,v2"),
+    ):
+        assert says in one_error_line(trainctl(*args, "--dry-run", env=offline), ExitCode.USAGE)
+
+
+def test_submit_watch_exits_with_the_jobs_outcome(world: World, trainctl: Any) -> None:
+    # moto's docker-less Batch ends every job at once: SUCCEEDED, or FAILED when told to fail.
+    succeeded = trainctl("submit", "gpu", "--name", "watched", "--watch", "--poll-seconds", "0")
+    assert succeeded.exit_code == 0, succeeded.output
+    job_id = succeeded.stdout.strip()
+    assert world.job(job_id).job_name == "watched"
+    assert f"{job_id} SUCCEEDED" in succeeded.stderr
+
+    failed = trainctl(
+        "--json", "submit", "gpu", "--watch", "--poll-seconds", "0", env={"MOTO_SIMPLE_BATCH_FAIL_AFTER": "0"}
+    )
+    assert failed.exit_code == ExitCode.JOB_FAILED, failed.output
+    assert json.loads(failed.stdout)["status"] == "FAILED"
+
+
+# ----------------------------------------------------------------------------------------------- sweep
+def test_sweep_submits_one_named_job_per_point_with_one_sweep_tag(world: World, trainctl: Any) -> None:
+    grid = ("--grid", "MAX_ITERATIONS=250,500", "--grid", "LR=0.1,0.01")
+    planned = ok_json(trainctl("sweep", "gpu", *grid, "--dry-run"))
+    assert [r["jobName"] for r in planned] == [
+        "gpu-MAX_ITERATIONS-250-LR-0_1",
+        "gpu-MAX_ITERATIONS-250-LR-0_01",
+        "gpu-MAX_ITERATIONS-500-LR-0_1",
+        "gpu-MAX_ITERATIONS-500-LR-0_01",
+    ]
+    assert planned[3]["nodeOverrides"]["nodePropertyOverrides"][0]["containerOverrides"]["environment"] == [
+        {"name": "MAX_ITERATIONS", "value": "500"},
+        {"name": "LR", "value": "0.01"},
+    ]
+    assert all("arrayProperties" not in r for r in planned)
+
+    submitted = ok_json(trainctl("--json", "sweep", "gpu", *grid))
+    jobs = world.client("batch").describe_jobs(jobs=[j["jobId"] for j in submitted["jobs"]])["jobs"]
+    assert sorted(j["jobName"] for j in jobs) == sorted(r["jobName"] for r in planned)
+    assert {j["tags"]["trainctl:sweep"] for j in jobs} == {submitted["sweep"]}
+
+
+# ----------------------------------------------------------------------------------------------- logs
+def test_logs_interleave_three_node_streams_in_time(world: World, trainctl: Any) -> None:
+    job_id = world.submit("gpu", definition=world.wide_gpu_definition, name="three-nodes")
+    world.add_node_streams(
+        job_id,
+        "gpu",
+        {
+            0: [(1_000, "rendezvous on 10.0.0.5"), (4_000, "iteration 1 loss 0.9"), (7_000, "saved model_1.pt")],
+            1: [(2_000, "joined as rank 4"), (5_000, "iteration 1 done")],
+            2: [(3_000, "joined as rank 8"), (6_000, "iteration 1 done")],
+        },
+    )
+
+    result = trainctl("logs", job_id)
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "[n0] rendezvous on 10.0.0.5",
+        "[n1] joined as rank 4",
+        "[n2] joined as rank 8",
+        "[n0] iteration 1 loss 0.9",
+        "[n1] iteration 1 done",
+        "[n2] iteration 1 done",
+        "[n0] saved model_1.pt",
+    ]
+    chosen = trainctl("logs", job_id, "--node", "0,2", "--follow", "--poll-seconds", "0")
+    assert chosen.exit_code == 0, chosen.output
+    assert [line[:4] for line in chosen.stdout.splitlines()] == ["[n0]", "[n2]", "[n0]", "[n2]", "[n0]"]
+    assert "0..2" in one_error_line(trainctl("logs", job_id, "--node", "3"), ExitCode.USAGE)
+
+
+def test_logs_follow_prints_new_lines_and_nodes_that_start_late(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = world.submit("gpu", definition=world.wide_gpu_definition, name="followed")
+    world.set_job(job_id, "RUNNING")
+    world.add_node_streams(job_id, "gpu", {0: [(1_000, "n0 first")], 1: [(2_000, "n1 first")]})
+
+    def time_passes(_seconds: float) -> None:
+        # Between two polls: node 2 starts and logs, node 0 logs again, the job ends.
+        world.add_node_streams(job_id, "gpu", {2: [(3_000, "n2 first")]})
+        world.append_log(job_id, "gpu", 0, 4_000, "n0 second")
+        world.set_job(job_id, "SUCCEEDED")
+
+    monkeypatch.setattr("trainctl.cli._sleep", time_passes)
+    result = trainctl("logs", job_id, "--follow")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["[n0] n0 first", "[n1] n1 first", "[n2] n2 first", "[n0] n0 second"]
+
+
+# ----------------------------------------------------------------------------------------------- why
+def test_why_a_request_larger_than_the_compute_environment(world: World, trainctl: Any) -> None:
+    job_id = world.submit("gpu", definition=world.wide_gpu_definition, name="too-wide")
+    created = datetime.now(UTC) - timedelta(minutes=20)
+    # Batch's own reason for this job (Batch user guide, "Jobs stuck in a RUNNABLE status").
+    reason = "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE"
+    world.set_job(job_id, "RUNNABLE", created=created.replace(tzinfo=None), reason=reason)
+
+    answer = ok_json(trainctl("--json", "why", job_id))
+
+    assert answer["status"] == "RUNNABLE"
+    batch_says, misfit, limit = answer["reasons"]
+    assert "more vCPUs than the compute environment's maximum" in batch_says
+    assert "3 nodes x 48 vCPUs = 144 vCPUs" in misfit
+    assert "at most 96 vCPUs (2 nodes)" in misfit
+    assert "--nodes 2" in misfit
+    # Created 20 minutes ago with a 60-minute limit: cancelled in 40 minutes at the earliest.
+    assert limit == (
+        f"the queue will cancel the job after {RUNNABLE_LIMIT_SECONDS // 60} min RUNNABLE with "
+        "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE: in 40 min at the earliest"
+    )
+
+
+def test_why_a_job_that_fits_is_waiting_for_instances(world: World, trainctl: Any) -> None:
+    job_id = world.submit("gpu", name="fits")
+    world.set_job(job_id, "RUNNABLE")
+
+    result = trainctl("why", job_id)
+
+    assert result.exit_code == 0, result.output
+    assert "nothing in the request or the compute environment rules the job out" in result.stdout
+    assert "all 2 nodes" in result.stdout
+    assert "vCPUs =" not in result.stdout
+    assert "Batch reports none of them for this job yet" in result.stdout
+
+
+def test_why_a_failed_job_gives_batchs_reason_in_plain_words(world: World, trainctl: Any) -> None:
+    job_id = world.submit("gpu", name="cancelled")
+    # What Batch writes when the queue's time limit cancelled the job (Batch user guide).
+    reason = "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+    world.set_job(job_id, "FAILED", reason=reason)
+
+    reasons = ok_json(trainctl("--json", "why", job_id))["reasons"]
+
+    assert "EC2 has no free capacity for the instance type" in reasons[0]
+
+
+# ----------------------------------------------------------------------------------------------- cancel
+def test_cancel_terminates_a_queued_job(world: World, trainctl: Any) -> None:
+    job_id = world.submit("gpu", name="to-cancel")
+    world.set_job(job_id, "RUNNABLE")
+
+    result = trainctl("cancel", job_id)
+
+    assert result.exit_code == 0, result.output
+    assert world.job(job_id).stop is True
+    assert world.job(job_id).job_stopped_reason == "cancelled with trainctl cancel"
+    finished = world.submit("gpu", name="already-done")
+    assert "nothing to cancel" in trainctl("cancel", finished).stdout
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+def test_checkpoints_lists_and_downloads_the_jobs_prefix(world: World, trainctl: Any, tmp_path: Path) -> None:
+    job_id = world.submit("gpu", name="with-checkpoints")
+    s3 = world.client("s3")
+    files = {"model_100.pt": b"weights", "params/agent.yaml": b"lr: 0.001"}
+    for name, body in files.items():
+        s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}/{name}", Body=body)
+    s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}-other/model_1.pt", Body=b"another job")
+
+    listed = ok_json(trainctl("--json", "checkpoints", job_id, "--download", str(tmp_path / "out")))
+
+    assert listed["uri"] == f"s3://{CHECKPOINT_BUCKET}/gpu/{job_id}/"
+    assert sorted(o["key"] for o in listed["objects"]) == sorted(files)
+    for name, body in files.items():
+        assert (tmp_path / "out" / name).read_bytes() == body
+    assert not (tmp_path / "out" / "model_1.pt").exists()
+
+
+# ----------------------------------------------------------------------------------------------- check
+BENCHMARK_LINE = {"world_size": 8, "busbw_gbps": 31.5, "network_gbps": 40, "fraction_of_network": 0.788}
+
+
+@pytest.mark.parametrize(
+    ("lines", "code", "says"),
+    [
+        (["NCCL INFO NET/OFI Selected provider is efa", json.dumps({**BENCHMARK_LINE, "verdict": "healthy"})], 0,
+         "gpu: healthy (bus bandwidth 31.5 Gbps, 79% of the network)"),
+        ([json.dumps({**BENCHMARK_LINE, "busbw_gbps": 2.1, "verdict": "broken"})], ExitCode.UNHEALTHY, "gpu: broken"),
+        (["NCCL WARN NET/Plugin: Could not find: libnccl-net.so"], ExitCode.UNHEALTHY, "printed no verdict line"),
+    ],
+)  # fmt: skip
+def test_check_runs_the_benchmark_and_exits_on_its_verdict(
+    world: World, trainctl: Any, lines: list[str], code: int, says: str
+) -> None:
+    with world.benchmark_prints("gpu", lines) as submitted:
+        result = trainctl("check", "gpu", "--poll-seconds", "0")
+
+    assert result.exit_code == code, result.output
+    assert says in result.stdout
+    assert world.job(submitted[0]).job_definition.arn == world.benchmark["gpu"]
+
+
+def test_check_reads_the_last_verdict_line_among_others(world: World, trainctl: Any) -> None:
+    lines = [
+        json.dumps({"verdict": "degraded", "busbw_gbps": 5.0}),
+        "[default0]:" + json.dumps({"metric": "cold_start", "seconds": 40}),
+        "[default0]:" + json.dumps({**BENCHMARK_LINE, "verdict": "healthy", "per_node": {"verdict": "healthy"}}),
+    ]
+    with world.benchmark_prints("gpu", lines):
+        result = ok_json(trainctl("--json", "check", "gpu", "--poll-seconds", "0"))
+    assert (result["verdict"], result["busbw_gbps"]) == ("healthy", 31.5)
+
+
+# ----------------------------------------------------------------------------------------------- cost
+def test_cost_is_node_hours_times_the_price(world: World, trainctl: Any) -> None:
+    start = datetime(2026, 3, 2, 8, 0)
+    for name, share, hours in (
+        ("llama-pretrain", "llama", 1.5),
+        ("vision-ft", "vision", 0.25),
+        ("llama-eval", "llama", 0.5),
+    ):
+        job_id = world.submit("trainium", name=name, shareIdentifier=share)
+        world.set_job(job_id, "SUCCEEDED", created=start, started=start, stopped=start + timedelta(hours=hours))
+    waiting = world.submit("trainium", name="still-waiting", shareIdentifier="llama")
+    world.set_job(waiting, "RUNNABLE", created=start)
+    old = world.submit("trainium", name="last-year", shareIdentifier="llama")
+    world.set_job(
+        old, "SUCCEEDED", created=datetime(2025, 12, 1), started=datetime(2025, 12, 1), stopped=datetime(2025, 12, 2)
+    )
+
+    by_queue = ok_json(trainctl("--json", "cost", "--since", "2026-03-01", "--by", "queue"))
+    trainium = next(r for r in by_queue["rows"] if r["key"] == "trainium")
+    # 2 nodes each: (1.5 + 0.25 + 0.5) h x 2 = 4.5 node-hours of trn1.32xlarge at $21.50.
+    assert trainium["node_hours"] == pytest.approx(4.5)
+    assert trainium["usd"] == pytest.approx(4.5 * 21.50, abs=0.01)
+    assert trainium["jobs"] == 3
+    assert by_queue["estimate"] is True
+
+    by_share = ok_json(
+        trainctl("--json", "cost", "--since", "2026-03-01", "--by", "share", "--price", "trn1.32xlarge=10")
+    )
+    shares = {r["key"]: r for r in by_share["rows"]}
+    assert shares["llama"]["node_hours"] == pytest.approx(4.0)
+    assert shares["llama"]["usd"] == pytest.approx(40.0)
+    assert shares["vision"]["usd"] == pytest.approx(5.0)
+
+    table = trainctl("cost", "--since", "2026-03-01", "--by", "name")
+    assert table.exit_code == 0, table.output
+    assert "llama-pretrain" in table.stdout and "still-waiting" not in table.stdout and "last-year" not in table.stdout
+    assert "not your bill" in table.stdout
+
+
+# ----------------------------------------------------------------------------------------------- errors
+def test_no_stacks_in_the_region(trainctl: Any) -> None:
+    line = one_error_line(trainctl("--region", "eu-west-1", "status"), ExitCode.AWS)
+    assert (
+        line == "trainctl: no TrainingJobs stack in eu-west-1: deploy with `make deploy`, or pass the --region it is in"
+    )
+
+
+def test_no_credentials(trainctl: Any) -> None:
+    result = trainctl("status", env={"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None})
+    assert "no AWS credentials: pass --profile" in one_error_line(result, ExitCode.AWS)
+
+
+def test_unknown_profile(trainctl: Any) -> None:
+    line = one_error_line(trainctl("--profile", "ml-team", "status"), ExitCode.AWS)
+    assert line == "trainctl: profile 'ml-team' is not in the AWS config: pass an existing --profile"
+
+
+def test_unknown_fleet_lists_the_deployed_ones(trainctl: Any) -> None:
+    line = one_error_line(trainctl("submit", "h100", "--dry-run"), ExitCode.USAGE)
+    assert line == "trainctl: no fleet 'h100' in us-east-1: the deployed fleets are gpu, spare, trainium"
+
+
+def test_a_job_that_is_not_ours(world: World, trainctl: Any) -> None:
+    theirs = world.client("batch").submit_job(
+        jobName="theirs", jobQueue=world.foreign_queue, jobDefinition=world.training["gpu"]
+    )["jobId"]
+    # One command that reads and one that acts; every job command goes through the same check.
+    for command in ("why", "cancel"):
+        line = one_error_line(trainctl(command, theirs), ExitCode.USAGE)
+        assert "not in a queue of this deployment (fleets gpu, spare, trainium)" in line
+    assert "no job 'no-such-job'" in one_error_line(trainctl("why", "no-such-job"), ExitCode.USAGE)
+
+
+# ----------------------------------------------------------------------------------------------- help
+COMMANDS = ("status", "submit", "sweep", "logs", "why", "cancel", "checkpoints", "check", "cost")
+
+
+def test_every_command_has_help(trainctl: Any) -> None:
+    top = trainctl("--help")
+    assert top.exit_code == 0
+    for command in COMMANDS:
+        assert command in top.stdout
+        result = trainctl(command, "--help")
+        assert result.exit_code == 0, result.output
+        assert result.stdout.startswith(f"Usage: trainctl {command}")
+        assert "--poll-seconds" not in result.stdout
+    assert "[n0], [n1]" in trainctl("logs", "--help").stdout
+    assert "Exit status: 0 done" in top.stdout
+
+
+def test_installed_console_script_makes_no_aws_call_for_help(world: World) -> None:
+    script = Path(sys.executable).with_name("trainctl")
+    assert script.exists(), (
+        "trainctl is not installed in this venv: `make test` installs it (requirements-cli.txt, -e .)"
+    )
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    # Nothing listens on port 9: a call to AWS would fail; help must not make one.
+    environment |= {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AWS_MAX_ATTEMPTS": "1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    result = subprocess.run(
+        [str(script), "cost", "--help"], capture_output=True, text=True, env=environment, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: trainctl cost")

@@ -1,0 +1,282 @@
+"""trainctl's pieces that need no AWS: prices, cost arithmetic, requests, log merging, verdicts,
+explanations, output names, and the package's own rules (typed, no CDK, exit codes documented)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import botocore.exceptions
+import pytest
+
+from config.catalog import CATALOG
+from config.prices import NOT_PUBLISHED, PRICES
+from tests.harness import ROOT
+from trainctl.aws import aws_errors
+from trainctl.checkpoints import checkpoint_location, download
+from trainctl.cost import JobUsage, summarize, usage_of
+from trainctl.deployment import _FLEET_OUTPUTS, JOBS_STACK, Deployment, Fleet, fleets_from_outputs
+from trainctl.errors import ExitCode, TrainctlError
+from trainctl.logs import LogLine, interleave, parse_nodes
+from trainctl.requests import grid_points, parse_grid, point_name, submit_request
+from trainctl.verdict import last_verdict
+from trainctl.why import explain
+
+# The types issue 23 adds to the catalog: their prices are here before their rows.
+INCOMING_TYPES = (
+    "p6-b200.48xlarge",
+    "p6-b300.48xlarge",
+    "g7e.8xlarge",
+    "g7e.12xlarge",
+    "g7e.24xlarge",
+    "g7e.48xlarge",
+    "p5.4xlarge",
+)
+
+
+# ----------------------------------------------------------------------------------------------- prices
+@pytest.mark.parametrize("name", sorted(set(CATALOG) | set(INCOMING_TYPES)))
+def test_every_catalog_type_has_a_price_with_source_and_date(name: str) -> None:
+    price = PRICES[name]
+    assert re.fullmatch(r"20\d\d-(0[1-9]|1[0-2])", price.as_of)
+    assert price.source
+    # Either a positive figure or an explicit "not published", never a silent zero.
+    assert (price.usd is None) == (price.source == NOT_PUBLISHED)
+    assert price.usd is None or price.usd > 0
+
+
+# AWS Price List API, us-east-1 EC2 offer of 2026-07-28 (OnDemand, Linux, Shared tenancy).
+PRICE_LIST_FIGURES = {
+    "p5.48xlarge": 55.04,
+    "p4d.24xlarge": 21.957642,
+    "trn1.32xlarge": 21.50,
+    "p6-b200.48xlarge": 113.9328,
+}
+
+
+def test_prices_match_the_price_list_and_capacity_block_only_types_have_none() -> None:
+    for name, usd in PRICE_LIST_FIGURES.items():
+        assert PRICES[name].usd == usd, name
+    # Sold in us-east-1 only through Capacity Blocks: no on-demand SKU.
+    assert PRICES["p5e.48xlarge"].usd is None
+    assert PRICES["trn2.48xlarge"].usd is None
+
+
+def test_prices_are_labelled_as_estimates() -> None:
+    import config.prices
+
+    assert "ESTIMATES" in (config.prices.__doc__ or "")
+
+
+# ----------------------------------------------------------------------------------------------- cost
+def usage(name: str, instance_type: str, nodes: int, hours: float, share: str = "(none)") -> JobUsage:
+    return JobUsage(
+        job_id=name,
+        name=name,
+        fleet="gpu",
+        share=share,
+        instance_type=instance_type,
+        nodes=nodes,
+        started_ms=0,
+        stopped_ms=int(hours * 3_600_000),
+    )
+
+
+def test_cost_keeps_unpriced_node_hours_apart_and_honours_overrides() -> None:
+    usages = [usage("a", "g6.12xlarge", 2, 1.0, "llama"), usage("b", "p5e.48xlarge", 4, 0.5, "llama")]
+
+    (row,) = summarize(usages, by="share", overrides={})
+    assert row.node_hours == pytest.approx(4.0)
+    assert row.usd == pytest.approx(2 * 4.6016)
+    assert row.unpriced_node_hours == pytest.approx(2.0)
+
+    (priced,) = summarize(usages, by="share", overrides={"p5e.48xlarge": 60.0, "g6.12xlarge": 1.0})
+    assert priced.usd == pytest.approx(2 * 1.0 + 2 * 60.0)
+    assert priced.unpriced_node_hours == 0
+
+
+def test_a_job_that_never_started_costs_nothing() -> None:
+    assert (
+        usage_of({"jobId": "x", "status": "FAILED", "stoppedAt": 5}, fleet="gpu", instance_type="g6.12xlarge") is None
+    )
+    counted = usage_of(
+        {"jobId": "y", "startedAt": 0, "stoppedAt": 1_800_000, "nodeProperties": {"numNodes": 3}},
+        fleet="gpu",
+        instance_type="g6.12xlarge",
+    )
+    assert counted is not None and counted.node_hours == pytest.approx(1.5)
+
+
+# ----------------------------------------------------------------------------------------------- requests
+def test_request_without_overrides_has_no_node_overrides() -> None:
+    assert submit_request(name="a", queue="q", definition="d") == {
+        "jobName": "a",
+        "jobQueue": "q",
+        "jobDefinition": "d",
+    }
+
+
+def test_grid_points_vary_the_last_grid_fastest() -> None:
+    grid = parse_grid(["A=1,2", "B=x,y,z"])
+    assert [tuple(p.values()) for p in grid_points(grid)] == [
+        ("1", "x"), ("1", "y"), ("1", "z"), ("2", "x"), ("2", "y"), ("2", "z"),
+    ]  # fmt: skip
+
+
+def test_grid_errors() -> None:
+    with pytest.raises(TrainctlError, match="given twice"):
+        parse_grid(["A=1", "A=2"])
+    with pytest.raises(TrainctlError, match="NAME=v1,v2"):
+        parse_grid(["A="])
+
+
+def test_point_names_stay_valid_job_names() -> None:
+    name = point_name("gpu", {"TASK": "Isaac-Velocity-Rough-H1-v0", "LR": "1e-3", "NOTE": "x" * 200})
+    assert len(name) == 128
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name)
+
+
+# ----------------------------------------------------------------------------------------------- logs
+def test_interleave_orders_by_time_then_node() -> None:
+    lines = interleave(
+        [
+            [LogLine(10, 0, "a"), LogLine(30, 0, "c")],
+            [LogLine(10, 1, "b"), LogLine(20, 1, "x")],
+        ]
+    )
+    assert [line.render() for line in lines] == ["[n0] a", "[n1] b", "[n1] x", "[n0] c"]
+
+
+def test_parse_nodes() -> None:
+    assert parse_nodes("all", 3) == [0, 1, 2]
+    assert parse_nodes("2,0,2", 3) == [0, 2]
+    with pytest.raises(TrainctlError):
+        parse_nodes("one", 3)
+
+
+# ----------------------------------------------------------------------------------------------- verdict
+def test_last_verdict_skips_broken_and_unrelated_json() -> None:
+    messages = ['{"verdict": "degraded"}', "{not json", '{"busbw_gbps": 1}', "[1, 2]", "NCCL INFO {oops"]
+    assert last_verdict(messages) == {"verdict": "degraded"}
+    assert last_verdict(["no json here"]) is None
+
+
+# ----------------------------------------------------------------------------------------------- why
+RUNNABLE_JOB = {
+    "jobId": "j",
+    "status": "RUNNABLE",
+    "createdAt": 0,
+    "nodeProperties": {
+        "numNodes": 2,
+        "nodeRangeProperties": [
+            {"container": {"resourceRequirements": [{"type": "VCPU", "value": "48"}, {"type": "GPU", "value": "8"}]}}
+        ],
+    },
+}
+
+
+def test_why_a_node_larger_than_the_instance_and_a_disabled_environment() -> None:
+    environment = {
+        "computeEnvironmentName": "gpu-ce",
+        "state": "DISABLED",
+        "status": "VALID",
+        "computeResources": {"maxvCpus": 96, "desiredvCpus": 0},
+    }
+    explanation = explain(
+        RUNNABLE_JOB, queue={}, environment=environment, instance=CATALOG["g6.12xlarge"], now=datetime.now(UTC)
+    )
+    assert any("8 GPUs, but a g6.12xlarge has 4" in r for r in explanation.reasons)
+    assert any("gpu-ce is DISABLED" in r for r in explanation.reasons)
+    assert (
+        explanation.reasons[-1] == "the queue has no RUNNABLE time limit: the job waits until it starts or is cancelled"
+    )
+
+
+# ----------------------------------------------------------------------------------------------- outputs
+def test_output_names_match_the_jobs_stack() -> None:
+    """trainctl reads what stacks/jobs_stack.py and app.py name; a rename there must fail here."""
+    jobs_stack = (ROOT / "stacks" / "jobs_stack.py").read_text()
+    for suffix in _FLEET_OUTPUTS:
+        assert f'("{suffix}", created.' in jobs_stack, suffix
+    assert 'CfnOutput(self, "AlertTopic"' in jobs_stack
+    prefix = re.search(r'^STACK_PREFIX = "(\w+)"', (ROOT / "app.py").read_text(), re.M)
+    assert prefix is not None and f"{prefix.group(1)}Jobs" == JOBS_STACK
+
+
+def test_fleets_from_outputs_reads_names_that_end_like_a_suffix() -> None:
+    outputs = {}
+    for prefix in ("Gpu", "Training", "Bench2"):
+        outputs |= {f"{prefix}{s}": f"{prefix}-{s}" for s in _FLEET_OUTPUTS}
+    outputs["HalfJobQueue"] = "incomplete fleet"
+    fleets = fleets_from_outputs(outputs)
+    assert sorted(fleets) == ["bench2", "gpu", "training"]
+    assert fleets["training"].training_definition == "Training-TrainingJobDefinition"
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+FLEET = Fleet(name="gpu", job_queue="q", training_definition="t", benchmark_definition="b", log_group="g")
+
+
+def test_checkpoints_follow_the_jobs_uri_or_the_data_stacks_bucket() -> None:
+    deployment = Deployment(region="us-east-1", fleets={"gpu": FLEET}, alert_topic=None, checkpoint_bucket="ckpt")
+    with_uri = {
+        "jobId": "j1",
+        "nodeProperties": {
+            "nodeRangeProperties": [
+                {"container": {"environment": [{"name": "CHECKPOINT_URI", "value": "s3://team/runs/gpu/"}]}}
+            ]
+        },
+    }
+    assert checkpoint_location(with_uri, FLEET, deployment) == ("team", "runs/gpu/j1/")
+    assert checkpoint_location({"jobId": "j2"}, FLEET, deployment) == ("ckpt", "gpu/j2/")
+
+
+def test_download_never_writes_outside_the_directory(tmp_path: Path) -> None:
+    escaping = [{"Key": "gpu/j1/../../../outside.pt"}]
+    with pytest.raises(TrainctlError, match="outside"):
+        download(None, "ckpt", "gpu/j1/", escaping, tmp_path / "out")
+    assert not (tmp_path / "outside.pt").exists()
+
+
+# ----------------------------------------------------------------------------------------------- AWS errors
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("ExpiredTokenException", "AWS refused the credentials (ExpiredTokenException): refresh them"),
+        ("AccessDeniedException", "AWS DescribeJobs failed: not allowed"),
+    ],
+)
+def test_aws_errors_become_one_line(code: str, says: str) -> None:
+    error = botocore.exceptions.ClientError({"Error": {"Code": code, "Message": "not allowed\nmore"}}, "DescribeJobs")
+    with pytest.raises(TrainctlError) as raised, aws_errors():
+        raise error
+    assert raised.value.code is ExitCode.AWS
+    assert raised.value.message.startswith(says)
+    assert "\n" not in raised.value.message
+
+
+# ----------------------------------------------------------------------------------------------- package rules
+def test_exit_codes_are_documented_in_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### trainctl exit status") :]
+    documented = dict(re.findall(r"^\| (\d) \| `(\w+)` \|", section, re.M))
+    assert documented == {str(code.value): code.name for code in ExitCode}
+
+
+def test_trainctl_never_imports_cdk() -> None:
+    for path in (ROOT / "trainctl").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not any(n.split(".")[0] in ("aws_cdk", "constructs", "cdk_nag") for n in names), path
+
+
+def test_trainctl_is_typed_strictly() -> None:
+    # mypy --strict over trainctl/ and the config modules it imports ([tool.mypy] in pyproject.toml).
+    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr

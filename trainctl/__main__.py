@@ -1,0 +1,3 @@
+from trainctl.cli import main
+
+main()

@@ -1,0 +1,109 @@
+"""The AWS session trainctl talks through, and AWS errors turned into one line with what to do next.
+
+boto3 reads the standard environment itself: AWS_PROFILE, AWS_REGION / AWS_DEFAULT_REGION, the
+credential chain, and AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_<SERVICE> (which the tests point at a
+server on 127.0.0.1). Clients are made on first use, so importing this module calls nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import boto3
+import botocore.exceptions
+import botocore.loaders
+import botocore.session
+
+from trainctl.errors import ExitCode, TrainctlError
+
+# Error codes AWS answers with when the credentials exist but are not (or no longer) valid.
+_BAD_CREDENTIALS = frozenset(
+    {
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "InvalidClientTokenId",
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "SignatureDoesNotMatch",
+        "AuthFailure",
+    }
+)
+
+
+@functools.cache
+def _shared_loader() -> Any:
+    """botocore's service-model loader caches what it reads; one for every session in the process
+    spares each command (and each test) re-reading the same JSON models."""
+    return botocore.loaders.create_loader()
+
+
+class Aws:
+    """One boto3 session for a command: `--profile` and `--region` win over the environment."""
+
+    def __init__(self, *, region: str | None, profile: str | None) -> None:
+        self._region = region
+        self._profile = profile
+        self._session: boto3.session.Session | None = None
+        self._clients: dict[str, Any] = {}
+
+    @property
+    def session(self) -> boto3.session.Session:
+        if self._session is None:
+            with aws_errors():
+                core = botocore.session.Session(profile=self._profile)
+                core.register_component("data_loader", _shared_loader())
+                self._session = boto3.session.Session(botocore_session=core, region_name=self._region)
+        return self._session
+
+    @property
+    def region(self) -> str:
+        region = self.session.region_name
+        if not region:
+            raise TrainctlError("no AWS region: pass --region or set AWS_REGION", ExitCode.AWS)
+        return str(region)
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            region = self.region
+            with aws_errors():
+                self._clients[service] = self.session.client(service, region_name=region)
+        return self._clients[service]
+
+
+@contextmanager
+def aws_errors() -> Iterator[None]:
+    """Turn what boto3 raises into a TrainctlError with one line a user can act on."""
+    try:
+        yield
+    except botocore.exceptions.ProfileNotFound as error:
+        raise TrainctlError(
+            f"profile {error.kwargs.get('profile')!r} is not in the AWS config: pass an existing --profile",
+            ExitCode.AWS,
+        ) from error
+    except (botocore.exceptions.NoCredentialsError, botocore.exceptions.PartialCredentialsError) as error:
+        raise TrainctlError(
+            "no AWS credentials: pass --profile, set AWS_PROFILE, or run `aws configure` / `aws sso login`",
+            ExitCode.AWS,
+        ) from error
+    except botocore.exceptions.NoRegionError as error:
+        raise TrainctlError("no AWS region: pass --region or set AWS_REGION", ExitCode.AWS) from error
+    except botocore.exceptions.EndpointConnectionError as error:
+        raise TrainctlError(
+            f"cannot reach {error.kwargs.get('endpoint_url')}: check the network, --region and AWS_ENDPOINT_URL",
+            ExitCode.AWS,
+        ) from error
+    except botocore.exceptions.ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        message = str(error.response.get("Error", {}).get("Message", "")).splitlines()[0:1]
+        text = message[0] if message else code
+        if code in _BAD_CREDENTIALS:
+            raise TrainctlError(
+                f"AWS refused the credentials ({code}): refresh them (`aws sso login`) or pass another --profile",
+                ExitCode.AWS,
+            ) from error
+        raise TrainctlError(f"AWS {error.operation_name} failed: {text}", ExitCode.AWS) from error
+    except botocore.exceptions.BotoCoreError as error:
+        raise TrainctlError(f"AWS call failed: {error}", ExitCode.AWS) from error

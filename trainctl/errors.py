@@ -1,0 +1,29 @@
+"""Exit codes and the one kind of error trainctl reports: one line, saying what to do next."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """trainctl's exit status (README, "trainctl")."""
+
+    OK = 0
+    # submit --watch, check: the job ended FAILED.
+    JOB_FAILED = 1
+    # Bad input: a flag's value, a fleet that is not deployed, a job that is not ours (click's own
+    # usage errors exit 2 as well).
+    USAGE = 2
+    # AWS could not be asked: no credentials, no region, no stacks in the region, a refused call.
+    AWS = 3
+    # check: the benchmark ran but its verdict is not "healthy" (or it printed none).
+    UNHEALTHY = 4
+
+
+class TrainctlError(Exception):
+    """An error shown as one line, `trainctl: <message>`, then exit with `code`."""
+
+    def __init__(self, message: str, code: ExitCode = ExitCode.USAGE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code

@@ -1,0 +1,30 @@
+"""One line per fleet for `trainctl status`: what runs, what waits, and the compute behind it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainctl.compute import fleet_compute
+from trainctl.deployment import Fleet
+from trainctl.jobs import STATES, list_job_ids
+
+
+def fleet_status(batch: Any, fleet: Fleet) -> dict[str, Any]:
+    compute = fleet_compute(batch, fleet)
+    queue = compute.queue or {}
+    environment = compute.environment or {}
+    resources = environment.get("computeResources", {})
+    # What the compute environment is scaled to now; an instance brings its type's vCPUs.
+    desired = int(resources.get("desiredvCpus", 0))
+    per_instance = compute.instance.vcpus if compute.instance else 0
+    return {
+        "fleet": fleet.name,
+        "instance_type": compute.instance_type,
+        "queue_state": f"{queue.get('state', '?')}/{queue.get('status', '?')}",
+        "environment_state": f"{environment.get('state', '?')}/{environment.get('status', '?')}",
+        "environment_reason": environment.get("statusReason", ""),
+        "instances": desired // per_instance if per_instance else None,
+        "vcpus": desired,
+        "max_vcpus": int(resources.get("maxvCpus", 0)),
+        "jobs": {s: sum(1 for _ in list_job_ids(batch, fleet.job_queue, jobStatus=s)) for s in STATES},
+    }
