@@ -3,6 +3,7 @@ network card 0 for the Batch job's own network interface."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aws_cdk import Fn
@@ -10,7 +11,7 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from config import limits
-from config.catalog import InstanceSpec
+from config.catalog import AcceleratorKind, InstanceSpec
 from config.settings import CapacityReservation, RootVolume
 
 # Root device of the ECS-optimized Amazon Linux 2023 AMIs.
@@ -23,6 +24,12 @@ TASK_ENIS = limits.TASK_ENIS_PER_NODE
 # does not stop them. Batch merges MIME multi-part user data from the launch template with its
 # own (Batch user guide, "Launch template support").
 ECS_AGENT_SETTINGS = ("ECS_AWSVPC_BLOCK_IMDS=true",)
+# IMDS hop limit per fleet kind. 1 keeps bridge-mode containers off the instance role on GPU nodes.
+# Neuron nodes take AWS's own Neuron Batch launch template's 5 (aws-neuron-samples, torch-neuronx
+# training aws-batch llama2 templates: HttpPutResponseHopLimit 5). Neither opens IMDS to the awsvpc
+# job containers: ECS_AWSVPC_BLOCK_IMDS does that, and the job preflight proves the Neuron tools work
+# without it (README, "Verify a new fleet").
+HOP_LIMIT = {AcceleratorKind.NVIDIA_GPU: 1, AcceleratorKind.NEURON: 5}
 
 
 @dataclass(frozen=True)
@@ -51,11 +58,12 @@ def efa_layout(instance: InstanceSpec) -> list[InterfaceSlot]:
     return slots
 
 
-def ecs_agent_user_data() -> str:
-    """MIME multi-part user data that appends the agent settings to /etc/ecs/ecs.config. Nothing is
-    downloaded or installed at boot."""
+def ecs_agent_user_data(boot_commands: Sequence[str] = ()) -> str:
+    """MIME multi-part user data that appends the agent settings to /etc/ecs/ecs.config, then runs
+    `boot_commands` (the host check). Nothing is downloaded or installed at boot."""
     script = ec2.UserData.for_linux()
     script.add_commands(*(f"echo {setting} >> /etc/ecs/ecs.config" for setting in ECS_AGENT_SETTINGS))
+    script.add_commands(*boot_commands)
     multipart = ec2.MultipartUserData()
     multipart.add_part(ec2.MultipartBody.from_user_data(script))
     return multipart.render()
@@ -79,6 +87,7 @@ class EfaLaunchTemplate(Construct):
         node_security_group: ec2.ISecurityGroup,
         root_volume: RootVolume,
         capacity_reservation: CapacityReservation | None = None,
+        boot_commands: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         slots = efa_layout(instance)
@@ -122,11 +131,12 @@ class EfaLaunchTemplate(Construct):
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_tokens="required",
                     http_endpoint="enabled",
-                    # 1 keeps bridge-mode containers off the instance role; awsvpc job containers
-                    # are kept off by ECS_AWSVPC_BLOCK_IMDS in the user data.
-                    http_put_response_hop_limit=1,
+                    http_put_response_hop_limit=HOP_LIMIT[instance.accelerator_kind],
                 ),
-                user_data=Fn.base64(ecs_agent_user_data()),
+                user_data=Fn.base64(ecs_agent_user_data(boot_commands)),
+                # A node that fails its boot check powers itself off: terminate it rather than keep
+                # a stopped instance (training_constructs/host_check.py).
+                instance_initiated_shutdown_behavior="terminate",
                 block_device_mappings=[
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
                         device_name=ROOT_DEVICE,
