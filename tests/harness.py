@@ -80,6 +80,8 @@ VARIANTS: dict[str, dict[str, str]] = {
         "fleets": json.dumps(THREE_FLEETS),
         "alertEmail": "ml-oncall@example.com",
         "runnableTimeoutMinutes": "30",
+        # The health issue's scheduled fleet check, every day at 03:00 UTC.
+        "healthCheckSchedule": "cron(0 3 * * ? *)",
     },
     "gpu-only": {"trainiumInstanceType": "none"},
 }

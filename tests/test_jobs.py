@@ -321,7 +321,10 @@ def test_every_queue_cancels_jobs_stuck_runnable(variant, minutes):
 
 def alert_rule(variant):
     template = synth(variant).templates[STACK]
-    ((_, rule),) = resources(template, "AWS::Events::Rule").items()
+    # The alert rule matches events; the fleet checks' rules (healthCheckSchedule) run on a schedule.
+    ((_, rule),) = [
+        (k, r) for k, r in resources(template, "AWS::Events::Rule").items() if "EventPattern" in r["Properties"]
+    ]
     return template, rule["Properties"]
 
 
