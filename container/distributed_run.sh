@@ -20,7 +20,7 @@
 #     bridge, NVIDIA/nccl#859), elsewhere to the default route's interface (preflight.py);
 #   - waits RDZV_JOIN_TIMEOUT seconds (default 1800) for every node to join: Batch starts children
 #     only after the main node runs, and each pulls a multi-GB image (torch's default is 600 s).
-# Preflight (preflight.py beside this file, run with PREFLIGHT_PYTHON, default PYTHON, else python3):
+# Preflight (preflight.py beside this file, run with PREFLIGHT_PYTHON, default python3, else PYTHON):
 # EFA devices and libfabric's EFA provider (EFA_DEVICES, EFA_DEVICE_DIR), GPUs (EXPECTED_GPUS), a
 # Vulkan GPU (EXPECT_VULKAN=1), Neuron devices and tools (EXPECTED_NEURON_DEVICES). A node that fails
 # prints one line naming the node, expected and found, and exits 75 before anything starts; the job
@@ -84,11 +84,17 @@ own_address() {
 }
 
 preflight() {
-  local status=0
-  socket_interface=$("${PREFLIGHT_PYTHON:-${PYTHON:-python3}}" "$HERE/preflight.py") || status=$?
+  local python="${PREFLIGHT_PYTHON:-}" output status=0
+  # Stdlib only: a plain python3 starts fastest; Isaac Sim's python.sh where there is none.
+  if [[ -z "$python" ]]; then
+    python=$(command -v python3 || echo "${PYTHON:-python3}")
+  fi
+  output=$("$python" "$HERE/preflight.py") || status=$?
   # preflight.py printed the line: a failed check, or (2) a malformed variable.
   [[ "$status" -ne "$PREFLIGHT_EXIT" && "$status" -ne 2 ]] || exit "$status"
   [[ "$status" -eq 0 ]] || die "preflight.py could not check this node (exit $status, see above)"
+  # Only its own line counts: an interpreter's wrapper may print more.
+  socket_interface=$(sed -n 's/^socket_interface=//p' <<<"$output" | tail -n 1)
 }
 
 checkpoint_sync() {

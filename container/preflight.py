@@ -1,6 +1,6 @@
 """The launcher's per-node preflight, and its choice of socket interface. Called by distributed_run.sh.
 
-    preflight.py     # prints the socket interface for NCCL and gloo (or nothing), checks the node
+    preflight.py     # prints socket_interface=NAME for NCCL and gloo (or nothing), checks the node
 
 Checks, each only when its variable asks for it:
   EFA_DEVICES=N              at least N uverbs devices in EFA_DEVICE_DIR (default /dev/infiniband), and
@@ -199,7 +199,7 @@ def main(environ: Mapping[str, str]) -> int:
         return USAGE_EXIT
     interface = socket_interface(environ)
     if interface:
-        print(interface)
+        print(f"socket_interface={interface}")
     if missing:
         print(f"preflight failed on {node_name(environ)}: expected " + "; expected ".join(missing), file=sys.stderr)
         return PREFLIGHT_EXIT

@@ -223,3 +223,13 @@ def test_launcher_pins_eth0_only_inside_ecs(gpu_node, tmp_path):
     assert "NCCL=ens5 GLOO=ens5" in outside.stdout
     inside = launch(tmp_path, {**gpu_node, "ECS_CONTAINER_METADATA_URI_V4": "http://169.254.170.2/v4/abc"})
     assert "NCCL=eth0 GLOO=eth0" in inside.stdout
+
+
+def test_a_chatty_interpreter_wrapper_does_not_become_the_interface(gpu_node, tmp_path):
+    # Isaac Sim's python.sh may print before the script runs; only preflight.py's own line counts.
+    wrapper = tmp_path / "python.sh"
+    wrapper.write_text(f'#!/bin/sh\necho "[Info] setting up the environment"\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    result = launch(tmp_path, {**gpu_node, "PREFLIGHT_PYTHON": str(wrapper)})
+    assert result.returncode == 0, result.stderr
+    assert "NCCL=ens5 GLOO=ens5" in result.stdout
