@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -45,7 +45,3 @@ class ComputeStack(Stack):
             )
             for fleet in fleets
         }
-        for fleet in fleets:
-            # Where each node's boot-time host check line lands (README, "Verify a new fleet").
-            log_group = self.fleets[fleet.name].boot_check_log_group.log_group_name
-            CfnOutput(self, f"{fleet.construct_id}BootCheckLogGroup", value=log_group)
