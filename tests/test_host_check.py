@@ -168,7 +168,7 @@ class Recorder(http.server.BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def server():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
 
