@@ -6,8 +6,10 @@ Ordering: the ECS agent's unit on the ECS-optimized AL2023 AMIs is `After=cloud-
 data scripts in cloud-final, so the check finishes before the agent can register the instance.
 A node that fails masks ecs.service for this boot (starting a masked unit fails, so the agent never
 registers and Batch never places a job on it) and powers off; the launch template's shutdown
-behaviour `terminate` makes that a termination. Restarting or stopping the agent from user data is
-avoided: the agent waits for cloud-final, so that would deadlock the boot.
+behaviour `terminate` makes that a termination, and the Auto Scaling group behind the managed
+compute environment (Batch user guide, "Managed compute environments") replaces the instance.
+Restarting or stopping the agent from user data is avoided: the agent waits for cloud-final, so
+that would deadlock the boot.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def host_check_commands(
         *("--log-group", log_group_name, "--region", region, "--logs-endpoint", f"https://logs.{region}.{url_suffix}/"),
     ]
     return [
+        f"mkdir -p {NODE_PATH.rsplit('/', 1)[0]}",
         f"echo '{packed_script()}' | base64 -d | gunzip > {NODE_PATH}",
         "boot_check_status=0",
         f"python3 {NODE_PATH} {' '.join(arguments)} || boot_check_status=$?",

@@ -55,8 +55,10 @@ class Workload:
 # userspace (Vulkan ICD, libGLX_nvidia) only for the graphics capability; compute-only injection
 # fails with "Failed to create any GPU devices" (isaac-sim/IsaacSim#357). The variable is read by
 # the toolkit that the ECS GPU AMI runs containers with (NVIDIA container toolkit, "Driver
-# capabilities"); EXPECT_VULKAN makes the launcher's preflight prove a Vulkan GPU is visible.
-ISAAC_SIM_ENVIRONMENT = {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility,graphics", "EXPECT_VULKAN": "1"}
+# capabilities"). `all` (compute, utility, graphics, video, display) rather than a narrower list, so
+# that the job never gets less than the Isaac Sim image itself asks for. EXPECT_VULKAN makes the
+# launcher's preflight prove a Vulkan GPU is visible.
+ISAAC_SIM_ENVIRONMENT = {"NVIDIA_DRIVER_CAPABILITIES": "all", "EXPECT_VULKAN": "1"}
 
 
 def _node_environment(instance: InstanceSpec) -> dict[str, str]:
