@@ -19,7 +19,7 @@ import pytest
 from config import metrics
 from config.catalog import CATALOG, AcceleratorKind
 from config.settings import fleet_construct_id as construct_id
-from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, synth
+from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, scrub, synth
 from tests.test_compute import of_type, user_data
 from training_constructs import host_check
 from training_constructs.node_scripts import boot_check
@@ -279,3 +279,9 @@ def test_the_signature_is_the_one_botocore_computes(server, monkeypatch):
     request = AWSRequest("POST", f"{server}/", data=body, headers={k: sent[k] for k in signed})
     botocore.auth.SigV4Auth(Credentials("ASIAEXAMPLE", "secret", "session"), "logs", "eu-west-1").add_auth(request)
     assert sent["authorization"] == request.headers["Authorization"]
+
+
+def test_snapshots_keep_a_placeholder_for_the_packed_script():
+    # The gzip bytes depend on the zlib build; the script itself is pinned above.
+    line = f"echo '{host_check.packed_script()}' | base64 -d"
+    assert scrub({"UserData": line}) == {"UserData": "echo '<packed-script>' | base64 -d"}
