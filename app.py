@@ -41,6 +41,7 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
         network=network.network,
         fleets=settings.fleets,
         root_volume=settings.root_volume,
+        log_retention=retention,
         env=env,
         description="Training platform: EFA launch templates, placement groups, Batch compute environments",
     )

@@ -24,6 +24,7 @@ from config.settings import (
     AppSettings,
     CapacityReservation,
     FleetSettings,
+    HealthCheckSchedule,
     JobSettings,
     NetworkSettings,
     ParallelClusterSettings,
@@ -200,6 +201,11 @@ class _ContextBase(BaseModel):
         "minutes before a job that cannot run is cancelled",
     )
     alert_email: Email = key("alertEmail", None, "an email address", "subscriber of the job-alert topic")
+    health_check_schedule: str = key(
+        "healthCheckSchedule", "", "empty (none), rate(N minutes|hours|days) from 1 hour to "
+        f"{limits.MAX_HEALTH_CHECK_DAYS} days, or cron(min hour * * ? *) with every day in its day fields",
+        "scheduled fleet check (the benchmark job) per fleet, with alarms to the job-alert topic",
+    )  # fmt: skip
     shares: str = key(
         "shares", "", "empty (FIFO queues), or a comma list of identifier:share; identifier up to 255 letters and "
         f"digits (a trailing * makes it a prefix), share 1..{limits.MAX_SHARE}, at most "
@@ -440,6 +446,35 @@ def _shares(raw: str) -> tuple[Share, ...]:
     return tuple(shares)
 
 
+_RATE_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+def _health_check_schedule(raw: str) -> HealthCheckSchedule | None:
+    """An EventBridge schedule expression (EventBridge user guide, "Schedule expressions for rules":
+    rate(value unit), unit singular for 1 and plural otherwise; cron with six fields)."""
+    text = raw.strip()
+    if not text:
+        return None
+    rate = re.fullmatch(r"rate\((?P<n>[1-9]\d*) (?P<unit>minute|hour|day)(?P<plural>s?)\)", text)
+    if rate:
+        if (rate["n"] == "1") == bool(rate["plural"]):
+            raise _fail("healthCheckSchedule", raw, "the unit is singular for 1 and plural otherwise")
+        interval = int(rate["n"]) * _RATE_SECONDS[rate["unit"]]
+        if not 3600 <= interval <= limits.MAX_HEALTH_CHECK_DAYS * 86400:
+            raise _fail("healthCheckSchedule", raw, "out of range")
+        return HealthCheckSchedule(expression=text, interval_seconds=interval)
+    cron = re.fullmatch(r"cron\((?P<fields>[^()]+)\)", text)
+    fields = cron["fields"].split() if cron else []
+    if len(fields) != 6:
+        raise _fail("healthCheckSchedule", raw, "not a rate(...) or six-field cron(...) expression")
+    if not all(re.fullmatch(r"[0-9A-Za-z*?/,#L-]+", f) for f in fields):
+        raise _fail("healthCheckSchedule", raw, "malformed cron field")
+    # The missing-verdict alarm needs a bounded gap between runs: a cron that runs every day.
+    if fields[2] not in ("*", "?") or fields[3] != "*" or fields[4] not in ("*", "?"):
+        raise _fail("healthCheckSchedule", raw, "a cron schedule must run every day (day fields * or ?)")
+    return HealthCheckSchedule(expression=text, interval_seconds=86400)
+
+
 def _parallel_cluster(ctx: Any) -> ParallelClusterSettings:
     capacity = ctx.fsx_capacity_gib
     if capacity != limits.FSX_MIN_CAPACITY_GIB and capacity % limits.FSX_CAPACITY_STEP_GIB:
@@ -491,6 +526,7 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
             shares=_shares(ctx.shares),
             runnable_timeout_minutes=ctx.runnable_timeout_minutes,
             alert_email=ctx.alert_email,
+            health_check_schedule=_health_check_schedule(ctx.health_check_schedule),
         ),
         log_retention_days=ctx.log_retention_days,
         root_volume=RootVolume(

@@ -48,3 +48,8 @@ FSX_THROUGHPUTS = (125, 250, 500, 1000)
 # Interface endpoints the network stack can add on request (short service names).
 INTERFACE_ENDPOINTS = ("batch", "ec2messages", "ecr.api", "ecr.dkr", "ecs", "ecs-agent", "ecs-telemetry", "logs")
 INTERFACE_ENDPOINTS += ("monitoring", "ssm", "ssmmessages", "sts")
+
+# healthCheckSchedule: the longest rate. The missing-verdict alarm looks back over the interval plus
+# the check's own time in one-hour periods, and an alarm's evaluation range is at most seven days
+# (CloudWatch API PutMetricAlarm, Period: Period x EvaluationPeriods at most 604,800 s).
+MAX_HEALTH_CHECK_DAYS = 6

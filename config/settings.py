@@ -97,6 +97,17 @@ class Share:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HealthCheckSchedule:
+    """When the fleet check (the benchmark job) runs on every fleet, and how long after a run its
+    verdict may be awaited before the check counts as not finished."""
+
+    # An EventBridge schedule expression: rate(...) or cron(...).
+    expression: str
+    # The longest time between two runs (a cron expression that runs every day counts as a day).
+    interval_seconds: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobSettings:
     """What every training job definition and queue shares."""
 
@@ -108,6 +119,8 @@ class JobSettings:
     runnable_timeout_minutes: int
     # Who hears about failed and cancelled jobs (besides the SNS topic itself); None: nobody.
     alert_email: str | None
+    # None: no scheduled fleet check (each run launches the fleet's nodes).
+    health_check_schedule: HealthCheckSchedule | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,15 +14,17 @@
 # (default: the GPUs or NeuronCores found, else 1), PYTHON (run "$PYTHON -m torch.distributed.run",
 # e.g. Isaac Sim's python.sh; default torchrun). Without Batch variables it runs one node.
 #
-# On Batch it also:
-#   - pins NCCL's and gloo's bootstrap sockets to the task ENI: NCCL_SOCKET_IFNAME and
-#     GLOO_SOCKET_IFNAME default to eth0, because awsvpc containers also have ecs-eth0, the ECS
-#     credentials bridge, which peers cannot reach (NVIDIA/nccl#859);
+# With Batch variables (Batch, or Slurm through examples/slurm) it also:
+#   - pins NCCL's and gloo's bootstrap sockets (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, unless set)
+#     to eth0 inside an ECS awsvpc task (the task ENI; ecs-eth0 is the unreachable ECS credentials
+#     bridge, NVIDIA/nccl#859), elsewhere to the default route's interface (preflight.py);
 #   - waits RDZV_JOIN_TIMEOUT seconds (default 1800) for every node to join: Batch starts children
 #     only after the main node runs, and each pulls a multi-GB image (torch's default is 600 s).
-# Fabric preflight, wherever the variables are set: fewer uverbs devices under EFA_DEVICE_DIR
-# (default /dev/infiniband) than EFA_DEVICES, or fewer GPUs than EXPECTED_GPUS, stops the node
-# with one line naming expected and found, before anything starts.
+# Preflight (preflight.py beside this file, run with PREFLIGHT_PYTHON, default python3, else PYTHON):
+# EFA devices and libfabric's EFA provider (EFA_DEVICES, EFA_DEVICE_DIR), GPUs (EXPECTED_GPUS), a
+# Vulkan GPU (EXPECT_VULKAN=1), Neuron devices and tools (EXPECTED_NEURON_DEVICES). A node that fails
+# prints one line naming the node, expected and found, and exits 75 before anything starts; the job
+# definitions retry exit 75.
 # Checkpoints, with CHECKPOINT_URI (s3://bucket/prefix) set: every node restores
 # CHECKPOINT_URI/<job id>/ into CHECKPOINT_DIR (default /tmp/checkpoints) first, so that a retried
 # attempt (same job id) resumes, and appends RESUME_ARGS to the script's arguments when anything
@@ -33,6 +35,8 @@
 set -euo pipefail
 
 readonly NAME="distributed_run.sh"
+# A failed preflight (preflight.py PREFLIGHT_EXIT): the one exit code the job definitions retry.
+readonly PREFLIGHT_EXIT=75
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly HERE
 
@@ -80,22 +84,17 @@ own_address() {
 }
 
 preflight() {
-  local dir="${EFA_DEVICE_DIR:-/dev/infiniband}" found devices
-  if [[ -n "${EFA_DEVICES:-}" ]]; then
-    is_uint "$EFA_DEVICES" || die "EFA_DEVICES='$EFA_DEVICES' is not a non-negative integer"
-    shopt -s nullglob
-    devices=("$dir"/uverbs*)
-    shopt -u nullglob
-    found=${#devices[@]}
-    [[ "$found" -ge "$EFA_DEVICES" ]] ||
-      die "fabric preflight failed: expected $EFA_DEVICES EFA devices (uverbs*) in $dir, found $found; is the job definition's device list or the launch template's interface layout wrong?"
+  local python="${PREFLIGHT_PYTHON:-}" output status=0
+  # Stdlib only: a plain python3 starts fastest; Isaac Sim's python.sh where there is none.
+  if [[ -z "$python" ]]; then
+    python=$(command -v python3 || echo "${PYTHON:-python3}")
   fi
-  if [[ -n "${EXPECTED_GPUS:-}" ]]; then
-    is_uint "$EXPECTED_GPUS" || die "EXPECTED_GPUS='$EXPECTED_GPUS' is not a non-negative integer"
-    found=$(count_gpus)
-    [[ "$found" -ge "$EXPECTED_GPUS" ]] ||
-      die "fabric preflight failed: expected $EXPECTED_GPUS GPUs (nvidia-smi --list-gpus), found $found"
-  fi
+  output=$("$python" "$HERE/preflight.py") || status=$?
+  # preflight.py printed the line: a failed check, or (2) a malformed variable.
+  [[ "$status" -ne "$PREFLIGHT_EXIT" && "$status" -ne 2 ]] || exit "$status"
+  [[ "$status" -eq 0 ]] || die "preflight.py could not check this node (exit $status, see above)"
+  # Only its own line counts: an interpreter's wrapper may print more.
+  socket_interface=$(sed -n 's/^socket_interface=//p' <<<"$output" | tail -n 1)
 }
 
 checkpoint_sync() {
@@ -142,8 +141,10 @@ else
   [[ "$main" -lt "$nodes" ]] || die "AWS_BATCH_JOB_MAIN_NODE_INDEX=$main is not below AWS_BATCH_JOB_NUM_NODES=$nodes"
   is_uint "$join_timeout" && [[ "$join_timeout" -ge 1 ]] || die "RDZV_JOIN_TIMEOUT='$join_timeout' is not a positive integer"
 
-  export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-eth0}"
-  export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-eth0}"
+  if [[ -n "$socket_interface" ]]; then
+    export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$socket_interface}"
+    export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-$socket_interface}"
+  fi
 
   # The main node hosts the rendezvous and must be rank 0, whatever its Batch index.
   node_rank=$(((index - main + nodes) % nodes))

@@ -4,6 +4,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aws_cdk import Stack
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.settings import FleetSettings, RootVolume
@@ -23,6 +24,7 @@ class ComputeStack(Stack):
         network: TrainingNetwork,
         fleets: Sequence[FleetSettings],
         root_volume: RootVolume,
+        log_retention: logs.RetentionDays,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -37,6 +39,8 @@ class ComputeStack(Stack):
                 efa_security_group=network.efa_security_group,
                 node_security_group=network.node_security_group,
                 root_volume=root_volume,
+                fleet_name=fleet.name,
+                log_retention=log_retention,
                 capacity_reservation=fleet.capacity_reservation,
                 ami_id=fleet.ami_id,
             )

@@ -13,10 +13,11 @@ from config.metrics import FLEET_ENV
 from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
+from training_constructs.fleet_health import FleetHealth
 from training_constructs.job_alerts import JobAlerts
 from training_constructs.job_metrics import JobMetrics
 from training_constructs.training_fleet import TrainingFleet
-from training_constructs.training_jobs import TrainingJobs
+from training_constructs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs
 
 # How long past usage counts against a share: an hour, so a team whose run just ended does not
 # jump ahead of one that has been waiting (Batch user guide, fair-share scheduling).
@@ -127,6 +128,21 @@ class JobsStack(Stack):
             job_queue_arns={name: jobs_.job_queue.job_queue_arn for name, jobs_ in self.fleets.items()},
             retention=log_retention,
         )
+
+        # Boot-check alarms, and with healthCheckSchedule the scheduled fleet check and its alarms.
+        self.health = {
+            fleet.name: FleetHealth(
+                self,
+                f"{fleet.construct_id}Health",
+                fleet=fleet.name,
+                job_queue=self.fleets[fleet.name].job_queue,
+                benchmark=self.fleets[fleet.name].benchmark,
+                topic=self.alerts.topic,
+                schedule=jobs.health_check_schedule,
+                check_seconds=jobs.runnable_timeout_minutes * 60 + BENCHMARK_TIMEOUT_SECONDS,
+            )
+            for fleet in fleets
+        }
 
     def _acknowledge_bucket_grants(self, datasets: ExportedBucket, checkpoints: ExportedBucket) -> None:
         # grant_read / grant_read_write: object-level actions need `<bucket>/*`, and CDK's grants use

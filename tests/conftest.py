@@ -20,6 +20,8 @@ SYNTH_FILES = frozenset(
         "test_cfn_lint.py",
         "test_compute.py",
         "test_data.py",
+        "test_fleet_health.py",
+        "test_host_check.py",
         "test_jobs.py",
         "test_nag.py",
         "test_network.py",

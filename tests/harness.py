@@ -80,11 +80,16 @@ VARIANTS: dict[str, dict[str, str]] = {
         "fleets": json.dumps(THREE_FLEETS),
         "alertEmail": "ml-oncall@example.com",
         "runnableTimeoutMinutes": "30",
+        # The health issue's scheduled fleet check, every day at 03:00 UTC.
+        "healthCheckSchedule": "cron(0 3 * * ? *)",
     },
     "gpu-only": {"trainiumInstanceType": "none"},
 }
 
 _HASH = re.compile(r"[0-9a-f]{64}")
+# Scripts packed into user data (gzip, then base64: "H4sI..."). The compressed bytes depend on the
+# machine's zlib build, so snapshots keep a placeholder; tests/test_host_check.py unpacks the real one.
+_PACKED = re.compile(r"H4sI[A-Za-z0-9+/]{100,}={0,2}")
 
 
 @dataclass(frozen=True)
@@ -121,13 +126,14 @@ def synth_with(context: dict[str, str], env: cdk.Environment | None = None) -> S
 
 
 def scrub(value: Any) -> Any:
-    """Replace every 64-hex asset hash, wherever it appears, so snapshots survive asset changes."""
+    """Replace every 64-hex asset hash and every packed script, wherever they appear, so snapshots
+    survive asset changes."""
     if isinstance(value, dict):
         return {k: scrub(v) for k, v in value.items()}
     if isinstance(value, list):
         return [scrub(v) for v in value]
     if isinstance(value, str):
-        return _HASH.sub("<asset-hash>", value)
+        return _PACKED.sub("<packed-script>", _HASH.sub("<asset-hash>", value))
     return value
 
 

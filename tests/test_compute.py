@@ -182,14 +182,23 @@ def test_neuron_ami_can_be_pinned_per_fleet():
     assert "Parameters" not in template or not any("neuron" in str(p) for p in template["Parameters"].values())
 
 
+def render(value):
+    """What CloudFormation would make of a user-data value, with references as <Ref> placeholders."""
+    if isinstance(value, str):
+        return value
+    ((function, argument),) = value.items()
+    if function == "Fn::Join":
+        return argument[0].join(render(part) for part in argument[1])
+    if function == "Fn::Base64":
+        return base64.b64encode(render(argument).encode()).decode()
+    if function == "Ref":
+        return f"<{argument}>"
+    raise AssertionError(f"unexpected {function} in user data")
+
+
 def user_data(lt):
-    """The MIME document CloudFormation would hand to EC2: Fn::Join of literals and Fn::Base64 parts."""
-    joined = lt["UserData"]["Fn::Base64"]["Fn::Join"]
-    assert joined[0] == ""
-    text = "".join(
-        part if isinstance(part, str) else base64.b64encode(part["Fn::Base64"].encode()).decode() for part in joined[1]
-    )
-    return email.message_from_string(text)
+    """The MIME document CloudFormation would hand to EC2."""
+    return email.message_from_string(render(lt["UserData"]["Fn::Base64"]))
 
 
 @pytest.mark.parametrize("instance", EFA_TYPES)
@@ -201,20 +210,23 @@ def test_user_data_blocks_instance_metadata_for_job_containers(instance):
     scripts = [part.get_payload(decode=True).decode() for part in message.walk() if not part.is_multipart()]
     (script,) = scripts
     assert "ECS_AWSVPC_BLOCK_IMDS=true" in script and "/etc/ecs/ecs.config" in script
-    # One package is installed at boot, the CloudWatch agent, from the AMI release's own locked
-    # repository (no --releasever=latest); nothing else is fetched.
-    installs = [line for line in script.splitlines() if "dnf" in line]
+    # Nothing is fetched at boot but one package, the CloudWatch agent, from the AMI release's own
+    # locked repository (no --releasever=latest). The packed host check is read in tests/test_host_check.py.
+    readable = "\n".join(line for line in script.splitlines() if not line.startswith("echo '"))
+    installs = [line for line in readable.splitlines() if "dnf" in line]
     assert len(installs) == 1 and "dnf install -y amazon-cloudwatch-agent &&" in installs[0]
-    assert "releasever" not in script
+    assert "releasever" not in readable
     for word in ("curl", "wget", "yum", "pip", "efa_installer"):
-        assert word not in script
+        assert word not in readable
 
 
 @pytest.mark.parametrize("instance", EFA_TYPES)
 def test_imdsv2_and_encrypted_gp3_root_with_throughput(instance):
     _, lt, _ = of_type(instance)
     assert lt["MetadataOptions"]["HttpTokens"] == "required"
-    assert lt["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
+    # 1 on GPU nodes; AWS's Neuron Batch template's 5 on Neuron nodes.
+    neuron = CATALOG[instance].accelerator_kind is AcceleratorKind.NEURON
+    assert lt["MetadataOptions"]["HttpPutResponseHopLimit"] == (5 if neuron else 1)
     (root,) = lt["BlockDeviceMappings"]
     assert root["DeviceName"] == "/dev/xvda"
     assert root["Ebs"] == {
@@ -254,12 +266,18 @@ def test_instance_role_is_the_ecs_instance_policy_and_metrics_in_our_namespace_o
         assert "Policies" not in role["Properties"]
         (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
         assert statement["Principal"] == {"Service": "ec2.amazonaws.com"}
+    # Besides it, per role: metrics in this app's namespace only, and the boot-time host check's right
+    # to write its result line to its fleet's log group.
     policies = resources(template, "AWS::IAM::Policy").values()
     assert sorted(ref["Ref"] for p in policies for ref in p["Properties"]["Roles"]) == sorted(roles)
     for policy in policies:
-        (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
-        assert statement["Action"] == "cloudwatch:PutMetricData" and statement["Effect"] == "Allow"
-        assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": NAMESPACE}}
+        metrics_statement, logs_statement = sorted(
+            policy["Properties"]["PolicyDocument"]["Statement"], key=lambda s: "logs:" in str(s["Action"])
+        )
+        assert metrics_statement["Action"] == "cloudwatch:PutMetricData" and metrics_statement["Effect"] == "Allow"
+        assert metrics_statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": NAMESPACE}}
+        assert logs_statement["Action"] == ["logs:CreateLogStream", "logs:PutLogEvents"]
+        assert "BootCheckLogs" in logs_statement["Resource"]["Fn::GetAtt"][0]
 
 
 def test_odcr_is_targeted_without_placement_group():

@@ -15,6 +15,7 @@ from config.context import read_settings
 from config.gpu_interconnect import INTRA_NODE
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, synth
+from training_constructs.multi_node_job import PREFLIGHT_EXIT_CODE
 
 STACK = "TrainingJobs"
 KINDS = ("TrainingJob", "BenchmarkJob")
@@ -224,7 +225,15 @@ def test_retries_infrastructure_failures_and_exits_on_application_errors(profile
     # The catch-all comes last and exits: an application error is never retried.
     assert rules[-1] == {"Action": "EXIT", "OnReason": "*"}
     assert all(r["Action"] == "RETRY" for r in rules[:-1])
-    assert not any(r.get("OnExitCode") for r in rules)
+    # A node that failed the launcher's preflight is retried: its one exit code, and no other.
+    assert [r["OnExitCode"] for r in rules if "OnExitCode" in r] == ["75"]
+
+
+def test_the_retried_exit_code_is_the_one_the_preflight_exits_with():
+    source = (ROOT / "container" / "preflight.py").read_text()
+    launcher = (ROOT / "container" / "distributed_run.sh").read_text()
+    assert f"PREFLIGHT_EXIT = {PREFLIGHT_EXIT_CODE}\n" in source
+    assert f"readonly PREFLIGHT_EXIT={PREFLIGHT_EXIT_CODE}\n" in launcher
 
 
 def test_timeouts_default_to_the_seed_hour_and_the_benchmark_is_shorter():
@@ -464,10 +473,29 @@ def test_preflight_expectations_match_the_launch_template(instance, kind):
     assert int(env["EFA_DEVICES"]) == len(attached)
     if spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
         assert int(env["EXPECTED_GPUS"]) == spec.accelerator_count
+        assert "EXPECTED_NEURON_DEVICES" not in env
     else:
         assert "EXPECTED_GPUS" not in env
+        # As many Neuron devices as the definition maps into the container.
+        mapped = [
+            d for d in container(of_type(instance, kind))["LinuxParameters"]["Devices"] if "neuron" in d["HostPath"]
+        ]
+        assert int(env["EXPECTED_NEURON_DEVICES"]) == len(mapped) == spec.accelerator_count
     # Blackwell GPUs need a recent driver; the figure reaches the node for its driver check.
     assert env.get("MIN_NVIDIA_DRIVER") == spec.min_nvidia_driver
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("instance", EFA_TYPES)
+def test_isaac_sim_fleets_get_the_graphics_driver_and_prove_vulkan(instance, kind):
+    env = environment(container(of_type(instance, kind)))
+    if CATALOG[instance].runs_isaac_sim:
+        # graphics (Vulkan, GL) besides compute: `all` has both (NVIDIA container toolkit).
+        capabilities = set(env["NVIDIA_DRIVER_CAPABILITIES"].split(","))
+        assert capabilities == {"all"} or {"compute", "utility", "graphics"} <= capabilities
+        assert env["EXPECT_VULKAN"] == "1"
+    else:
+        assert "NVIDIA_DRIVER_CAPABILITIES" not in env and "EXPECT_VULKAN" not in env
 
 
 @pytest.mark.parametrize("instance", EFA_TYPES)

@@ -29,7 +29,7 @@ def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_BATCH_", "MASTER_", "NPROC_"))}
     # The venv's torchrun first; loopback only.
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PREFLIGHT_PYTHON=sys.executable)
     env.update(extra)
     return env
 
@@ -221,7 +221,8 @@ BATCH_MAIN = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "0", "
 
 
 def test_batch_nodes_pin_nccl_and_gloo_to_the_task_eni(env_probe):
-    result = run_probe(env_probe, **BATCH_MAIN)
+    # Inside an ECS awsvpc task; outside one the default route decides (tests/test_preflight.py).
+    result = run_probe(env_probe, **BATCH_MAIN, ECS_CONTAINER_METADATA_URI_V4="http://169.254.170.2/v4/t")
     assert result.returncode == 0, result.stderr
     assert "NCCL_SOCKET_IFNAME=eth0" in result.stdout and "GLOO_SOCKET_IFNAME=eth0" in result.stdout
 
@@ -256,6 +257,15 @@ def fake_devices(directory: Path, uverbs: int) -> Path:
     return directory
 
 
+def fake_fi_info(bin_dir: Path) -> str:
+    """A PATH with an fi_info that lists the EFA provider (the preflight asks libfabric too)."""
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / "fi_info"
+    tool.write_text('#!/bin/sh\necho "provider: efa"\n')
+    tool.chmod(0o755)
+    return f"{bin_dir}:{base_env()['PATH']}"
+
+
 def fake_nvidia_smi(bin_dir: Path, gpus: int) -> str:
     bin_dir.mkdir()
     tool = bin_dir / "nvidia-smi"
@@ -268,11 +278,12 @@ def fake_nvidia_smi(bin_dir: Path, gpus: int) -> str:
 @pytest.mark.parametrize(("attached", "expected", "ok"), [(4, 4, True), (32, 32, True), (3, 4, False), (0, 1, False)])
 def test_efa_preflight_counts_uverbs_devices(env_probe, tmp_path, attached, expected, ok):
     devices = fake_devices(tmp_path / "infiniband", attached)
-    result = run_probe(env_probe, **BATCH_MAIN, EFA_DEVICE_DIR=str(devices), EFA_DEVICES=str(expected))
+    path = fake_fi_info(tmp_path / "bin")
+    result = run_probe(env_probe, **BATCH_MAIN, PATH=path, EFA_DEVICE_DIR=str(devices), EFA_DEVICES=str(expected))
     if ok:
         assert result.returncode == 0, result.stderr
     else:
-        assert result.returncode == 2 and "ARGS:" not in result.stdout
+        assert result.returncode == 75 and "ARGS:" not in result.stdout
         (line,) = result.stderr.strip().splitlines()
         assert f"expected {expected} EFA devices (uverbs*) in {devices}, found {attached}" in line
 
@@ -284,7 +295,7 @@ def test_no_efa_expectation_no_check(env_probe, tmp_path):
 
 def test_missing_device_directory_counts_as_no_devices(env_probe, tmp_path):
     result = run_probe(env_probe, **BATCH_MAIN, EFA_DEVICE_DIR=str(tmp_path / "missing"), EFA_DEVICES="1")
-    assert result.returncode == 2 and "expected 1 EFA devices" in result.stderr and "found 0" in result.stderr
+    assert result.returncode == 75 and "expected 1 EFA devices" in result.stderr and "found 0" in result.stderr
 
 
 @pytest.mark.parametrize(("present", "expected", "ok"), [(4, 4, True), (8, 4, True), (3, 4, False)])
@@ -298,4 +309,4 @@ def test_gpu_preflight_counts_what_nvidia_smi_lists(env_probe, tmp_path, present
 
 def test_gpu_preflight_without_a_driver_finds_none(env_probe):
     result = run_probe(env_probe, **BATCH_MAIN, EXPECTED_GPUS="1")
-    assert result.returncode == 2 and "expected 1 GPUs" in result.stderr and "found 0" in result.stderr
+    assert result.returncode == 75 and "expected 1 GPUs" in result.stderr and "found 0" in result.stderr

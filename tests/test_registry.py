@@ -25,7 +25,7 @@ def test_both_images_are_staged_from_container_without_docker():
     assert files == ["gpu/Dockerfile", "trainium/Dockerfile"]
     for asset in assets.values():
         staged = Path(result.assembly.directory) / asset["source"]["directory"]
-        for name in ("distributed_run.sh", "allreduce_bench.py", "checkpoint_sync.py"):
+        for name in ("distributed_run.sh", "allreduce_bench.py", "checkpoint_sync.py", "preflight.py"):
             assert (staged / name).exists(), name
         assert asset["source"]["platform"] == "linux/amd64"
 
@@ -89,7 +89,7 @@ def test_dockerfiles_pin_their_base_and_copy_the_launcher(dockerfile):
     text = dockerfile.read_text()
     base_arg = next(line for line in text.splitlines() if line.startswith("ARG ") and "IMAGE=" in line)
     assert ":" in base_arg.split("=", 1)[1] and not base_arg.endswith(":latest")
-    assert "COPY distributed_run.sh allreduce_bench.py checkpoint_sync.py /opt/training/" in text
+    assert "COPY distributed_run.sh allreduce_bench.py checkpoint_sync.py preflight.py /opt/training/" in text
 
 
 def dockerfile_lines(name):

@@ -25,6 +25,12 @@ TASK_ENIS = limits.TASK_ENIS_PER_NODE
 # does not stop them. Batch merges MIME multi-part user data from the launch template with its
 # own (Batch user guide, "Launch template support").
 ECS_AGENT_SETTINGS = ("ECS_AWSVPC_BLOCK_IMDS=true",)
+# IMDS hop limit per fleet kind. 1 keeps bridge-mode containers off the instance role on GPU nodes.
+# Neuron nodes take AWS's own Neuron Batch launch template's 5 (aws-neuron-samples, torch-neuronx
+# training aws-batch llama2 templates: HttpPutResponseHopLimit 5). Neither opens IMDS to the awsvpc
+# job containers: ECS_AWSVPC_BLOCK_IMDS does that, and the job preflight proves the Neuron tools work
+# without it (README, "Verify a new fleet").
+HOP_LIMIT = {AcceleratorKind.NVIDIA_GPU: 1, AcceleratorKind.NEURON: 5}
 
 
 @dataclass(frozen=True)
@@ -67,12 +73,14 @@ def efa_layout(instance: InstanceSpec) -> list[InterfaceSlot]:
     return slots
 
 
-def ecs_agent_user_data(extra_commands: Sequence[str] = ()) -> str:
+def ecs_agent_user_data(*command_groups: Sequence[str]) -> str:
     """MIME multi-part user data that appends the agent settings to /etc/ecs/ecs.config, then runs
-    `extra_commands` (node metrics: the one package installed at boot, see training_constructs.node_metrics)."""
+    each group of commands in order: the host check first (a node that fails it never registers),
+    then node metrics (the one package installed at boot, see training_constructs.node_metrics)."""
     script = ec2.UserData.for_linux()
     script.add_commands(*(f"echo {setting} >> /etc/ecs/ecs.config" for setting in ECS_AGENT_SETTINGS))
-    script.add_commands(*extra_commands)
+    for commands in command_groups:
+        script.add_commands(*commands)
     multipart = ec2.MultipartUserData()
     multipart.add_part(ec2.MultipartBody.from_user_data(script))
     return multipart.render()
@@ -97,6 +105,7 @@ class EfaLaunchTemplate(Construct):
         node_security_group: ec2.ISecurityGroup,
         root_volume: RootVolume,
         capacity_reservation: CapacityReservation | None = None,
+        boot_commands: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         slots = efa_layout(instance)
@@ -140,17 +149,19 @@ class EfaLaunchTemplate(Construct):
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_tokens="required",
                     http_endpoint="enabled",
-                    # 1 keeps bridge-mode containers off the instance role; awsvpc job containers
-                    # are kept off by ECS_AWSVPC_BLOCK_IMDS in the user data.
-                    http_put_response_hop_limit=1,
+                    http_put_response_hop_limit=HOP_LIMIT[instance.accelerator_kind],
                 ),
                 user_data=Fn.base64(
                     ecs_agent_user_data(
+                        boot_commands,
                         node_metrics_commands(
                             fleet=fleet_name, gpu=instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU
-                        )
+                        ),
                     )
                 ),
+                # A node that fails its boot check powers itself off: terminate it rather than keep
+                # a stopped instance (training_constructs/host_check.py).
+                instance_initiated_shutdown_behavior="terminate",
                 block_device_mappings=[
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
                         device_name=ROOT_DEVICE,

@@ -38,6 +38,8 @@ class JobAlerts(Construct):
             removal_policy=RemovalPolicy.DESTROY,
         )
         key.grant(iam.ServicePrincipal("events.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
+        # CloudWatch alarms publish to it too (the same guide lists cloudwatch.amazonaws.com).
+        key.grant(iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
         self.topic = sns.Topic(self, "Topic", display_name="Training job alerts", master_key=key, enforce_ssl=True)
         if email:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))

@@ -63,17 +63,28 @@ class RetryRule:
     action: str
     on_status_reason: str | None = None
     on_reason: str | None = None
+    on_exit_code: str | None = None
+
+
+# The launcher's exit code for a node that failed its preflight (container/preflight.py
+# PREFLIGHT_EXIT; a test keeps the two equal).
+PREFLIGHT_EXIT_CODE = 75
 
 
 # Retry what the infrastructure broke, stop on what the application did. Rules are evaluated in
 # order and an unmatched failure would be retried (API EvaluateOnExit), hence the final EXIT.
 # "Host EC2*" is the status reason of a terminated or lost host (the pattern behind CDK's
 # batch.Reason.SPOT_INSTANCE_RECLAIMED); AGENT and "Task failed to start" are the Batch user
-# guide's examples ("Automated job retries"). Only a main-node failure retries a multi-node job.
+# guide's examples ("Automated job retries"). A failed preflight (PREFLIGHT_EXIT_CODE) is a node, not
+# the application: retried. Only a main-node failure retries a multi-node job, and the job's
+# statusReason and exit code are the main node's (Batch user guide, "Multi-node parallel jobs"): a
+# child that fails its preflight ends only itself, and the main node then fails at the rendezvous
+# after RDZV_JOIN_TIMEOUT (README, "Verify a new fleet").
 RETRY_RULES = (
     RetryRule("RETRY", on_status_reason="Host EC2*"),
     RetryRule("RETRY", on_reason="AGENT"),
     RetryRule("RETRY", on_status_reason="Task failed to start"),
+    RetryRule("RETRY", on_exit_code=str(PREFLIGHT_EXIT_CODE)),
     RetryRule("EXIT", on_reason="*"),
 )
 
@@ -160,7 +171,10 @@ class MultiNodeJobDefinition(Construct):
                 attempts=attempts,
                 evaluate_on_exit=[
                     batch.CfnJobDefinition.EvaluateOnExitProperty(
-                        action=rule.action, on_status_reason=rule.on_status_reason, on_reason=rule.on_reason
+                        action=rule.action,
+                        on_status_reason=rule.on_status_reason,
+                        on_reason=rule.on_reason,
+                        on_exit_code=rule.on_exit_code,
                     )
                     for rule in RETRY_RULES
                 ],

@@ -4,17 +4,19 @@ updates in place."""
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Annotations, Validations
+from aws_cdk import Acknowledgment, Annotations, Aws, RemovalPolicy, Validations
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.catalog import AcceleratorKind, InstanceSpec
 from config.metrics import NAMESPACE
 from config.settings import CapacityReservation, RootVolume
 from training_constructs.efa_launch_template import EfaLaunchTemplate
+from training_constructs.host_check import host_check_commands
 
 # Batch image types (API_Ec2Configuration). There is no Neuron image type: Trainium nodes use the
 # ECS-optimized AL2023 Neuron AMI through imageIdOverride.
@@ -33,7 +35,8 @@ class TrainingFleet(Construct):
     """Compute for one fleet.
 
     Attributes: `compute_environment` (L1), `launch_template` (EfaLaunchTemplate),
-    `placement_group` (None when a capacity reservation rules it out), `instance_role`.
+    `placement_group` (None when a capacity reservation rules it out), `instance_role`,
+    `boot_check_log_group` (the boot-time host check's results).
     """
 
     def __init__(
@@ -48,11 +51,25 @@ class TrainingFleet(Construct):
         efa_security_group: ec2.ISecurityGroup,
         node_security_group: ec2.ISecurityGroup,
         root_volume: RootVolume,
+        fleet_name: str,
+        log_retention: logs.RetentionDays,
         capacity_reservation: CapacityReservation | None = None,
         ami_id: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
 
+        # One JSON line per node from the boot-time host check; kept like the job logs.
+        self.boot_check_log_group = logs.LogGroup(
+            self, "BootCheckLogs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN
+        )
+        boot_commands = host_check_commands(
+            instance=instance,
+            fleet=fleet_name,
+            efa_interfaces=instance.max_efa_interfaces,
+            log_group_name=self.boot_check_log_group.log_group_name,
+            region=Aws.REGION,
+            url_suffix=Aws.URL_SUFFIX,
+        )
         self.launch_template = EfaLaunchTemplate(
             self,
             "LaunchTemplate",
@@ -62,6 +79,7 @@ class TrainingFleet(Construct):
             node_security_group=node_security_group,
             root_volume=root_volume,
             capacity_reservation=capacity_reservation,
+            boot_commands=boot_commands,
         )
 
         self.placement_group: ec2.PlacementGroup | None = None
@@ -93,6 +111,7 @@ class TrainingFleet(Construct):
             )
         )
         self._allow_node_metrics()
+        self.boot_check_log_group.grant_write(self.instance_role)
         instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.instance_role)
 
         # L1 on purpose: the L2 ManagedEc2EcsComputeEnvironment always renders securityGroupIds,

@@ -54,16 +54,30 @@ class Workload:
     environment: dict[str, str] = field(default_factory=dict)
 
 
+# Isaac Sim renders through Vulkan, and the NVIDIA container toolkit injects the driver's graphics
+# userspace (Vulkan ICD, libGLX_nvidia) only for the graphics capability; compute-only injection
+# fails with "Failed to create any GPU devices" (isaac-sim/IsaacSim#357). The variable is read by
+# the toolkit that the ECS GPU AMI runs containers with (NVIDIA container toolkit, "Driver
+# capabilities"). `all` (compute, utility, graphics, video, display) rather than a narrower list, so
+# that the job never gets less than the Isaac Sim image itself asks for. EXPECT_VULKAN makes the
+# launcher's preflight prove a Vulkan GPU is visible.
+ISAAC_SIM_ENVIRONMENT = {"NVIDIA_DRIVER_CAPABILITIES": "all", "EXPECT_VULKAN": "1"}
+
+
 def _node_environment(instance: InstanceSpec) -> dict[str, str]:
     """What the launcher's preflight checks on every node, and the ranks it starts."""
     environment = {"NPROC_PER_NODE": str(instance.processes_per_node), "EFA_DEVICES": str(instance.max_efa_interfaces)}
     if instance.accelerator_kind is AcceleratorKind.NEURON:
         environment.update(NEURON_EFA_ENVIRONMENT)
+        environment["EXPECTED_NEURON_DEVICES"] = str(instance.accelerator_count)
     else:
         environment["EXPECTED_GPUS"] = str(instance.accelerator_count)
         if instance.min_nvidia_driver:
             # container/driver_check.py refuses an older host driver (config/catalog.py cites it).
             environment["MIN_NVIDIA_DRIVER"] = instance.min_nvidia_driver
+    if instance.runs_isaac_sim:
+        # On both job definitions, so that the fleet check (the benchmark) proves Vulkan too.
+        environment.update(ISAAC_SIM_ENVIRONMENT)
     return environment
 
 

@@ -1,0 +1,210 @@
+"""The launcher's per-node preflight, and its choice of socket interface. Called by distributed_run.sh.
+
+    preflight.py     # prints socket_interface=NAME for NCCL and gloo (or nothing), checks the node
+
+Checks, each only when its variable asks for it:
+  EFA_DEVICES=N              at least N uverbs devices in EFA_DEVICE_DIR (default /dev/infiniband), and
+                             libfabric's EFA provider listed by `fi_info -p efa`
+  EXPECTED_GPUS=N            at least N GPUs in `nvidia-smi --list-gpus`
+  EXPECT_VULKAN=1            NVIDIA_DRIVER_CAPABILITIES includes graphics (or all), and a Vulkan GPU is
+                             visible: `vulkaninfo --summary` lists a GPU device, or, without vulkaninfo,
+                             an NVIDIA Vulkan ICD file exists in VULKAN_ICD_DIRS
+  EXPECTED_NEURON_DEVICES=N  at least N /dev/neuron* devices in NEURON_DEVICE_DIR (default /dev), and
+                             `neuron-ls --json-output` (the Neuron driver and runtime tools) lists N
+A failed check prints ONE line to stderr, naming the node, what was expected and what was found, and
+exits PREFLIGHT_EXIT (75). A malformed variable exits 2. Stdlib only; runs on Python 3.10.
+
+Socket interface: inside an ECS task in awsvpc mode (AWS Batch multi-node jobs), `eth0` is the task
+ENI, and ecs-eth0 (the ECS credentials bridge) is unreachable from peers (NVIDIA/nccl#859). ECS sets
+ECS_CONTAINER_METADATA_URI_V4 in every container it starts (ECS developer guide, "Task metadata
+endpoint version 4"). Elsewhere (Slurm, a workstation) interface names differ (AL2023 names them ens5,
+enp*s0: amazon-linux-2023#111), so the interface of the IPv4 default route is used, read from
+PROC_NET_ROUTE (default /proc/net/route); lo and docker* never qualify. None found: nothing is printed
+and NCCL keeps its own choice, which skips lo and docker* (NCCL environment variables,
+NCCL_SOCKET_IFNAME).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+# EX_TEMPFAIL (sysexits.h): "temporary failure, the user is invited to retry". The job definitions'
+# retry strategy retries this code; every other non-zero exit is the application's.
+PREFLIGHT_EXIT = 75
+USAGE_EXIT = 2
+NVIDIA_ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
+COMMAND_TIMEOUT_SECONDS = 60
+# fi_info lives here in images built with the EFA installer, which may not be on PATH.
+EFA_BIN = "/opt/amazon/efa/bin"
+
+
+class Malformed(ValueError):
+    """A variable the preflight cannot read."""
+
+
+def _count(environ: Mapping[str, str], name: str) -> int | None:
+    raw = environ.get(name, "")
+    if raw == "":
+        return None
+    if not re.fullmatch(r"[0-9]+", raw):
+        raise Malformed(f"{name}='{raw}' is not a non-negative integer")
+    return int(raw)
+
+
+def _run(command: Sequence[str], environ: Mapping[str, str]) -> tuple[int, str] | None:
+    """Exit status and output of a command found on PATH (or the EFA bin dir); None when absent."""
+    path = environ.get("PATH", os.defpath) + os.pathsep + EFA_BIN
+    tool = shutil.which(command[0], path=path)
+    if tool is None:
+        return None
+    try:
+        done = subprocess.run(  # noqa: S603 - a fixed tool name found on PATH, fixed arguments
+            [tool, *command[1:]],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+            env=dict(environ),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {COMMAND_TIMEOUT_SECONDS} s"
+    return done.returncode, done.stdout + done.stderr
+
+
+def _last_line(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no output"
+
+
+def check_efa(environ: Mapping[str, str], expected: int) -> list[str]:
+    directory = Path(environ.get("EFA_DEVICE_DIR", "/dev/infiniband"))
+    found = len(list(directory.glob("uverbs*"))) if directory.is_dir() else 0
+    if found < expected:
+        return [f"{expected} EFA devices (uverbs*) in {directory}, found {found}"]
+    if expected == 0:
+        return []
+    result = _run(["fi_info", "-p", "efa"], environ)
+    if result is None:
+        return ["libfabric's EFA provider (fi_info -p efa), found no fi_info (libfabric missing from the image)"]
+    status, output = result
+    if status != 0 or not re.search(r"provider:\s*efa\b", output):
+        return [f"libfabric's EFA provider (fi_info -p efa), found exit {status}: {_last_line(output)}"]
+    return []
+
+
+def check_gpus(environ: Mapping[str, str], expected: int) -> list[str]:
+    result = _run(["nvidia-smi", "--list-gpus"], environ)
+    found = 0 if result is None else len(re.findall(r"^GPU \d+:", result[1], flags=re.MULTILINE))
+    return [] if found >= expected else [f"{expected} GPUs (nvidia-smi --list-gpus), found {found}"]
+
+
+def check_vulkan(environ: Mapping[str, str]) -> list[str]:
+    # Isaac Sim needs the driver's graphics userspace, which the NVIDIA container toolkit injects only
+    # for the graphics (or all) capability (isaac-sim/IsaacSim#357: "Failed to create any GPU devices").
+    capabilities = {c.strip() for c in environ.get("NVIDIA_DRIVER_CAPABILITIES", "").split(",")}
+    if not capabilities & {"graphics", "all"}:
+        given = environ.get("NVIDIA_DRIVER_CAPABILITIES", "unset")
+        return [f"NVIDIA_DRIVER_CAPABILITIES with graphics (Vulkan for Isaac Sim), found {given}"]
+    result = _run(["vulkaninfo", "--summary"], environ)
+    if result is not None:
+        status, output = result
+        if status == 0 and re.search(r"deviceType\s*=\s*PHYSICAL_DEVICE_TYPE_(DISCRETE|INTEGRATED)_GPU", output):
+            return []
+        return [f"a Vulkan GPU (vulkaninfo --summary), found exit {status}: {_last_line(output)}"]
+    dirs = environ.get("VULKAN_ICD_DIRS", os.pathsep.join(NVIDIA_ICD_DIRS)).split(os.pathsep)
+    if any(Path(d, "nvidia_icd.json").is_file() for d in dirs):
+        return []
+    return [f"the NVIDIA Vulkan ICD (nvidia_icd.json) in {' or '.join(dirs)}, found none"]
+
+
+def check_neuron(environ: Mapping[str, str], expected: int) -> list[str]:
+    directory = Path(environ.get("NEURON_DEVICE_DIR", "/dev"))
+    found = len([p for p in directory.glob("neuron*") if re.fullmatch(r"neuron\d+", p.name)])
+    if found < expected:
+        return [f"{expected} Neuron devices (/dev/neuron*) in {directory}, found {found}"]
+    result = _run(["neuron-ls", "--json-output"], environ)
+    if result is None:
+        return ["the Neuron tools (neuron-ls), found none in the image"]
+    status, output = result
+    try:
+        listed = len(json.loads(output[output.index("[") :])) if status == 0 else -1
+    except ValueError:
+        listed = -1
+    if listed < expected:
+        return [f"{expected} Neuron devices listed by neuron-ls, found exit {status}: {_last_line(output)}"]
+    return []
+
+
+def failures(environ: Mapping[str, str]) -> list[str]:
+    """What this node lacks, each as 'expected ..., found ...' text; empty when it is fit to train."""
+    found: list[str] = []
+    efa = _count(environ, "EFA_DEVICES")
+    gpus = _count(environ, "EXPECTED_GPUS")
+    neuron = _count(environ, "EXPECTED_NEURON_DEVICES")
+    vulkan = environ.get("EXPECT_VULKAN", "")
+    if vulkan not in ("", "0", "1"):
+        raise Malformed(f"EXPECT_VULKAN='{vulkan}' is not 0 or 1")
+    if efa is not None:
+        found += check_efa(environ, efa)
+    if gpus is not None:
+        found += check_gpus(environ, gpus)
+    if vulkan == "1":
+        found += check_vulkan(environ)
+    if neuron is not None:
+        found += check_neuron(environ, neuron)
+    return found
+
+
+def default_route_interface(route_table: str) -> str | None:
+    """The interface of the IPv4 default route in /proc/net/route text, skipping lo and docker*."""
+    for line in route_table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 4 or fields[1] != "00000000":
+            continue
+        name, flags = fields[0], int(fields[3], 16)
+        if flags & 0x1 and name != "lo" and not name.startswith("docker"):  # RTF_UP
+            return name
+    return None
+
+
+def socket_interface(environ: Mapping[str, str]) -> str | None:
+    if environ.get("ECS_CONTAINER_METADATA_URI_V4"):
+        return "eth0"
+    try:
+        table = Path(environ.get("PROC_NET_ROUTE", "/proc/net/route")).read_text()
+    except OSError:
+        return None
+    return default_route_interface(table)
+
+
+def node_name(environ: Mapping[str, str]) -> str:
+    index = environ.get("AWS_BATCH_JOB_NODE_INDEX")
+    host = socket.gethostname()
+    return f"node {index} ({host})" if index else host
+
+
+def main(environ: Mapping[str, str]) -> int:
+    try:
+        missing = failures(environ)
+    except Malformed as error:
+        print(f"preflight.py: {error}", file=sys.stderr)
+        return USAGE_EXIT
+    interface = socket_interface(environ)
+    if interface:
+        print(f"socket_interface={interface}")
+    if missing:
+        print(f"preflight failed on {node_name(environ)}: expected " + "; expected ".join(missing), file=sys.stderr)
+        return PREFLIGHT_EXIT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(os.environ))

@@ -1,0 +1,168 @@
+"""Fleet health on the job-alert topic: the boot-check alarm of every fleet, and the optional
+healthCheckSchedule (a scheduled fleet check per fleet with its alarms), absent when unset."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from config import metrics
+from config.context import ConfigError, read_settings
+from config.settings import fleet_construct_id as construct_id
+from tests.harness import THREE_FLEETS, VARIANTS, resources, synth
+from training_constructs.training_jobs import BENCHMARK_TIMEOUT_SECONDS
+
+STACK = "TrainingJobs"
+
+
+def alarms(template, metric):
+    return [
+        a["Properties"]
+        for a in resources(template, "AWS::CloudWatch::Alarm").values()
+        if a["Properties"]["MetricName"] == metric
+    ]
+
+
+def fleet_of(alarm):
+    (dimension,) = alarm["Dimensions"]
+    assert dimension["Name"] == metrics.FLEET_DIMENSION and alarm["Namespace"] == metrics.NAMESPACE
+    return dimension["Value"]
+
+
+def topic_ref(template):
+    (topic,) = resources(template, "AWS::SNS::Topic")
+    return {"Ref": topic}
+
+
+def schedule_rules(template):
+    return {
+        k: r["Properties"]
+        for k, r in resources(template, "AWS::Events::Rule").items()
+        if "ScheduleExpression" in r["Properties"]
+    }
+
+
+def test_without_a_schedule_nothing_is_scheduled_and_no_verdict_alarm_exists():
+    template = synth("default").templates[STACK]
+    assert schedule_rules(template) == {}
+    assert alarms(template, metrics.BENCHMARK_VERDICT) == []
+
+
+@pytest.mark.parametrize("variant", ["default", "three-fleets"])
+def test_every_fleet_alarms_when_a_node_fails_its_boot_check(variant):
+    template = synth(variant).templates[STACK]
+    found = alarms(template, metrics.BOOT_CHECK_FAILED)
+    expected = set(THREE_FLEETS) if variant == "three-fleets" else {"gpu", "trainium"}
+    assert {fleet_of(a) for a in found} == expected and len(found) == len(expected)
+    for alarm in found:
+        assert alarm["AlarmActions"] == [topic_ref(template)]
+        assert alarm["Statistic"] == "Maximum" and alarm["Threshold"] == 1
+        assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert alarm["TreatMissingData"] == "notBreaching"  # quiet while the fleet is at zero
+
+
+def test_the_schedule_submits_each_fleets_benchmark_to_its_own_queue():
+    template = synth("three-fleets").templates[STACK]
+    rules = schedule_rules(template)
+    assert len(rules) == len(THREE_FLEETS)
+    for name in THREE_FLEETS:
+        (rule,) = [r for k, r in rules.items() if k.startswith(f"{construct_id(name)}Health")]
+        assert rule["ScheduleExpression"] == VARIANTS["three-fleets"]["healthCheckSchedule"]
+        (target,) = rule["Targets"]
+        assert target["Arn"] == {
+            "Fn::GetAtt": [
+                next(
+                    k for k in resources(template, "AWS::Batch::JobQueue") if k.startswith(f"{construct_id(name)}Queue")
+                ),
+                "JobQueueArn",
+            ]
+        }
+        (benchmark,) = [
+            k
+            for k in resources(template, "AWS::Batch::JobDefinition")
+            if k.startswith(f"{construct_id(name)}BenchmarkJob")
+        ]
+        assert target["BatchParameters"]["JobDefinition"] == {"Ref": benchmark}
+        assert target["BatchParameters"]["JobName"] == f"{name}-fleet-check"
+        # EventBridge needs a role that may submit exactly that job.
+        role = target["RoleArn"]["Fn::GetAtt"][0]
+        (policy,) = [
+            p for p in resources(template, "AWS::IAM::Policy").values() if {"Ref": role} in p["Properties"]["Roles"]
+        ]
+        (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+        assert statement["Action"] == "batch:SubmitJob"
+        assert {"Ref": benchmark} in statement["Resource"]
+
+
+def test_a_failing_verdict_and_a_missing_one_alarm_per_fleet():
+    template = synth("three-fleets").templates[STACK]
+    verdicts = alarms(template, metrics.BENCHMARK_VERDICT)
+    assert sorted(fleet_of(a) for a in verdicts) == sorted([*THREE_FLEETS, *THREE_FLEETS])
+    settings = read_settings(VARIANTS["three-fleets"])
+    window = 86400 + settings.jobs.runnable_timeout_minutes * 60 + BENCHMARK_TIMEOUT_SECONDS
+    for alarm in verdicts:
+        assert alarm["AlarmActions"] == [topic_ref(template)] and alarm["Period"] == 3600
+        if alarm["Statistic"] == "Minimum":
+            # Failing is 0, degraded 0.5, healthy 1 (config/metrics.py).
+            assert alarm["ComparisonOperator"] == "LessThanThreshold" and 0 < alarm["Threshold"] <= 0.5
+            assert alarm["TreatMissingData"] == "notBreaching"
+        else:
+            assert alarm["Statistic"] == "SampleCount" and alarm["Threshold"] == 1
+            assert alarm["TreatMissingData"] == "breaching"
+            # A day between runs plus one run's wait and timeout: 25 hours without a verdict.
+            assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == -(-window // 3600) == 25
+            assert alarm["EvaluationPeriods"] * alarm["Period"] <= 7 * 86400
+
+
+def test_alarms_may_use_the_encrypted_alert_topic():
+    template = synth("default").templates[STACK]
+    (key,) = resources(template, "AWS::KMS::Key").values()
+    statements = key["Properties"]["KeyPolicy"]["Statement"]
+    services = [s for s in statements if "Service" in s.get("Principal", {})]
+    granted = [s for s in services if "cloudwatch.amazonaws.com" in json.dumps(s["Principal"]["Service"])]
+    (statement,) = granted
+    assert set(statement["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+
+
+@pytest.mark.parametrize(
+    ("expression", "interval"),
+    [
+        ("rate(1 hour)", 3600),
+        ("rate(12 hours)", 43200),
+        ("rate(6 days)", 6 * 86400),
+        ("rate(90 minutes)", 5400),
+        ("cron(0 3 * * ? *)", 86400),
+        ("cron(0/30 * ? * * *)", 86400),
+    ],
+)
+def test_schedule_expressions_that_are_accepted(expression, interval):
+    schedule = read_settings({"healthCheckSchedule": expression}).jobs.health_check_schedule
+    assert schedule.expression == expression and schedule.interval_seconds == interval
+
+
+@pytest.mark.parametrize(
+    ("expression", "problem"),
+    [
+        ("rate(1 hours)", "singular for 1"),
+        ("rate(2 day)", "singular for 1"),
+        ("rate(30 minutes)", "out of range"),
+        ("rate(7 days)", "out of range"),
+        ("every day", "not a rate(...) or six-field cron(...)"),
+        ("cron(0 3 * * *)", "not a rate(...) or six-field cron(...)"),
+        ("cron(0 3 ? * MON *)", "must run every day"),
+        ("cron(0 3 1 * ? *)", "must run every day"),
+        ("cron(0 3 * * ? *;)", "malformed cron field"),
+    ],
+)
+def test_bad_schedules_name_the_key_and_what_is_allowed(expression, problem):
+    with pytest.raises(ConfigError) as error:
+        read_settings({"healthCheckSchedule": expression})
+    message = str(error.value)
+    assert message.startswith(f"context key healthCheckSchedule={expression!r}: ") and problem in message
+    assert "allowed: empty (none), rate(" in message and "\n" not in message
+
+
+def test_unset_and_empty_mean_no_schedule():
+    assert read_settings({}).jobs.health_check_schedule is None
+    assert read_settings({"healthCheckSchedule": ""}).jobs.health_check_schedule is None

@@ -1,0 +1,235 @@
+"""container/preflight.py against fake device trees and stand-in tools that print what the real ones
+print (the H100 node's nvidia-smi and vulkaninfo output in tests/fixtures), in-process; and the
+launcher's use of it (exit code, one line, socket interface), one subprocess each."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ROOT
+
+# Real output of an NVIDIA H100 node (tests/fixtures/nvidia-h100/README.md says which command).
+FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-h100"
+_spec = importlib.util.spec_from_file_location("preflight", ROOT / "container" / "preflight.py")
+assert _spec and _spec.loader
+preflight = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(preflight)
+
+# What `fi_info -p efa` prints on an EFA node (EC2 user guide, "Get started with EFA and NCCL": the
+# provider block starts with "provider: efa"), and what libfabric prints without the provider.
+FI_INFO_EFA = "provider: efa\n    fabric: efa\n    domain: rdmap16s27-rdm\n    version: 122.0\n    type: FI_EP_RDM\n"
+FI_INFO_NONE = "fi_getinfo: -61 (No data available)\n"
+ROUTES = (
+    "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+    "{iface}\t00000000\t0100100A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+    "{iface}\t0000100A\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n"
+)
+
+
+def fixture(name: str) -> str:
+    return str(FIXTURES / name)
+
+
+def tool(bin_dir: Path, name: str, output_file: str, status: int = 0) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / name
+    script.write_text(f'#!/bin/sh\ncat "{output_file}"\nexit {status}\n')
+    script.chmod(0o755)
+
+
+def text_file(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def devices(directory: Path, prefix: str, count: int) -> str:
+    directory.mkdir(exist_ok=True)
+    for i in range(count):
+        (directory / f"{prefix}{i}").touch()
+    return str(directory)
+
+
+@pytest.fixture
+def gpu_node(tmp_path):
+    """A healthy Isaac Lab node: 4 GPUs listed, 1 EFA device with its provider, a Vulkan GPU."""
+    bin_dir = tmp_path / "bin"
+    gpus = text_file(tmp_path, "gpus.txt", "".join(f"GPU {i}: NVIDIA L4 (UUID: GPU-{i})\n" for i in range(4)))
+    tool(bin_dir, "nvidia-smi", gpus)
+    tool(bin_dir, "fi_info", text_file(tmp_path, "fi.txt", FI_INFO_EFA))
+    tool(bin_dir, "vulkaninfo", fixture("vulkaninfo-summary.txt"))
+    return {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "EFA_DEVICES": "1",
+        "EFA_DEVICE_DIR": devices(tmp_path / "infiniband", "uverbs", 1),
+        "EXPECTED_GPUS": "4",
+        "EXPECT_VULKAN": "1",
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,graphics,utility",
+        "PROC_NET_ROUTE": text_file(tmp_path, "route", ROUTES.format(iface="ens5")),
+    }
+
+
+@pytest.fixture
+def neuron_node(tmp_path):
+    bin_dir = tmp_path / "bin"
+    listing = "[" + ",".join(f'{{"neuron_device": {i}, "nc_count": 2}}' for i in range(16)) + "]"
+    tool(bin_dir, "neuron-ls", text_file(tmp_path, "neuron-ls.json", listing))
+    tool(bin_dir, "fi_info", text_file(tmp_path, "fi.txt", FI_INFO_EFA))
+    return {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "EFA_DEVICES": "8",
+        "EFA_DEVICE_DIR": devices(tmp_path / "infiniband", "uverbs", 8),
+        "EXPECTED_NEURON_DEVICES": "16",
+        "NEURON_DEVICE_DIR": devices(tmp_path / "dev", "neuron", 16),
+    }
+
+
+def test_healthy_nodes_pass(gpu_node, neuron_node):
+    assert preflight.failures(gpu_node) == []
+    assert preflight.failures(neuron_node) == []
+
+
+def test_the_real_h100_listing_counts_one_gpu(gpu_node, tmp_path):
+    tool(tmp_path / "bin", "nvidia-smi", fixture("nvidia-smi-list-gpus.txt"))
+    assert preflight.failures({**gpu_node, "EXPECTED_GPUS": "1"}) == []
+    assert preflight.failures(gpu_node) == ["4 GPUs (nvidia-smi --list-gpus), found 1"]
+
+
+def test_missing_efa_devices(gpu_node, tmp_path):
+    (found,) = preflight.failures({**gpu_node, "EFA_DEVICE_DIR": str(tmp_path / "none")})
+    assert found == f"1 EFA devices (uverbs*) in {tmp_path / 'none'}, found 0"
+
+
+def test_missing_efa_provider(gpu_node, tmp_path):
+    tool(tmp_path / "bin", "fi_info", text_file(tmp_path, "none.txt", FI_INFO_NONE), status=61)
+    (found,) = preflight.failures(gpu_node)
+    assert found.startswith("libfabric's EFA provider (fi_info -p efa), found exit 61")
+    assert "No data available" in found
+
+
+def test_missing_libfabric(gpu_node, tmp_path):
+    (tmp_path / "bin" / "fi_info").unlink()
+    (found,) = preflight.failures(gpu_node)
+    assert "found no fi_info" in found
+
+
+def test_missing_vulkan_driver(gpu_node, tmp_path):
+    tool(tmp_path / "bin", "vulkaninfo", fixture("vulkaninfo-no-icd.txt"), status=1)
+    (found,) = preflight.failures(gpu_node)
+    assert found.startswith("a Vulkan GPU (vulkaninfo --summary), found exit 1")
+
+
+@pytest.mark.parametrize("capabilities", [None, "compute,utility"])
+def test_compute_only_driver_injection_is_refused(gpu_node, capabilities):
+    env = {k: v for k, v in gpu_node.items() if k != "NVIDIA_DRIVER_CAPABILITIES"}
+    if capabilities:
+        env["NVIDIA_DRIVER_CAPABILITIES"] = capabilities
+    (found,) = preflight.failures(env)
+    assert found == f"NVIDIA_DRIVER_CAPABILITIES with graphics (Vulkan for Isaac Sim), found {capabilities or 'unset'}"
+
+
+def test_without_vulkaninfo_the_icd_file_decides(gpu_node, tmp_path):
+    (tmp_path / "bin" / "vulkaninfo").unlink()
+    icd = tmp_path / "icd.d"
+    icd.mkdir()
+    env = {**gpu_node, "VULKAN_ICD_DIRS": str(icd)}
+    (found,) = preflight.failures(env)
+    assert found == f"the NVIDIA Vulkan ICD (nvidia_icd.json) in {icd}, found none"
+    (icd / "nvidia_icd.json").write_text("{}")
+    assert preflight.failures(env) == []
+
+
+def test_vulkan_is_checked_only_when_asked(gpu_node):
+    env = {k: v for k, v in gpu_node.items() if k not in ("EXPECT_VULKAN", "NVIDIA_DRIVER_CAPABILITIES")}
+    assert preflight.failures(env) == []
+
+
+def test_wrong_neuron_device_count(neuron_node, tmp_path):
+    (Path(neuron_node["NEURON_DEVICE_DIR"]) / "neuron15").unlink()
+    (found,) = preflight.failures(neuron_node)
+    assert found == f"16 Neuron devices (/dev/neuron*) in {neuron_node['NEURON_DEVICE_DIR']}, found 15"
+
+
+def test_neuron_tools_that_fail_are_reported(neuron_node, tmp_path):
+    error = text_file(tmp_path, "err.txt", "nrt_init: failed to open the Neuron driver\n")
+    tool(tmp_path / "bin", "neuron-ls", error, status=1)
+    (found,) = preflight.failures(neuron_node)
+    assert found == "16 Neuron devices listed by neuron-ls, found exit 1: nrt_init: failed to open the Neuron driver"
+
+
+def test_every_failure_lands_in_one_list(gpu_node, tmp_path):
+    env = {**gpu_node, "EFA_DEVICE_DIR": str(tmp_path / "none"), "EXPECTED_GPUS": "8"}
+    assert len(preflight.failures(env)) == 2
+
+
+@pytest.mark.parametrize("name", ["EFA_DEVICES", "EXPECTED_GPUS", "EXPECTED_NEURON_DEVICES", "EXPECT_VULKAN"])
+def test_malformed_expectations_are_usage_errors(name, capsys):
+    assert preflight.main({name: "four"}) == preflight.USAGE_EXIT
+    assert f"{name}='four'" in capsys.readouterr().err
+
+
+def test_inside_an_ecs_task_the_socket_interface_is_eth0(gpu_node):
+    env = {**gpu_node, "ECS_CONTAINER_METADATA_URI_V4": "http://169.254.170.2/v4/abc"}
+    assert preflight.socket_interface(env) == "eth0"
+
+
+def test_elsewhere_the_default_route_decides(gpu_node, tmp_path):
+    assert preflight.socket_interface(gpu_node) == "ens5"
+    only_docker = text_file(tmp_path, "docker", ROUTES.format(iface="docker0"))
+    assert preflight.socket_interface({"PROC_NET_ROUTE": only_docker}) is None
+    assert preflight.socket_interface({"PROC_NET_ROUTE": str(tmp_path / "no-proc")}) is None
+
+
+def test_a_route_that_is_down_does_not_count():
+    table = ROUTES.format(iface="ens5").replace("\t0003\t", "\t0002\t")
+    assert preflight.default_route_interface(table) is None
+
+
+# The launcher around it: one subprocess each.
+LAUNCHER = ROOT / "container" / "distributed_run.sh"
+PROBE = '#!/bin/sh\necho "ARGS: $*"\necho "NCCL=${NCCL_SOCKET_IFNAME:-unset} GLOO=${GLOO_SOCKET_IFNAME:-unset}"\n'
+
+
+def launch(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    probe = tmp_path / "probe.sh"
+    probe.write_text(PROBE)
+    probe.chmod(0o755)
+    keep = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG")}
+    base = {**keep, "PYTHON": str(probe), "PREFLIGHT_PYTHON": sys.executable, "NPROC_PER_NODE": "1"}
+    batch = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1", "MASTER_ADDR": "127.0.0.1"}
+    return subprocess.run(
+        [str(LAUNCHER), "train.py"], env={**base, **batch, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_failed_preflight_exits_75_with_one_line_and_starts_nothing(gpu_node, tmp_path):
+    result = launch(tmp_path, {**gpu_node, "EXPECTED_GPUS": "8"})
+    assert result.returncode == preflight.PREFLIGHT_EXIT == 75
+    assert "ARGS:" not in result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("preflight failed on node 1 (")
+    assert line.endswith("expected 8 GPUs (nvidia-smi --list-gpus), found 4")
+
+
+def test_launcher_pins_eth0_only_inside_ecs(gpu_node, tmp_path):
+    outside = launch(tmp_path, gpu_node)
+    assert outside.returncode == 0, outside.stderr
+    assert "NCCL=ens5 GLOO=ens5" in outside.stdout
+    inside = launch(tmp_path, {**gpu_node, "ECS_CONTAINER_METADATA_URI_V4": "http://169.254.170.2/v4/abc"})
+    assert "NCCL=eth0 GLOO=eth0" in inside.stdout
+
+
+def test_a_chatty_interpreter_wrapper_does_not_become_the_interface(gpu_node, tmp_path):
+    # Isaac Sim's python.sh may print before the script runs; only preflight.py's own line counts.
+    wrapper = tmp_path / "python.sh"
+    wrapper.write_text(f'#!/bin/sh\necho "[Info] setting up the environment"\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    result = launch(tmp_path, {**gpu_node, "PREFLIGHT_PYTHON": str(wrapper)})
+    assert result.returncode == 0, result.stderr
+    assert "NCCL=ens5 GLOO=ens5" in result.stdout
