@@ -18,9 +18,9 @@ node's next manifest (its object versions stay in the versioned bucket).
 `watch` polls DIR every --sync-seconds and uploads new or changed complete files (checkpoint_commit.py
 says which). The launcher talks to it through files in STATE, checked every 0.1 s (files, not
 signals: a signal that came before the interpreter had started would kill it): `stopping` (the
-epoch time the trainer was told to stop; SIGTERM or SIGINT to this process count the same): upload
-at once what is complete; `status` (the trainer's exit status): the final upload, then exit 0, or 1
-if it failed. Credentials and region come from
+epoch time the trainer was told to stop, or exited; SIGTERM or SIGINT to this process count the
+same): upload at once what is complete; `status` (the trainer's exit status): the final upload,
+then exit 0, or 1 if it failed. Credentials and region come from
 the usual AWS sources (on Batch: the job role); AWS_ENDPOINT_URL points it elsewhere (the tests use
 a local S3). A failure is one line on stderr. Python 3.10, stdlib + boto3.
 """
@@ -239,6 +239,8 @@ class Watcher:
                 self.report("periodic", lambda: self.sync(Rule(self.settle_seconds)))
                 next_sync = time.monotonic() + self.sync_seconds
             time.sleep(TICK_SECONDS)
+        if self.stopped_at is None:
+            self.stopped_at = self.read_state("stopping")
         if status == 0:
             final = Rule(self.settle_seconds, clean_exit=True)
         else:  # stopped or crashed: the settle time counts back from the stop, or from now

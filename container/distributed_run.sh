@@ -234,6 +234,10 @@ checkpoint_sync watch "${node_args[@]}" --pid "$training" --state-dir "$state" \
 syncer=$!
 wait_status "$training"
 status=$waited
+# A crash counts back from its own time, like a stop.
+if [[ "$status" -ne 0 && ! -e "$state/stopping" ]]; then
+  echo "$EPOCHREALTIME" >"$state/stopping"
+fi
 echo "$status" >"$state/status.tmp" && mv "$state/status.tmp" "$state/status"
 wait_status "$syncer"
 synced=$waited

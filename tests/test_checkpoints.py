@@ -26,6 +26,9 @@ BUCKET = "checkpoints"
 URI = f"s3://{BUCKET}/rl"
 JOB = "rl/job42"
 FAULTS = Path(__file__).with_name("checkpoint_faults.py")
+# The interpreter that runs the copier; CHECKPOINT_TEST_PYTHON=<a Python 3.10 with boto3> checks it
+# on the oldest interpreter the images ship.
+COPIER_PYTHON = os.environ.get("CHECKPOINT_TEST_PYTHON", sys.executable)
 
 # A stand-in for torchrun and its workers: prints its arguments and the files it found, then runs
 # TRAIN_PLAN, steps separated by ";":
@@ -127,7 +130,7 @@ def body(s3, key: str) -> bytes:
 def node_env(s3_endpoint: str, trainer: str, workdir: Path, *, index: int = 0, **extra: str) -> dict[str, str]:
     env = base_env(
         PYTHON=trainer,
-        CHECKPOINT_PYTHON=sys.executable,
+        CHECKPOINT_PYTHON=COPIER_PYTHON,
         NPROC_PER_NODE="1",
         AWS_BATCH_JOB_NUM_NODES="2",
         AWS_BATCH_JOB_NODE_INDEX=str(index),
@@ -180,7 +183,9 @@ def have(result) -> set[str]:
 
 def test_sigterm_while_a_file_is_half_written_restores_the_previous_checkpoint(s3_endpoint, s3, trainer, tmp_path):
     plan = "put:model_1.pt:weights 1;touch:{ready};slow:model_2.pt".format(ready=tmp_path / "ready")
-    node = start_node(node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN=plan))
+    # A settle time that a stalled writer on a busy test machine does not outlast.
+    env = node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN=plan, CHECKPOINT_SETTLE_SECONDS="1")
+    node = start_node(env)
     until(lambda: "model_1.pt" in manifest(s3), node, "upload of model_1.pt")
     until(lambda: (tmp_path / "a1/checkpoints/model_2.pt").exists(), node, "start of model_2.pt")
     node.send_signal(signal.SIGTERM)  # what ECS sends the container's first process
@@ -206,7 +211,7 @@ def test_sigkill_during_an_upload_leaves_the_last_complete_set(s3_endpoint, s3, 
     plan = f"put:latest.pt:v1;put:model_1.pt:m1;wait:{go};put:latest.pt:v2;put:model_2.pt:m2;wait:{tmp_path}/never"
     # The 3rd upload is latest.pt v2: the whole container dies right after it reached S3.
     faulty = tmp_path / "faulty_python.sh"
-    faulty.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAULTS}" "$@"\n')
+    faulty.write_text(f'#!/bin/sh\nexec "{COPIER_PYTHON}" "{FAULTS}" "$@"\n')
     faulty.chmod(0o755)
     env = node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN=plan, CHECKPOINT_PYTHON=str(faulty))
     node = start_node({**env, "KILL_AFTER_UPLOADS": "3"})
@@ -316,14 +321,16 @@ def test_bad_sync_settings_are_refused_before_anything_runs(trainer, tmp_path, s
 
 
 def test_files_open_for_writing_are_found_in_the_process_tree(tmp_path):
-    child = subprocess.Popen(["/bin/sh", "-c", f"exec 3>'{tmp_path}/writing'; exec 4<'{tmp_path}/reading'; sleep 30"])
     (tmp_path / "reading").write_text("x")
+    script = f"exec 3>'{tmp_path}/writing'; exec 4<'{tmp_path}/reading'; touch '{tmp_path}/ready'; exec sleep 30"
+    child = subprocess.Popen(["/bin/sh", "-c", script])
     try:
         deadline = time.monotonic() + 10
-        while not (tmp_path / "writing").exists() and time.monotonic() < deadline:
+        while not (tmp_path / "ready").exists():
+            assert child.poll() is None and time.monotonic() < deadline
             time.sleep(0.01)
-        time.sleep(0.05)
         assert child.pid in process_tree(os.getpid())
+        # Open for reading ("reading") or closed ("ready") is not writing.
         assert open_for_writing(process_tree(os.getpid()), tmp_path.resolve()) == {tmp_path.resolve() / "writing"}
         assert open_for_writing(process_tree(child.pid), tmp_path.resolve() / "elsewhere") == set()
     finally:
