@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # <linux/inotify.h>
+IN_CLOSE_WRITE = 0x00000008
 IN_MOVED_TO = 0x00000080
 IN_CREATE = 0x00000100
 IN_Q_OVERFLOW = 0x00004000
@@ -95,8 +96,9 @@ def open_for_writing(pids: set[int], directory: Path) -> set[Path]:
 
 class ArrivalWatch:
     """Files renamed or moved into the directory tree (inotify IN_MOVED_TO), remembered with the
-    identity they arrived with. Without inotify (or after its queue overflowed) nothing is
-    remembered and every file waits for the settle time."""
+    identity they arrived with, and whether a file was closed after writing (IN_CLOSE_WRITE), so
+    that the caller can look again once it has settled. Without inotify (or after its queue
+    overflowed) nothing is remembered: every file waits for the settle time and the next poll."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -114,7 +116,7 @@ class ArrivalWatch:
         return self._fd >= 0
 
     def _watch(self, path: Path) -> None:
-        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), IN_MOVED_TO | IN_CREATE)
+        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), IN_MOVED_TO | IN_CREATE | IN_CLOSE_WRITE)
         if wd >= 0:
             self._dirs[wd] = path
 
@@ -131,13 +133,14 @@ class ArrivalWatch:
         except OSError:
             pass  # gone again: nothing to remember
 
-    def drain(self) -> None:
-        """Read every event queued since the last call."""
+    def drain(self) -> tuple[int, int]:
+        """Read every event queued since the last call: (files arrived, files closed after writing)."""
+        arrived = closed = 0
         while self.active:
             try:
                 data = os.read(self._fd, 1 << 16)
             except BlockingIOError:
-                return
+                break
             offset = 0
             while offset < len(data):
                 wd, mask, _, length = _EVENT.unpack_from(data, offset)
@@ -151,8 +154,12 @@ class ArrivalWatch:
                 path = parent / os.fsdecode(raw.rstrip(b"\0"))
                 if mask & IN_MOVED_TO:
                     self._arrived(path)
+                    arrived += 1
+                elif mask & IN_CLOSE_WRITE:
+                    closed += 1
                 elif mask & IN_CREATE and mask & IN_ISDIR:
                     self._watch(path)
+        return arrived, closed
 
     def appeared_whole(self, path: Path, stat: os.stat_result) -> bool:
         return self.arrived.get(path) == Identity.of(stat)

@@ -15,14 +15,16 @@ only what differs from both. Restored files get the mtime they had when uploaded
 file is never uploaded again. Nothing in S3 is ever deleted: a file deleted locally only leaves the
 node's next manifest (its object versions stay in the versioned bucket).
 
-`watch` polls DIR every --sync-seconds and uploads new or changed complete files (checkpoint_commit.py
-says which). The launcher talks to it through files in STATE, checked every 0.1 s (files, not
-signals: a signal that came before the interpreter had started would kill it): `stopping` (the
-epoch time the trainer was told to stop, or exited; SIGTERM or SIGINT to this process count the
-same): upload at once what is complete; `status` (the trainer's exit status): the final upload,
-then exit 0, or 1 if it failed. Credentials and region come from
-the usual AWS sources (on Batch: the job role); AWS_ENDPOINT_URL points it elsewhere (the tests use
-a local S3). A failure is one line on stderr. Python 3.10, stdlib + boto3.
+`watch` polls DIR every --sync-seconds, at once when a file was renamed into place, and once a
+file closed after writing has settled (inotify); it uploads new or changed complete files
+(checkpoint_commit.py says which). The launcher talks to it through files in STATE, checked every
+0.1 s (files, not signals: a signal that came before the interpreter had started would kill it):
+`stopping` (the epoch time the trainer was told to stop, or crashed; SIGTERM or SIGINT to this
+process count the same): upload at once what is complete; `status` (the trainer's exit status):
+the final upload, then exit 0, or 1 if it failed.
+Credentials and region come from the usual AWS sources (on Batch: the job role); AWS_ENDPOINT_URL
+points it elsewhere (the tests use a local S3). A failure is one line on stderr. Python 3.10,
+stdlib + boto3.
 """
 
 from __future__ import annotations
@@ -165,6 +167,7 @@ class Watcher:
         self.inherited = main_store.read_manifest() if main_store else {}
         self.arrivals = ArrivalWatch(self.directory)
         self.stopped_at: float | None = None
+        self.settles_at: float | None = None  # when the next closed file settles
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.stopped_at is None:
@@ -179,6 +182,7 @@ class Watcher:
     def sync(self, rule: Rule) -> int:
         """Upload every new or changed complete file, then the manifest. Returns the files uploaded."""
         self.arrivals.drain()
+        self.settles_at = None
         writing = open_for_writing(process_tree(self.pid), self.directory)
         now = time.time()
         seen: set[str] = set()
@@ -197,6 +201,9 @@ class Watcher:
                     continue
                 whole = self.arrivals.appeared_whole(path, stat)
                 if not rule.complete(stat, open_now=path in writing, whole=whole, now=now):
+                    if path not in writing:  # closed, not settled yet: look again when it is
+                        settles = stat.st_mtime_ns / 1e9 + self.settle_seconds
+                        self.settles_at = min(self.settles_at or settles, settles)
                     continue
                 entry = self.store.upload(path, name)
                 if entry:
@@ -221,9 +228,14 @@ class Watcher:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self.on_signal)
         launcher = os.getppid()
-        next_sync = time.monotonic() + self.sync_seconds
+        next_sync = time.monotonic()  # a first look at once
         stop_synced = False
         while True:
+            arrived, closed = self.arrivals.drain()
+            if arrived:
+                next_sync = time.monotonic()
+            elif closed:  # look again once the file has settled
+                next_sync = min(next_sync, time.monotonic() + self.settle_seconds)
             status = self.read_state("status")
             if status is not None:
                 break
@@ -235,7 +247,9 @@ class Watcher:
             if self.stopped_at is not None and not stop_synced:
                 stop_synced = True
                 self.report("stop", lambda: self.sync(Rule(self.settle_seconds, stopped_at=self.stopped_at)))
-            elif self.stopped_at is None and time.monotonic() >= next_sync:
+            elif self.stopped_at is None and (
+                time.monotonic() >= next_sync or (self.settles_at is not None and time.time() >= self.settles_at)
+            ):
                 self.report("periodic", lambda: self.sync(Rule(self.settle_seconds)))
                 next_sync = time.monotonic() + self.sync_seconds
             time.sleep(TICK_SECONDS)

@@ -214,8 +214,9 @@ def test_sigkill_during_an_upload_leaves_the_last_complete_set(s3_endpoint, s3, 
     faulty.write_text(f'#!/bin/sh\nexec "{COPIER_PYTHON}" "{FAULTS}" "$@"\n')
     faulty.chmod(0o755)
     env = node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN=plan, CHECKPOINT_PYTHON=str(faulty))
-    node = start_node({**env, "KILL_AFTER_UPLOADS": "3"})
-    until(lambda: set(manifest(s3)) == {"latest.pt", "model_1.pt"}, node, "first set")
+    # With the default interval: a closed file is uploaded once it has settled, not a minute later.
+    node = start_node({**env, "KILL_AFTER_UPLOADS": "3", "CHECKPOINT_SYNC_SECONDS": "60"})
+    until(lambda: set(manifest(s3)) == {"latest.pt", "model_1.pt"}, node, "first set", limit=20)
     go.touch()
     node.communicate(timeout=60)
     assert node.returncode == -signal.SIGKILL
@@ -348,9 +349,9 @@ def test_a_file_renamed_into_place_appeared_whole_and_one_written_in_place_did_n
     (tmp_path / "inplace.pt").write_text("maybe torn")
     (tmp_path / "new").mkdir()  # created after the watch started: watched too
     (tmp_path / "new" / "a.tmp").write_text("a")
-    watch.drain()
+    assert watch.drain() == (1, 2)  # model.pt arrived; model.tmp and inplace.pt were closed after writing
     os.replace(tmp_path / "new" / "a.tmp", tmp_path / "new" / "a.pt")
-    watch.drain()
+    assert watch.drain() == (1, 0)
     for path, whole in (
         (tmp_path / "run/model.pt", True),
         (tmp_path / "inplace.pt", False),
