@@ -67,7 +67,6 @@ def main() -> None:
                 client,
                 f"s3://{BUCKET}/bench/job",
                 node=0,
-                main=0,
                 directory=directory,
                 pid=os.getpid(),
                 state_dir=Path(work),

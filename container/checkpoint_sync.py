@@ -1,7 +1,7 @@
 """Keep each training node's checkpoint directory in S3 so that a retried attempt resumes from the
 last complete checkpoints. Called by distributed_run.sh.
 
-    checkpoint_sync.py restore --uri s3://bucket/prefix/JOB --node I --main M DIR
+    checkpoint_sync.py restore --uri s3://bucket/prefix/JOB --node I --main M --state-dir STATE DIR
         prints how many files it restored
     checkpoint_sync.py watch --uri s3://bucket/prefix/JOB --node I --main M --pid PID \
         --state-dir STATE [--sync-seconds 60] [--settle-seconds 30] DIR
@@ -129,9 +129,12 @@ def local_path(directory: Path, name: str) -> Path:
     return target
 
 
-def restore(client: Any, uri: str, node: int, main: int, directory: Path) -> int:
+RESTORED = "restored.json"  # in the state directory: what restore brought back, for watch
+
+
+def restore(client: Any, uri: str, node: int, main: int, directory: Path, state_dir: Path) -> int:
     own, main_store = node_stores(client, uri, node, main)
-    count = 0
+    restored: Manifest = {}
     for store in (main_store, own):
         if store is None:
             continue
@@ -139,8 +142,9 @@ def restore(client: Any, uri: str, node: int, main: int, directory: Path) -> int
             target = local_path(directory, name)
             target.parent.mkdir(parents=True, exist_ok=True)
             store.download(name, entry, target)
-            count += 1
-    return count
+            restored[name] = entry
+    (state_dir / RESTORED).write_text(json.dumps({name: asdict(e) for name, e in restored.items()}))
+    return len(restored)
 
 
 class Watcher:
@@ -150,21 +154,26 @@ class Watcher:
         uri: str,
         *,
         node: int,
-        main: int,
         directory: Path,
         pid: int,
         state_dir: Path,
         sync_seconds: float,
         settle_seconds: float,
     ) -> None:
-        self.store, main_store = node_stores(client, uri, node, main)
+        self.store = NodeStore(client, uri, node)
         self.directory = directory.resolve()
         self.pid = pid
         self.state_dir = state_dir
         self.sync_seconds = sync_seconds
         self.settle_seconds = settle_seconds
         self.own = self.store.read_manifest()
-        self.inherited = main_store.read_manifest() if main_store else {}
+        # What restore brought back (the main node's files on a child, too) is not uploaded again
+        # while it is unchanged.
+        try:
+            restored = json.loads((state_dir / RESTORED).read_text())
+        except FileNotFoundError:
+            restored = {}
+        self.restored: Manifest = {name: Entry(**fields) for name, fields in restored.items()}
         self.arrivals = ArrivalWatch(self.directory)
         self.stopped_at: float | None = None
         self.settles_at: float | None = None  # when the next closed file settles
@@ -196,8 +205,7 @@ class Watcher:
                     stat = path.stat()
                 except FileNotFoundError:
                     continue
-                known = self.own.get(name) or self.inherited.get(name)
-                if known and known.matches(stat):
+                if any(known.matches(stat) for known in (self.own.get(name), self.restored.get(name)) if known):
                     continue
                 whole = self.arrivals.appeared_whole(path, stat)
                 if not rule.complete(stat, open_now=path in writing, whole=whole, now=now):
@@ -281,10 +289,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         command.add_argument("directory", type=Path)
         command.add_argument("--uri", required=True)
         command.add_argument("--node", type=int, required=True)
-        command.add_argument("--main", type=int, required=True)
+        command.add_argument("--main", type=int, required=True, help="the main node's index (restore reads its set)")
+        command.add_argument("--state-dir", type=Path, required=True)
         if name == "watch":
             command.add_argument("--pid", type=int, required=True)
-            command.add_argument("--state-dir", type=Path, required=True)
             command.add_argument("--sync-seconds", type=float, default=60.0)
             command.add_argument("--settle-seconds", type=float, default=30.0)
     return parser.parse_args(argv)
@@ -299,7 +307,6 @@ def main(argv: list[str]) -> int:
                 client,
                 args.uri,
                 node=args.node,
-                main=args.main,
                 directory=args.directory,
                 pid=args.pid,
                 state_dir=args.state_dir,
@@ -311,7 +318,7 @@ def main(argv: list[str]) -> int:
             return 1
         return watcher.run()
     try:
-        count = restore(client, args.uri, args.node, args.main, args.directory)
+        count = restore(client, args.uri, args.node, args.main, args.directory, args.state_dir)
     except ERRORS as error:
         print(f"checkpoint_sync: restore failed: {error}", file=sys.stderr)
         return 1

@@ -199,7 +199,8 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   checkpoint_uri="${CHECKPOINT_URI%/}/$job_id/"
   # Each node keeps its own files under node-<Batch node index>; the main node's set is restored
   # on every node too.
-  node_args=(--uri "$checkpoint_uri" --node "${index:-0}" --main "${main:-0}")
+  state=$(mktemp -d)
+  node_args=(--uri "$checkpoint_uri" --node "${index:-0}" --main "${main:-0}" --state-dir "$state")
   restored=$(checkpoint_sync restore "${node_args[@]}" "$CHECKPOINT_DIR") ||
     die "cannot restore checkpoints from $checkpoint_uri (see the line above)"
   if [[ "$restored" -gt 0 && -n "${RESUME_ARGS:-}" ]]; then
@@ -222,14 +223,13 @@ fi
 # learns of a stop and of the trainer's exit status through files in $state.
 "${runner[@]}" "${args[@]}" "${script[@]}" &
 training=$!
-state=$(mktemp -d)
 # shellcheck disable=SC2329 # called by the trap below
 stop_training() {
   kill -TERM "$training" 2>/dev/null || true
   [[ -e "$state/stopping" ]] || echo "$EPOCHREALTIME" >"$state/stopping"
 }
 trap stop_training TERM INT
-checkpoint_sync watch "${node_args[@]}" --pid "$training" --state-dir "$state" \
+checkpoint_sync watch "${node_args[@]}" --pid "$training" \
   --sync-seconds "$sync_seconds" --settle-seconds "$settle_seconds" "$CHECKPOINT_DIR" &
 syncer=$!
 wait_status "$training"
