@@ -197,9 +197,12 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   export CHECKPOINT_DIR="${CHECKPOINT_DIR:-/tmp/checkpoints}"
   mkdir -p "$CHECKPOINT_DIR"
   checkpoint_uri="${CHECKPOINT_URI%/}/$job_id/"
+  # A stop before training runs is remembered (as PID 1, bash would otherwise ignore it).
+  stop_requested=0
+  trap 'stop_requested=1' TERM INT
+  state=$(mktemp -d)
   # Each node keeps its own files under node-<Batch node index>; the main node's set is restored
   # on every node too.
-  state=$(mktemp -d)
   node_args=(--uri "$checkpoint_uri" --node "${index:-0}" --main "${main:-0}" --state-dir "$state")
   restored=$(checkpoint_sync restore "${node_args[@]}" "$CHECKPOINT_DIR") ||
     die "cannot restore checkpoints from $checkpoint_uri (see the line above)"
@@ -229,6 +232,7 @@ stop_training() {
   [[ -e "$state/stopping" ]] || echo "$EPOCHREALTIME" >"$state/stopping"
 }
 trap stop_training TERM INT
+[[ "$stop_requested" -eq 0 ]] || stop_training
 checkpoint_sync watch "${node_args[@]}" --pid "$training" \
   --sync-seconds "$sync_seconds" --settle-seconds "$settle_seconds" "$CHECKPOINT_DIR" &
 syncer=$!
