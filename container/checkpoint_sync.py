@@ -183,7 +183,7 @@ class Watcher:
             self.stopped_at = time.time()
 
     def files(self) -> list[Path]:
-        found = []
+        found: list[Path] = []
         for root, _, names in os.walk(self.directory):
             found.extend(Path(root, name) for name in names if not name.endswith(PARTIAL_SUFFIX))
         return sorted(found)

@@ -39,7 +39,7 @@ def client(*args: Any, **kwargs: Any) -> Any:
     return made
 
 
-boto3.client = client  # type: ignore[assignment]
+boto3.client = client
 script = sys.argv[1]
 sys.argv = sys.argv[1:]
 sys.path.insert(0, os.path.dirname(script))
