@@ -18,14 +18,17 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-# <linux/inotify.h>
+# <linux/inotify.h>, inotify(7): events name the file inside the watched directory; watches are not
+# recursive, so every directory gets its own.
 IN_CLOSE_WRITE = 0x00000008
 IN_MOVED_TO = 0x00000080
 IN_CREATE = 0x00000100
 IN_Q_OVERFLOW = 0x00004000
 IN_ISDIR = 0x40000000
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then `len` bytes of name
-_ACCESS_MODE = 0o3  # O_ACCMODE in fdinfo "flags:" (octal): 1 = O_WRONLY, 2 = O_RDWR
+# proc(5), /proc/<pid>/fdinfo/<fd>: "flags:" is the file's open flags in octal; the access mode is
+# its low two bits (O_ACCMODE): 1 = O_WRONLY, 2 = O_RDWR.
+_ACCESS_MODE = 0o3
 
 # Files checkpoint_sync.py writes while restoring; never uploaded.
 PARTIAL_SUFFIX = ".checkpoint-sync-partial"
