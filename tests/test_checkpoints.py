@@ -214,9 +214,9 @@ def test_sigkill_during_an_upload_leaves_the_last_complete_set(s3_endpoint, s3, 
     faulty.write_text(f'#!/bin/sh\nexec "{COPIER_PYTHON}" "{FAULTS}" "$@"\n')
     faulty.chmod(0o755)
     env = node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN=plan, CHECKPOINT_PYTHON=str(faulty))
-    # With the default interval: a closed file is uploaded once it has settled, not a minute later.
-    node = start_node({**env, "KILL_AFTER_UPLOADS": "3", "CHECKPOINT_SYNC_SECONDS": "60"})
-    until(lambda: set(manifest(s3)) == {"latest.pt", "model_1.pt"}, node, "first set", limit=20)
+    # A closed file is uploaded once it has settled, not at the next poll (ten minutes away here).
+    node = start_node({**env, "KILL_AFTER_UPLOADS": "3", "CHECKPOINT_SYNC_SECONDS": "600"})
+    until(lambda: set(manifest(s3)) == {"latest.pt", "model_1.pt"}, node, "first set", limit=60)
     go.touch()
     node.communicate(timeout=60)
     assert node.returncode == -signal.SIGKILL
