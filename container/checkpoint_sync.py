@@ -177,6 +177,7 @@ class Watcher:
         self.arrivals = ArrivalWatch(self.directory)
         self.stopped_at: float | None = None
         self.settles_at: float | None = None  # when the next closed file settles
+        self.unwritten = False  # `own` has changed since the manifest was last written
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.stopped_at is None:
@@ -196,7 +197,6 @@ class Watcher:
         now = time.time()
         seen: set[str] = set()
         uploaded = 0
-        changed = False
         try:
             for path in self.files():
                 name = path.relative_to(self.directory).as_posix()
@@ -217,13 +217,14 @@ class Watcher:
                 if entry:
                     self.own[name] = entry
                     uploaded += 1
-                    changed = True
+                    self.unwritten = True
             for name in [name for name in self.own if name not in seen]:
                 del self.own[name]  # deleted here; its object versions stay in S3
-                changed = True
+                self.unwritten = True
         finally:
-            if changed:
+            if self.unwritten:  # also after an upload failed: what did get there is kept
                 self.store.write_manifest(self.own)
+                self.unwritten = False
         return uploaded
 
     def read_state(self, name: str) -> float | None:
