@@ -358,6 +358,12 @@ def test_a_file_renamed_into_place_appeared_whole_and_one_written_in_place_did_n
         (tmp_path / "new/a.pt", True),
     ):
         assert watch.appeared_whole(path, path.stat()) is whole, path
+    # A whole directory written elsewhere and moved in (the tmp-dir-then-rename savers): all of it.
+    (tmp_path.parent / f"{tmp_path.name}-staging").mkdir()
+    (tmp_path.parent / f"{tmp_path.name}-staging" / "shard.pt").write_text("s")
+    (tmp_path.parent / f"{tmp_path.name}-staging").rename(tmp_path / "step_2")
+    watch.drain()
+    assert watch.appeared_whole(tmp_path / "step_2/shard.pt", (tmp_path / "step_2/shard.pt").stat())
     (tmp_path / "run" / "model.pt").write_text("rewritten in place, longer")  # no longer what arrived
     assert not watch.appeared_whole(tmp_path / "run/model.pt", (tmp_path / "run/model.pt").stat())
 
