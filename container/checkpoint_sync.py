@@ -1,95 +1,329 @@
-"""Copy a training job's checkpoint directory to and from S3. Called by distributed_run.sh.
+"""Keep each training node's checkpoint directory in S3 so that a retried attempt resumes from the
+last complete checkpoints. Called by distributed_run.sh.
 
-    checkpoint_sync.py restore s3://bucket/prefix/ DIR   # prints how many files it restored
-    checkpoint_sync.py upload DIR s3://bucket/prefix/    # prints how many files it uploaded
+    checkpoint_sync.py restore --uri s3://bucket/prefix/JOB --node I --main M --state-dir STATE DIR
+        prints how many files it restored
+    checkpoint_sync.py watch --uri s3://bucket/prefix/JOB --node I --main M --pid PID \
+        --state-dir STATE [--sync-seconds 60] [--settle-seconds 30] DIR
 
-`upload` sends the files that S3 does not have yet, or has with another size or an older time;
-it never deletes anything in S3 (the checkpoint bucket is versioned, and a node's partial view
-must not erase what another attempt wrote). Credentials and region come from the usual AWS
-sources (on Batch: the job role); AWS_ENDPOINT_URL points it elsewhere (the tests use a local S3).
-A failure is one line on stderr and exit status 1.
+Layout under the job's URI: node I keeps its files under `node-I/` and, written after them, the
+manifest `node-I.manifest.json`: every complete file with its size, mtime and S3 version id. A
+restore reads only manifests, and fetches exactly the versions they name, so it never brings back a
+file that was still being written or an upload that a kill cut short. Every node restores the main
+node's set (what rank-0-only savers write and every rank loads), then its own on top; it uploads
+only what differs from both. Restored files get the mtime they had when uploaded, so an unchanged
+file is never uploaded again. Nothing in S3 is ever deleted: a file deleted locally only leaves the
+node's next manifest (its object versions stay in the versioned bucket).
+
+`watch` polls DIR every --sync-seconds, at once when a file was renamed into place, and once a
+file closed after writing has settled (inotify); it uploads new or changed complete files
+(checkpoint_commit.py says which). The launcher talks to it through files in STATE, checked every
+0.1 s (files, not signals: a signal that came before the interpreter had started would kill it):
+`stopping` (the epoch time the trainer was told to stop, or crashed; SIGTERM or SIGINT to this
+process count the same): upload at once what is complete; `status` (the trainer's exit status):
+the final upload, then exit 0, or 1 if it failed.
+Credentials and region come from the usual AWS sources (on Batch: the job role); AWS_ENDPOINT_URL
+points it elsewhere (the tests use a local S3). A failure is one line on stderr. Python 3.10,
+stdlib + boto3.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any
 from urllib.parse import urlparse
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
+from checkpoint_commit import PARTIAL_SUFFIX, ArrivalWatch, Rule, open_for_writing, process_tree
+
+MANIFEST_FORMAT = 1
+ERRORS = (BotoCoreError, ClientError, OSError, ValueError)
+TICK_SECONDS = 0.1
 
 
-def split(uri: str) -> tuple[str, str]:
-    parsed = urlparse(uri)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise ValueError(f"{uri!r} is not an s3://bucket/prefix URI")
-    prefix = parsed.path.strip("/")
-    return parsed.netloc, f"{prefix}/" if prefix else ""
+@dataclass(frozen=True)
+class Entry:
+    size: int
+    mtime_ns: int
+    version_id: str | None  # None where the bucket is not versioned
+
+    def matches(self, stat: os.stat_result) -> bool:
+        return self.size == stat.st_size and self.mtime_ns == stat.st_mtime_ns
 
 
-def remote_objects(client, bucket: str, prefix: str) -> dict[str, dict]:
-    objects: dict[str, dict] = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        for item in page.get("Contents", []):
-            objects[item["Key"]] = item
-    return objects
+Manifest = dict[str, Entry]
 
 
-def restore(client, uri: str, directory: Path) -> int:
-    bucket, prefix = split(uri)
-    count = 0
-    for key in remote_objects(client, bucket, prefix):
-        relative = key[len(prefix) :]
-        if not relative or relative.endswith("/"):
+class NodeStore:
+    """One node's files and manifest under a job's URI."""
+
+    def __init__(self, client: Any, uri: str, node: int) -> None:
+        parsed = urlparse(uri)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            raise ValueError(f"{uri!r} is not an s3://bucket/prefix URI")
+        base = parsed.path.strip("/")
+        base = f"{base}/" if base else ""
+        self.client = client
+        self.bucket = parsed.netloc
+        self.files_prefix = f"{base}node-{node}/"
+        self.manifest_key = f"{base}node-{node}.manifest.json"
+
+    def read_manifest(self) -> Manifest:
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self.manifest_key)["Body"].read()
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return {}
+            raise
+        document = json.loads(body)
+        if document.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"{self.manifest_key}: unknown manifest format {document.get('format')!r}")
+        return {name: Entry(**fields) for name, fields in document["files"].items()}
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        document = {"format": MANIFEST_FORMAT, "files": {name: asdict(e) for name, e in sorted(manifest.items())}}
+        self.client.put_object(Bucket=self.bucket, Key=self.manifest_key, Body=json.dumps(document, indent=1).encode())
+
+    def download(self, name: str, entry: Entry, target: Path) -> None:
+        extra = {"VersionId": entry.version_id} if entry.version_id else None
+        partial = target.with_name(target.name + PARTIAL_SUFFIX)
+        self.client.download_file(self.bucket, self.files_prefix + name, str(partial), ExtraArgs=extra)
+        if partial.stat().st_size != entry.size:
+            partial.unlink()
+            raise ValueError(f"{self.files_prefix + name}: expected {entry.size} bytes as the manifest says")
+        os.utime(partial, ns=(entry.mtime_ns, entry.mtime_ns))
+        partial.replace(target)
+
+    def upload(self, path: Path, name: str) -> Entry | None:
+        """Upload one file; None if it changed while being read (it is tried again next time)."""
+        before = path.stat()
+        key = self.files_prefix + name
+        self.client.upload_file(str(path), self.bucket, key)
+        after = path.stat()
+        if (before.st_size, before.st_mtime_ns, before.st_ino) != (after.st_size, after.st_mtime_ns, after.st_ino):
+            return None
+        # Only this node writes under its prefix, so the newest version is the one just uploaded.
+        head = self.client.head_object(Bucket=self.bucket, Key=key)
+        return Entry(after.st_size, after.st_mtime_ns, head.get("VersionId"))
+
+
+def node_stores(client: Any, uri: str, node: int, main: int) -> tuple[NodeStore, NodeStore | None]:
+    """This node's store, and the main node's where this node is a child."""
+    return NodeStore(client, uri, node), (NodeStore(client, uri, main) if main != node else None)
+
+
+def local_path(directory: Path, name: str) -> Path:
+    target = (directory / name).resolve()
+    if directory.resolve() not in target.parents:
+        raise ValueError(f"manifest entry {name!r} would land outside {directory}")
+    return target
+
+
+RESTORED = "restored.json"  # in the state directory: what restore brought back, for watch
+
+
+def restore(client: Any, uri: str, node: int, main: int, directory: Path, state_dir: Path) -> int:
+    own, main_store = node_stores(client, uri, node, main)
+    restored: Manifest = {}
+    for store in (main_store, own):
+        if store is None:
             continue
-        target = (directory / relative).resolve()
-        if directory.resolve() not in target.parents:
-            raise ValueError(f"object {key!r} would land outside {directory}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        client.download_file(bucket, key, str(target))
-        count += 1
-    return count
+        for name, entry in store.read_manifest().items():
+            target = local_path(directory, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            store.download(name, entry, target)
+            restored[name] = entry
+    (state_dir / RESTORED).write_text(json.dumps({name: asdict(e) for name, e in restored.items()}))
+    return len(restored)
 
 
-def upload(client, directory: Path, uri: str) -> int:
-    bucket, prefix = split(uri)
-    remote = remote_objects(client, bucket, prefix)
-    count = 0
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        key = prefix + path.relative_to(directory).as_posix()
-        stat = path.stat()
-        known = remote.get(key)
-        if known and known["Size"] == stat.st_size and known["LastModified"].timestamp() >= stat.st_mtime:
-            continue
-        client.upload_file(str(path), bucket, key)
-        count += 1
-    return count
+class Watcher:
+    def __init__(
+        self,
+        client: Any,
+        uri: str,
+        *,
+        node: int,
+        directory: Path,
+        pid: int,
+        state_dir: Path,
+        sync_seconds: float,
+        settle_seconds: float,
+    ) -> None:
+        self.store = NodeStore(client, uri, node)
+        self.directory = directory.resolve()
+        self.pid = pid
+        self.state_dir = state_dir
+        self.sync_seconds = sync_seconds
+        self.settle_seconds = settle_seconds
+        self.own = self.store.read_manifest()
+        # What restore brought back (the main node's files on a child, too) is not uploaded again
+        # while it is unchanged.
+        try:
+            restored = json.loads((state_dir / RESTORED).read_text())
+        except FileNotFoundError:
+            restored = {}
+        self.restored: Manifest = {name: Entry(**fields) for name, fields in restored.items()}
+        self.arrivals = ArrivalWatch(self.directory)
+        self.stopped_at: float | None = None
+        self.settles_at: float | None = None  # when the next closed file settles
+        self.unwritten = False  # `own` has changed since the manifest was last written
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopped_at is None:
+            self.stopped_at = time.time()
+
+    def files(self) -> list[Path]:
+        found: list[Path] = []
+        for root, _, names in os.walk(self.directory):
+            found.extend(Path(root, name) for name in names if not name.endswith(PARTIAL_SUFFIX))
+        return sorted(found)
+
+    def sync(self, rule: Rule) -> int:
+        """Upload every new or changed complete file, then the manifest. Returns the files uploaded."""
+        self.arrivals.drain()
+        self.settles_at = None
+        writing = open_for_writing(process_tree(self.pid), self.directory)
+        now = time.time()
+        seen: set[str] = set()
+        uploaded = 0
+        try:
+            for path in self.files():
+                name = path.relative_to(self.directory).as_posix()
+                seen.add(name)
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:
+                    continue
+                if any(known.matches(stat) for known in (self.own.get(name), self.restored.get(name)) if known):
+                    continue
+                whole = self.arrivals.appeared_whole(path, stat)
+                if not rule.complete(stat, open_now=path in writing, whole=whole, now=now):
+                    if path not in writing:  # closed, not settled yet: look again when it is
+                        settles = stat.st_mtime_ns / 1e9 + self.settle_seconds
+                        self.settles_at = min(self.settles_at or settles, settles)
+                    continue
+                entry = self.store.upload(path, name)
+                if entry:
+                    self.own[name] = entry
+                    uploaded += 1
+                    self.unwritten = True
+            for name in [name for name in self.own if name not in seen]:
+                del self.own[name]  # deleted here; its object versions stay in S3
+                self.unwritten = True
+        finally:
+            if self.unwritten:  # also after an upload failed: what did get there is kept
+                self.store.write_manifest(self.own)
+                self.unwritten = False
+        return uploaded
+
+    def read_state(self, name: str) -> float | None:
+        try:
+            return float((self.state_dir / name).read_text().strip().replace(",", "."))
+        except (OSError, ValueError):
+            return None
+
+    def run(self) -> int:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self.on_signal)
+        launcher = os.getppid()
+        next_sync = time.monotonic()  # a first look at once
+        stop_synced = False
+        while True:
+            arrived, closed = self.arrivals.drain()
+            if arrived:
+                next_sync = time.monotonic()
+            elif closed:  # look again once the file has settled
+                next_sync = min(next_sync, time.monotonic() + self.settle_seconds)
+            status = self.read_state("status")
+            if status is not None:
+                break
+            if os.getppid() != launcher:
+                print("checkpoint_sync: the launcher is gone; final upload", file=sys.stderr)
+                break
+            if self.stopped_at is None:
+                self.stopped_at = self.read_state("stopping")
+            if self.stopped_at is not None and not stop_synced:
+                stop_synced = True
+                self.report("stop", lambda: self.sync(Rule(self.settle_seconds, stopped_at=self.stopped_at)))
+            elif self.stopped_at is None and (
+                time.monotonic() >= next_sync or (self.settles_at is not None and time.time() >= self.settles_at)
+            ):
+                self.report("periodic", lambda: self.sync(Rule(self.settle_seconds)))
+                next_sync = time.monotonic() + self.sync_seconds
+            time.sleep(TICK_SECONDS)
+        if self.stopped_at is None:
+            self.stopped_at = self.read_state("stopping")
+        if status == 0:
+            final = Rule(self.settle_seconds, clean_exit=True)
+        else:  # stopped or crashed: the settle time counts back from the stop, or from now
+            final = Rule(self.settle_seconds, stopped_at=self.stopped_at or time.time())
+        return 0 if self.report("final", lambda: self.sync(final)) else 1
+
+    def report(self, what: str, action: Callable[[], int]) -> bool:
+        where = f"s3://{self.store.bucket}/{self.store.files_prefix}"
+        try:
+            count = action()
+        except ERRORS as error:
+            print(f"checkpoint_sync: {what} upload to {where} failed: {error}", file=sys.stderr)
+            return False
+        if count or what != "periodic":
+            print(f"checkpoint_sync: {what} upload: {count} files to {where}", file=sys.stderr)
+        return True
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("restore", "watch"):
+        command = commands.add_parser(name)
+        command.add_argument("directory", type=Path)
+        command.add_argument("--uri", required=True)
+        command.add_argument("--node", type=int, required=True)
+        command.add_argument("--main", type=int, required=True, help="the main node's index (restore reads its set)")
+        command.add_argument("--state-dir", type=Path, required=True)
+        if name == "watch":
+            command.add_argument("--pid", type=int, required=True)
+            command.add_argument("--sync-seconds", type=float, default=60.0)
+            command.add_argument("--settle-seconds", type=float, default=30.0)
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    restore_cmd = commands.add_parser("restore")
-    restore_cmd.add_argument("uri")
-    restore_cmd.add_argument("directory", type=Path)
-    upload_cmd = commands.add_parser("upload")
-    upload_cmd.add_argument("directory", type=Path)
-    upload_cmd.add_argument("uri")
-    args = parser.parse_args(argv)
-
+    args = parse(argv)
     client = boto3.client("s3")
+    if args.command == "watch":
+        try:
+            watcher = Watcher(
+                client,
+                args.uri,
+                node=args.node,
+                directory=args.directory,
+                pid=args.pid,
+                state_dir=args.state_dir,
+                sync_seconds=args.sync_seconds,
+                settle_seconds=args.settle_seconds,
+            )
+        except ERRORS as error:
+            print(f"checkpoint_sync: cannot read the manifests under {args.uri}: {error}", file=sys.stderr)
+            return 1
+        return watcher.run()
     try:
-        if args.command == "restore":
-            count = restore(client, args.uri, args.directory)
-            print(f"checkpoint_sync: restored {count} files from {args.uri}", file=sys.stderr)
-        else:
-            count = upload(client, args.directory, args.uri)
-            print(f"checkpoint_sync: uploaded {count} files to {args.uri}", file=sys.stderr)
-    except (BotoCoreError, ClientError, OSError, ValueError) as error:
-        print(f"checkpoint_sync: {args.command} failed: {error}", file=sys.stderr)
+        count = restore(client, args.uri, args.node, args.main, args.directory, args.state_dir)
+    except ERRORS as error:
+        print(f"checkpoint_sync: restore failed: {error}", file=sys.stderr)
         return 1
+    print(f"checkpoint_sync: restored {count} files from {args.uri}", file=sys.stderr)
     print(count)
     return 0
 

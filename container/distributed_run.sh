@@ -25,11 +25,14 @@
 # Vulkan GPU (EXPECT_VULKAN=1), Neuron devices and tools (EXPECTED_NEURON_DEVICES). A node that fails
 # prints one line naming the node, expected and found, and exits 75 before anything starts; the job
 # definitions retry exit 75.
-# Checkpoints, with CHECKPOINT_URI (s3://bucket/prefix) set: every node restores
-# CHECKPOINT_URI/<job id>/ into CHECKPOINT_DIR (default /tmp/checkpoints) first, so that a retried
-# attempt (same job id) resumes, and appends RESUME_ARGS to the script's arguments when anything
-# was restored; the main node uploads CHECKPOINT_DIR every CHECKPOINT_SYNC_MINUTES (default 15)
-# and when the script exits. checkpoint_sync.py (beside this file) does the copying, with
+# Checkpoints, with CHECKPOINT_URI (s3://bucket/prefix) set: every node restores its last complete
+# set (and the main node's) from CHECKPOINT_URI/<job id>/ into CHECKPOINT_DIR (default
+# /tmp/checkpoints) first, so that a retried attempt (same job id) resumes, and appends RESUME_ARGS
+# to the script's arguments when anything was restored. While the script runs, every node uploads
+# its new complete files every CHECKPOINT_SYNC_SECONDS (default 60; CHECKPOINT_SYNC_MINUTES is still
+# honoured), complete meaning renamed into place, or closed and unchanged for
+# CHECKPOINT_SETTLE_SECONDS (default 30). A SIGTERM goes to torchrun at once and starts the last
+# uploads while the workers exit. checkpoint_sync.py (beside this file) does the copying, with
 # CHECKPOINT_PYTHON (default: PYTHON, else python3).
 # Exits with the training command's status (1 if it succeeded but the last upload failed).
 set -euo pipefail
@@ -97,6 +100,22 @@ preflight() {
   socket_interface=$(sed -n 's/^socket_interface=//p' <<<"$output" | tail -n 1)
 }
 
+positive() {
+  if ! [[ "$2" =~ ^[0-9]*\.?[0-9]+$ ]] || ! awk -v m="$2" 'BEGIN {exit !(m > 0)}'; then
+    die "$1='$2' is not a positive number"
+  fi
+}
+
+# Sets `waited` to the exit status of background job $1, waiting again while a trapped signal
+# interrupts the wait.
+wait_status() {
+  while true; do
+    waited=0
+    wait "$1" || waited=$?
+    kill -0 "$1" 2>/dev/null || break
+  done
+}
+
 checkpoint_sync() {
   "${CHECKPOINT_PYTHON:-${PYTHON:-python3}}" "$HERE/checkpoint_sync.py" "$@"
 }
@@ -107,9 +126,15 @@ nproc="${NPROC_PER_NODE:-$(count_accelerators)}"
 is_uint "$nproc" && [[ "$nproc" -ge 1 ]] || die "NPROC_PER_NODE='$nproc' is not a positive integer"
 port="${MASTER_PORT:-29500}"
 is_uint "$port" && [[ "$port" -ge 1 && "$port" -le 65535 ]] || die "MASTER_PORT='$port' is not a port number (1..65535)"
-sync_minutes="${CHECKPOINT_SYNC_MINUTES:-15}"
-if ! [[ "$sync_minutes" =~ ^[0-9]*\.?[0-9]+$ ]] || ! awk -v m="$sync_minutes" 'BEGIN {exit !(m > 0)}'; then
-  die "CHECKPOINT_SYNC_MINUTES='$sync_minutes' is not a positive number"
+if [[ -n "${CHECKPOINT_URI:-}" ]]; then
+  if [[ -z "${CHECKPOINT_SYNC_SECONDS:-}" && -n "${CHECKPOINT_SYNC_MINUTES:-}" ]]; then
+    positive CHECKPOINT_SYNC_MINUTES "$CHECKPOINT_SYNC_MINUTES"
+    CHECKPOINT_SYNC_SECONDS=$(awk -v m="$CHECKPOINT_SYNC_MINUTES" 'BEGIN {print m * 60}')
+  fi
+  sync_seconds="${CHECKPOINT_SYNC_SECONDS:-60}"
+  settle_seconds="${CHECKPOINT_SETTLE_SECONDS:-30}"
+  positive CHECKPOINT_SYNC_SECONDS "$sync_seconds"
+  [[ "$settle_seconds" =~ ^[0-9]*\.?[0-9]+$ ]] || die "CHECKPOINT_SETTLE_SECONDS='$settle_seconds' is not a number of seconds (0 or more)"
 fi
 preflight
 
@@ -173,7 +198,14 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   export CHECKPOINT_DIR="${CHECKPOINT_DIR:-/tmp/checkpoints}"
   mkdir -p "$CHECKPOINT_DIR"
   checkpoint_uri="${CHECKPOINT_URI%/}/$job_id/"
-  restored=$(checkpoint_sync restore "$checkpoint_uri" "$CHECKPOINT_DIR") ||
+  # A stop before training runs is remembered (as PID 1, bash would otherwise ignore it).
+  stop_requested=0
+  trap 'stop_requested=1' TERM INT
+  state=$(mktemp -d)
+  # Each node keeps its own files under node-<Batch node index>; the main node's set is restored
+  # on every node too.
+  node_args=(--uri "$checkpoint_uri" --node "${index:-0}" --main "${main:-0}" --state-dir "$state")
+  restored=$(checkpoint_sync restore "${node_args[@]}" "$CHECKPOINT_DIR") ||
     die "cannot restore checkpoints from $checkpoint_uri (see the line above)"
   if [[ "$restored" -gt 0 && -n "${RESUME_ARGS:-}" ]]; then
     read -r -a resume <<<"$RESUME_ARGS"
@@ -187,35 +219,35 @@ else
   echo "$NAME: node $index of $nodes (rank $node_rank, main $main), $nproc processes, rendezvous $address:$port id $job_id: ${runner[*]} ${args[*]} ${script[*]}" >&2
 fi
 
-if [[ -z "${CHECKPOINT_URI:-}" || "$is_main" -eq 0 ]]; then
+if [[ -z "${CHECKPOINT_URI:-}" ]]; then
   exec "${runner[@]}" "${args[@]}" "${script[@]}"
 fi
 
-# Main node with checkpoints: train in the background, upload on a timer and at the end.
+# With checkpoints: train in the background while checkpoint_sync.py uploads complete files. It
+# learns of a stop and of the trainer's exit status through files in $state.
 "${runner[@]}" "${args[@]}" "${script[@]}" &
 training=$!
-trap 'kill -TERM "$training" 2>/dev/null || true' TERM INT
-sync_seconds=$(awk -v m="$sync_minutes" 'BEGIN {printf "%d", (m * 60 < 1 ? 1 : m * 60)}')
-(
-  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-  while true; do
-    sleep "$sync_seconds" &
-    nap=$!
-    wait "$nap"
-    checkpoint_sync upload "$CHECKPOINT_DIR" "$checkpoint_uri" >/dev/null ||
-      echo "$NAME: periodic checkpoint upload to $checkpoint_uri failed; training goes on" >&2
-  done
-) &
+# shellcheck disable=SC2329 # called by the trap below
+stop_training() {
+  kill -TERM "$training" 2>/dev/null || true
+  [[ -e "$state/stopping" ]] || echo "$EPOCHREALTIME" >"$state/stopping"
+}
+trap stop_training TERM INT
+[[ "$stop_requested" -eq 0 ]] || stop_training
+checkpoint_sync watch "${node_args[@]}" --pid "$training" \
+  --sync-seconds "$sync_seconds" --settle-seconds "$settle_seconds" "$CHECKPOINT_DIR" &
 syncer=$!
-status=0
-wait "$training" || status=$?
-# A TERM (Batch stopping the job) interrupts the first wait; wait again for the training to end.
-while kill -0 "$training" 2>/dev/null; do
-  wait "$training" || status=$?
-done
-kill "$syncer" 2>/dev/null || true
-wait "$syncer" 2>/dev/null || true
-if ! checkpoint_sync upload "$CHECKPOINT_DIR" "$checkpoint_uri" >/dev/null; then
+wait_status "$training"
+status=$waited
+# A crash counts back from its own time, like a stop.
+if [[ "$status" -ne 0 && ! -e "$state/stopping" ]]; then
+  echo "$EPOCHREALTIME" >"$state/stopping"
+fi
+echo "$status" >"$state/status.tmp" && mv "$state/status.tmp" "$state/status"
+wait_status "$syncer"
+synced=$waited
+rm -rf "$state"
+if [[ "$synced" -ne 0 ]]; then
   echo "$NAME: final checkpoint upload to $checkpoint_uri FAILED; results of this attempt are only on this node" >&2
   [[ "$status" -ne 0 ]] || status=1
 fi

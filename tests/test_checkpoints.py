@@ -1,8 +1,13 @@
-"""The launcher's checkpoints against a real S3 API on 127.0.0.1 (moto's server mode): restore before
-training, upload while and after it runs, resume after a retry, main node only, loud failures."""
+"""The launcher's checkpoints against a real S3 API on 127.0.0.1 (moto's server mode, a versioned
+bucket), with faults injected: SIGTERM while a file is half written, SIGKILL during an upload, a
+crash right after a save, a child node's shard, a restore followed by a sync with nothing changed,
+loud failures. Plus the commit rule's pieces (/proc, inotify) in this process."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -11,20 +16,56 @@ from pathlib import Path
 import boto3
 import pytest
 
+from tests.harness import ROOT
 from tests.test_launcher import LAUNCHER, base_env, free_port
+
+sys.path.insert(0, str(ROOT / "container"))
+from checkpoint_commit import ArrivalWatch, Rule, open_for_writing, process_tree
 
 BUCKET = "checkpoints"
 URI = f"s3://{BUCKET}/rl"
+JOB = "rl/job42"
+FAULTS = Path(__file__).with_name("checkpoint_faults.py")
+# The interpreter that runs the copier; CHECKPOINT_TEST_PYTHON=<a Python 3.10 with boto3> checks it
+# on the oldest interpreter the images ship.
+COPIER_PYTHON = os.environ.get("CHECKPOINT_TEST_PYTHON", sys.executable)
 
-# A stand-in for the training processes: shows what it was given and what it found, writes a model,
-# optionally waits for the test's go-ahead, writes one more file and exits with $FAKE_STATUS.
-TRAINER = """#!/bin/sh
-echo "ARGS: $*"
-for f in "$CHECKPOINT_DIR"/*; do [ -e "$f" ] && echo "HAVE: $(basename "$f")"; done
-echo "weights $STEP" > "$CHECKPOINT_DIR/model_$STEP.pt"
-if [ -n "$WAIT_FOR" ]; then while [ ! -e "$WAIT_FOR" ]; do sleep 0.1; done; fi
-echo "done" > "$CHECKPOINT_DIR/summary_$STEP.txt"
-exit "${FAKE_STATUS:-0}"
+# A stand-in for torchrun and its workers: prints its arguments and the files it found, then runs
+# TRAIN_PLAN, steps separated by ";":
+#   put:NAME:TEXT   write NAME in place          swap:NAME:TEXT  write NAME.tmp, rename it to NAME
+#   touch:PATH      create PATH (a milestone)    wait:PATH       wait until PATH exists
+#   slow:NAME       keep writing NAME in place, a chunk every 20 ms, until killed
+#   exit:N          exit with status N (default: 0 after the last step)
+TRAINER = """#!{python}
+import os, sys, time
+print("ARGS:", " ".join(sys.argv[1:]), flush=True)
+directory = os.environ["CHECKPOINT_DIR"]
+for name in sorted(os.listdir(directory)):
+    print("HAVE:", name, flush=True)
+for step in filter(None, os.environ.get("TRAIN_PLAN", "").split(";")):
+    verb, _, rest = step.partition(":")
+    name, _, text = rest.partition(":")
+    target = os.path.join(directory, name)
+    if verb == "put":
+        with open(target, "w") as f:
+            f.write(text)
+    elif verb == "swap":
+        with open(target + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(target + ".tmp", target)
+    elif verb == "touch":
+        open(name, "w").close()
+    elif verb == "wait":
+        while not os.path.exists(name):
+            time.sleep(0.02)
+    elif verb == "slow":
+        with open(target, "w") as f:
+            while True:
+                f.write("x" * 1000)
+                f.flush()
+                time.sleep(0.02)
+    elif verb == "exit":
+        sys.exit(int(name))
 """
 
 
@@ -49,16 +90,19 @@ def s3(s3_endpoint):
         aws_secret_access_key="test",  # noqa: S106 - moto accepts any key
     )
     client.create_bucket(Bucket=BUCKET)
+    # Versioned, as the stack's checkpoint bucket is.
+    client.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
     yield client
-    for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=item["Key"])
+    versions = client.list_object_versions(Bucket=BUCKET)
+    for item in versions.get("Versions", []) + versions.get("DeleteMarkers", []):
+        client.delete_object(Bucket=BUCKET, Key=item["Key"], VersionId=item["VersionId"])
     client.delete_bucket(Bucket=BUCKET)
 
 
 @pytest.fixture
 def trainer(tmp_path):
-    script = tmp_path / "trainer.sh"
-    script.write_text(TRAINER)
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER.format(python=sys.executable))
     script.chmod(0o755)
     return str(script)
 
@@ -67,10 +111,26 @@ def keys(s3) -> set[str]:
     return {item["Key"] for item in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])}
 
 
+def versions(s3) -> list[tuple[str, str]]:
+    return sorted((v["Key"], v["VersionId"]) for v in s3.list_object_versions(Bucket=BUCKET).get("Versions", []))
+
+
+def manifest(s3, node: int = 0) -> dict:
+    try:
+        body = s3.get_object(Bucket=BUCKET, Key=f"{JOB}/node-{node}.manifest.json")["Body"].read()
+    except s3.exceptions.NoSuchKey:
+        return {}
+    return json.loads(body)["files"]
+
+
+def body(s3, key: str) -> bytes:
+    return s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+
 def node_env(s3_endpoint: str, trainer: str, workdir: Path, *, index: int = 0, **extra: str) -> dict[str, str]:
     env = base_env(
         PYTHON=trainer,
-        CHECKPOINT_PYTHON=sys.executable,
+        CHECKPOINT_PYTHON=COPIER_PYTHON,
         NPROC_PER_NODE="1",
         AWS_BATCH_JOB_NUM_NODES="2",
         AWS_BATCH_JOB_NODE_INDEX=str(index),
@@ -80,6 +140,8 @@ def node_env(s3_endpoint: str, trainer: str, workdir: Path, *, index: int = 0, *
         CHECKPOINT_URI=URI,
         # A fresh container per attempt: nothing survives locally.
         CHECKPOINT_DIR=str(workdir / "checkpoints"),
+        CHECKPOINT_SYNC_SECONDS="0.2",
+        CHECKPOINT_SETTLE_SECONDS="0.5",
         AWS_ENDPOINT_URL=s3_endpoint,
         AWS_ACCESS_KEY_ID="test",
         AWS_SECRET_ACCESS_KEY="test",  # noqa: S106 - moto accepts any key
@@ -91,82 +153,233 @@ def node_env(s3_endpoint: str, trainer: str, workdir: Path, *, index: int = 0, *
     return env
 
 
+def start_node(env: dict[str, str]) -> subprocess.Popen:
+    # Its own process group, as a container is: a fault can kill all of it at once.
+    return subprocess.Popen(
+        [str(LAUNCHER), "train.py"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def run_node(env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([str(LAUNCHER), "train.py"], env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_failed_attempt_uploads_and_the_retry_resumes_from_it(s3_endpoint, s3, trainer, tmp_path):
-    first = run_node(node_env(s3_endpoint, trainer, tmp_path / "a1", STEP="1", FAKE_STATUS="3", RESUME_ARGS="--resume"))
-    assert first.returncode == 3, first.stderr  # the script's status, after the upload
-    assert "HAVE:" not in first.stdout and "--resume" not in first.stdout  # nothing to resume from
-    assert keys(s3) == {"rl/job42/model_1.pt", "rl/job42/summary_1.txt"}
-
-    # Batch retries with the same job id; the new container starts empty.
-    resume = "agent.resume=True --log_root resumed"
-    second = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2", STEP="2", RESUME_ARGS=resume))
-    assert second.returncode == 0, second.stderr
-    assert "HAVE: model_1.pt" in second.stdout and "HAVE: summary_1.txt" in second.stdout
-    (args,) = [line for line in second.stdout.splitlines() if line.startswith("ARGS: ")]
-    assert args.endswith("train.py agent.resume=True --log_root resumed")
-    assert keys(s3) == {f"rl/job42/{name}" for name in ("model_1.pt", "summary_1.txt", "model_2.pt", "summary_2.txt")}
-    body = s3.get_object(Bucket=BUCKET, Key="rl/job42/model_2.pt")["Body"].read()
-    assert body == b"weights 2\n"
+def until(condition, process: subprocess.Popen, what: str, limit: float = 30) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"no {what} within {limit} s"
+        time.sleep(0.05)
 
 
-def test_checkpoints_are_uploaded_while_training_runs(s3_endpoint, s3, trainer, tmp_path):
+def have(result) -> set[str]:
+    return {line.split(" ", 1)[1] for line in result.stdout.splitlines() if line.startswith("HAVE: ")}
+
+
+def test_sigterm_while_a_file_is_half_written_restores_the_previous_checkpoint(s3_endpoint, s3, trainer, tmp_path):
+    plan = "put:model_1.pt:weights 1;touch:{ready};slow:model_2.pt".format(ready=tmp_path / "ready")
+    # A settle time that a stalled writer on a busy test machine does not outlast.
+    env = node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN=plan, CHECKPOINT_SETTLE_SECONDS="1")
+    node = start_node(env)
+    until(lambda: "model_1.pt" in manifest(s3), node, "upload of model_1.pt")
+    until(lambda: (tmp_path / "a1/checkpoints/model_2.pt").exists(), node, "start of model_2.pt")
+    node.send_signal(signal.SIGTERM)  # what ECS sends the container's first process
+    _, stderr = node.communicate(timeout=60)
+    assert node.returncode == 128 + signal.SIGTERM, stderr  # the trainer's status: killed by the TERM
+    assert set(manifest(s3)) == {"model_1.pt"}
+    assert f"{JOB}/node-0/model_2.pt" not in keys(s3)  # torn: never uploaded
+    before = versions(s3)
+
+    # The retry (same job id, empty container) gets the last complete checkpoint.
+    retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2", RESUME_ARGS="--resume"))
+    assert retry.returncode == 0, retry.stderr
+    assert have(retry) == {"model_1.pt"} and "train.py --resume" in retry.stdout
+    restored = tmp_path / "a2/checkpoints/model_1.pt"
+    assert restored.read_text() == "weights 1"
+    # Its mtime is the one it was uploaded with, so the retry's syncs found nothing to upload.
+    assert restored.stat().st_mtime_ns == (tmp_path / "a1/checkpoints/model_1.pt").stat().st_mtime_ns
+    assert versions(s3) == before  # no new object versions, not even of the manifest
+
+
+def test_sigkill_during_an_upload_leaves_the_last_complete_set(s3_endpoint, s3, trainer, tmp_path):
     go = tmp_path / "go"
-    env = node_env(s3_endpoint, trainer, tmp_path, STEP="7", WAIT_FOR=str(go), CHECKPOINT_SYNC_MINUTES="0.01")
-    process = subprocess.Popen([str(LAUNCHER), "train.py"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while "rl/job42/model_7.pt" not in keys(s3):
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "no periodic upload within 60 s"
-            time.sleep(0.2)
-        assert "rl/job42/summary_7.txt" not in keys(s3)  # the script has not written it yet
-    finally:
-        go.touch()
-        process.communicate(timeout=120)
-    assert process.returncode == 0
-    assert "rl/job42/summary_7.txt" in keys(s3)  # the final upload
+    plan = f"put:latest.pt:v1;put:model_1.pt:m1;wait:{go};put:latest.pt:v2;put:model_2.pt:m2;wait:{tmp_path}/never"
+    # The 3rd upload is latest.pt v2: the whole container dies right after it reached S3.
+    faulty = tmp_path / "faulty_python.sh"
+    faulty.write_text(f'#!/bin/sh\nexec "{COPIER_PYTHON}" "{FAULTS}" "$@"\n')
+    faulty.chmod(0o755)
+    env = node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN=plan, CHECKPOINT_PYTHON=str(faulty))
+    # A closed file is uploaded once it has settled, not at the next poll (ten minutes away here).
+    node = start_node({**env, "KILL_AFTER_UPLOADS": "3", "CHECKPOINT_SYNC_SECONDS": "600"})
+    until(lambda: set(manifest(s3)) == {"latest.pt", "model_1.pt"}, node, "first set", limit=60)
+    go.touch()
+    node.communicate(timeout=60)
+    assert node.returncode == -signal.SIGKILL
+    assert body(s3, f"{JOB}/node-0/latest.pt") == b"v2"  # the newest object: uploaded, never listed
+
+    retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2"))
+    assert retry.returncode == 0, retry.stderr
+    assert have(retry) == {"latest.pt", "model_1.pt"}
+    assert (tmp_path / "a2/checkpoints/latest.pt").read_text() == "v1"  # the version the manifest names
 
 
-def test_children_restore_but_never_upload(s3_endpoint, s3, trainer, tmp_path):
-    s3.put_object(Bucket=BUCKET, Key="rl/job42/model_1.pt", Body=b"weights 1\n")
-    env = node_env(
-        s3_endpoint, trainer, tmp_path, index=1, STEP="9", AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="127.0.0.1"
-    )
-    result = run_node(env)
-    assert result.returncode == 0, result.stderr
-    assert "HAVE: model_1.pt" in result.stdout  # every rank can load the checkpoint it resumes from
-    assert keys(s3) == {"rl/job42/model_1.pt"}
+def test_after_a_crash_renamed_files_count_and_fresh_in_place_writes_do_not(s3_endpoint, s3, trainer, tmp_path):
+    go = tmp_path / "go"
+    plan = f"put:first.pt:1;wait:{go};swap:renamed.pt:2;put:inplace.pt:3;exit:3"
+    # The old variable still sets the interval: 0.005 minutes = 0.3 s.
+    env = node_env(s3_endpoint, trainer, tmp_path, TRAIN_PLAN=plan, CHECKPOINT_SYNC_MINUTES="0.005")
+    del env["CHECKPOINT_SYNC_SECONDS"]
+    node = start_node(env)
+    until(lambda: "first.pt" in manifest(s3), node, "periodic upload while training runs")
+    go.touch()
+    _, stderr = node.communicate(timeout=60)
+    assert node.returncode == 3, stderr  # the trainer's status
+    # Written in place within the settle time before the crash: maybe torn, not trusted.
+    assert set(manifest(s3)) == {"first.pt", "renamed.pt"}
+    assert f"{JOB}/node-0/inplace.pt" not in keys(s3)
+
+
+def test_each_node_uploads_and_restores_its_own_files(s3_endpoint, s3, trainer, tmp_path):
+    child_env = {"AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "127.0.0.1"}
+
+    def attempt(name: str, plan: str = "") -> list[subprocess.Popen]:
+        return [
+            start_node(node_env(s3_endpoint, trainer, tmp_path / f"{name}-0", TRAIN_PLAN=plan.format(i=0))),
+            start_node(
+                node_env(
+                    s3_endpoint, trainer, tmp_path / f"{name}-1", index=1, TRAIN_PLAN=plan.format(i=1), **child_env
+                )
+            ),
+        ]
+
+    first = attempt("a1", "put:shard_{i}.pt:rank {i};put:model_{i}.pt:model")
+    for node in first:
+        node.communicate(timeout=60)
+        assert node.returncode == 0
+    assert set(manifest(s3, 0)) == {"shard_0.pt", "model_0.pt"}
+    assert set(manifest(s3, 1)) == {"shard_1.pt", "model_1.pt"}
+    assert body(s3, f"{JOB}/node-1/shard_1.pt") == b"rank 1"
+
+    main, child = attempt("a2")
+    main_out, _ = main.communicate(timeout=60)
+    child_out, _ = child.communicate(timeout=60)
+    assert main.returncode == 0 and child.returncode == 0
+    assert {line for line in main_out.splitlines() if line.startswith("HAVE")} == {
+        "HAVE: model_0.pt",
+        "HAVE: shard_0.pt",
+    }
+    # A child gets its own files back, and the main node's (what rank-0-only savers write).
+    assert {line for line in child_out.splitlines() if line.startswith("HAVE")} == {
+        f"HAVE: {name}" for name in ("model_0.pt", "shard_0.pt", "model_1.pt", "shard_1.pt")
+    }
+    assert (tmp_path / "a2-1/checkpoints/shard_1.pt").read_text() == "rank 1"
+    assert set(manifest(s3, 1)) == {"shard_1.pt", "model_1.pt"}  # main's files not copied to node 1
 
 
 def test_unreachable_checkpoints_stop_the_node_before_training(s3_endpoint, s3, trainer, tmp_path):
-    result = run_node(node_env(s3_endpoint, trainer, tmp_path, STEP="1", CHECKPOINT_URI="s3://no-such-bucket/rl"))
+    result = run_node(node_env(s3_endpoint, trainer, tmp_path, CHECKPOINT_URI="s3://no-such-bucket/rl"))
     assert result.returncode == 2 and "ARGS:" not in result.stdout
     assert "cannot restore checkpoints from s3://no-such-bucket/rl/job42/" in result.stderr
 
 
 def test_a_successful_run_whose_final_upload_fails_is_a_failure(s3_endpoint, s3, trainer, tmp_path):
-    go = tmp_path / "go"
-    env = node_env(s3_endpoint, trainer, tmp_path, STEP="1", WAIT_FOR=str(go))
-    process = subprocess.Popen(
-        [str(LAUNCHER), "train.py"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    written = tmp_path / "checkpoints" / "model_1.pt"
-    deadline = time.monotonic() + 60
-    while not written.exists():  # restored (nothing) and training; the bucket disappears under it
-        assert process.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
+    go, started = tmp_path / "go", tmp_path / "started"
+    plan = f"touch:{started};wait:{go};put:model_1.pt:1"
+    node = start_node(node_env(s3_endpoint, trainer, tmp_path, TRAIN_PLAN=plan, CHECKPOINT_SYNC_SECONDS="60"))
+    until(started.exists, node, "training")  # restored (nothing); the bucket disappears under it
     s3.delete_bucket(Bucket=BUCKET)
     go.touch()
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = node.communicate(timeout=60)
     s3.create_bucket(Bucket=BUCKET)  # for the fixture's clean-up
-    assert process.returncode == 1
+    assert node.returncode == 1, stderr
     assert "final checkpoint upload to s3://checkpoints/rl/job42/ FAILED" in stderr
 
 
 def test_checkpoint_uri_must_be_s3(trainer, tmp_path):
     result = run_node(node_env("http://127.0.0.1:9", trainer, tmp_path, CHECKPOINT_URI="/mnt/checkpoints"))
     assert result.returncode == 2 and "CHECKPOINT_URI='/mnt/checkpoints' is not an s3:// URI" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"CHECKPOINT_SYNC_SECONDS": "0"}, "CHECKPOINT_SYNC_SECONDS='0' is not a positive number"),
+        ({"CHECKPOINT_SYNC_SECONDS": "", "CHECKPOINT_SYNC_MINUTES": "soon"}, "CHECKPOINT_SYNC_MINUTES='soon'"),
+        ({"CHECKPOINT_SETTLE_SECONDS": "-1"}, "CHECKPOINT_SETTLE_SECONDS='-1' is not a number of seconds"),
+    ],
+)
+def test_bad_sync_settings_are_refused_before_anything_runs(trainer, tmp_path, setting, message):
+    result = run_node(node_env("http://127.0.0.1:9", trainer, tmp_path, **setting))
+    assert result.returncode == 2 and message in result.stderr and "ARGS:" not in result.stdout
+
+
+# The commit rule's pieces, in this process.
+
+
+def test_files_open_for_writing_are_found_in_the_process_tree(tmp_path):
+    (tmp_path / "reading").write_text("x")
+    script = f"exec 3>'{tmp_path}/writing'; exec 4<'{tmp_path}/reading'; touch '{tmp_path}/ready'; exec sleep 30"
+    child = subprocess.Popen(["/bin/sh", "-c", script])
+    try:
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "ready").exists():
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        assert child.pid in process_tree(os.getpid())
+        # Open for reading ("reading") or closed ("ready") is not writing.
+        assert open_for_writing(process_tree(os.getpid()), tmp_path.resolve()) == {tmp_path.resolve() / "writing"}
+        assert open_for_writing(process_tree(child.pid), tmp_path.resolve() / "elsewhere") == set()
+    finally:
+        child.kill()
+        child.wait()
+    assert open_for_writing(process_tree(child.pid), tmp_path.resolve()) == set()
+
+
+def test_a_file_renamed_into_place_appeared_whole_and_one_written_in_place_did_not(tmp_path):
+    (tmp_path / "run").mkdir()
+    watch = ArrivalWatch(tmp_path)
+    assert watch.active
+    (tmp_path / "run" / "model.tmp").write_text("complete")
+    os.replace(tmp_path / "run" / "model.tmp", tmp_path / "run" / "model.pt")
+    (tmp_path / "inplace.pt").write_text("maybe torn")
+    (tmp_path / "new").mkdir()  # created after the watch started: watched too
+    (tmp_path / "new" / "a.tmp").write_text("a")
+    assert watch.drain() == (1, 2)  # model.pt arrived; model.tmp and inplace.pt were closed after writing
+    os.replace(tmp_path / "new" / "a.tmp", tmp_path / "new" / "a.pt")
+    assert watch.drain() == (1, 0)
+    for path, whole in (
+        (tmp_path / "run/model.pt", True),
+        (tmp_path / "inplace.pt", False),
+        (tmp_path / "new/a.pt", True),
+    ):
+        assert watch.appeared_whole(path, path.stat()) is whole, path
+    # A whole directory written elsewhere and moved in (the tmp-dir-then-rename savers): all of it.
+    (tmp_path.parent / f"{tmp_path.name}-staging").mkdir()
+    (tmp_path.parent / f"{tmp_path.name}-staging" / "shard.pt").write_text("s")
+    (tmp_path.parent / f"{tmp_path.name}-staging").rename(tmp_path / "step_2")
+    watch.drain()
+    assert watch.appeared_whole(tmp_path / "step_2/shard.pt", (tmp_path / "step_2/shard.pt").stat())
+    (tmp_path / "run" / "model.pt").write_text("rewritten in place, longer")  # no longer what arrived
+    assert not watch.appeared_whole(tmp_path / "run/model.pt", (tmp_path / "run/model.pt").stat())
+
+
+def test_the_settle_time_counts_back_from_the_stop(tmp_path):
+    path = tmp_path / "f"
+    path.write_text("x")
+    stat = path.stat()
+    written = stat.st_mtime_ns / 1e9
+    running = Rule(settle_seconds=30)
+    assert not running.complete(stat, open_now=False, whole=False, now=written + 29)
+    assert running.complete(stat, open_now=False, whole=False, now=written + 31)
+    assert not running.complete(stat, open_now=True, whole=False, now=written + 3600)
+    assert running.complete(stat, open_now=False, whole=True, now=written)
+    stopped = Rule(settle_seconds=30, stopped_at=written + 10)
+    assert not stopped.complete(stat, open_now=False, whole=False, now=written + 3600)
+    assert stopped.complete(stat, open_now=False, whole=True, now=written + 3600)
+    assert Rule(settle_seconds=30, stopped_at=written + 31).complete(stat, open_now=False, whole=False, now=0)
+    assert Rule(settle_seconds=30, clean_exit=True).complete(stat, open_now=True, whole=False, now=written)

@@ -221,6 +221,21 @@ def test_user_data_blocks_instance_metadata_for_job_containers(instance):
 
 
 @pytest.mark.parametrize("instance", EFA_TYPES)
+def test_user_data_gives_stopped_containers_ten_minutes_for_their_last_checkpoint_upload(instance):
+    _, lt, _ = of_type(instance)
+    lines = [
+        line.strip()
+        for part in user_data(lt).walk()
+        if not part.is_multipart()
+        for line in part.get_payload(decode=True).decode().splitlines()
+    ]
+    # The ECS agent's default is 30s, then SIGKILL (ECS agent configuration): too short to upload.
+    assert [line for line in lines if "ECS_CONTAINER_STOP_TIMEOUT" in line] == [
+        "echo ECS_CONTAINER_STOP_TIMEOUT=10m >> /etc/ecs/ecs.config"
+    ]
+
+
+@pytest.mark.parametrize("instance", EFA_TYPES)
 def test_imdsv2_and_encrypted_gp3_root_with_throughput(instance):
     _, lt, _ = of_type(instance)
     assert lt["MetadataOptions"]["HttpTokens"] == "required"

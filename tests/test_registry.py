@@ -92,14 +92,29 @@ def test_dockerfiles_pin_their_base_and_copy_the_launcher(dockerfile):
     assert "COPY distributed_run.sh allreduce_bench.py checkpoint_sync.py preflight.py /opt/training/" in text
 
 
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[p.parent.name for p in DOCKERFILES])
+def test_every_launcher_file_is_copied_into_the_image(dockerfile):
+    copied = set()
+    for line in dockerfile.read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and words[-1] == "/opt/training/":
+            copied.update(words[1:-1])
+    # The launcher runs its Python modules from beside it; one left out fails only on a node.
+    beside = {p.name for p in (ROOT / "container").iterdir() if p.suffix in (".py", ".sh")}
+    assert beside <= copied, beside - copied
+
+
 def dockerfile_lines(name):
     return [line.strip() for line in (ROOT / "container" / name / "Dockerfile").read_text().splitlines()]
 
 
-def test_gpu_image_resets_the_isaac_sim_entrypoint_as_its_last_word():
-    lines = [line for line in dockerfile_lines("gpu") if line.startswith(("ENTRYPOINT", "FROM"))]
+@pytest.mark.parametrize("image", ["gpu", "trainium"])
+def test_image_resets_the_base_entrypoint_as_its_last_word(image):
+    # Isaac Sim's starts the streaming app; the Neuron DLC's runs the command under a PID-1 bash
+    # that never passes on SIGTERM. Batch sets the command only, so both images reset it.
+    lines = [line for line in dockerfile_lines(image) if line.startswith(("ENTRYPOINT", "FROM"))]
     # After the FROM, the only ENTRYPOINT is the reset, so Batch's command runs as given.
-    assert lines[-1] == "ENTRYPOINT []"
+    assert lines[-1] == "ENTRYPOINT []" and lines.count("ENTRYPOINT []") == 1
 
 
 def test_gpu_image_puts_both_plugin_layouts_on_the_loader_path_and_fails_without_it():

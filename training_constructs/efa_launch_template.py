@@ -24,7 +24,13 @@ TASK_ENIS = limits.TASK_ENIS_PER_NODE
 # guide, "Amazon ECS container agent configuration", ECS_AWSVPC_BLOCK_IMDS); the IMDS hop limit
 # does not stop them. Batch merges MIME multi-part user data from the launch template with its
 # own (Batch user guide, "Launch template support").
-ECS_AGENT_SETTINGS = ("ECS_AWSVPC_BLOCK_IMDS=true",)
+# A stop (job timeout, terminate, compute-environment update) is SIGTERM, then SIGKILL after
+# ECS_CONTAINER_STOP_TIMEOUT (a Go duration; default 30s: ECS developer guide, "Amazon ECS container
+# agent configuration", and ECS API StopTask). Batch ContainerProperties has no per-container stop
+# timeout. The launcher's last checkpoint upload needs more than 30 s for multi-GB files; it exits
+# as soon as that upload is done, so the longer limit only binds a container that hangs.
+CONTAINER_STOP_TIMEOUT = "10m"
+ECS_AGENT_SETTINGS = ("ECS_AWSVPC_BLOCK_IMDS=true", f"ECS_CONTAINER_STOP_TIMEOUT={CONTAINER_STOP_TIMEOUT}")
 # IMDS hop limit per fleet kind. 1 keeps bridge-mode containers off the instance role on GPU nodes.
 # Neuron nodes take AWS's own Neuron Batch launch template's 5 (aws-neuron-samples, torch-neuronx
 # training aws-batch llama2 templates: HttpPutResponseHopLimit 5). Neither opens IMDS to the awsvpc

@@ -220,31 +220,21 @@ class TrainingDashboard(Construct):
             comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
         )
-        faults = [
-            cw.MathExpression(
-                expression=insights_sum(BOOT_CHECK_FAILED, name),
-                period=Duration.minutes(5),
-                label="boot-check failures",
-            )
-        ]
-        if fleet.instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
-            faults.append(
-                cw.MathExpression(
-                    expression=insights_sum(XID_ERRORS, name), period=Duration.minutes(5), label="GPU Xid errors"
-                )
-            )
         alarms = [stuck]
-        for fault in faults:
-            kind = "Xid" if fault.label == "GPU Xid errors" else "BootCheck"
+        # Boot-check failures alarm from the jobs stack (training_constructs/fleet_health.py), beside
+        # the fleet check; here only GPU Xid errors at run time.
+        if fleet.instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
+            xid = cw.MathExpression(
+                expression=insights_sum(XID_ERRORS, name), period=Duration.minutes(5), label="GPU Xid errors"
+            )
             alarms.append(
-                fault.create_alarm(
+                xid.create_alarm(
                     self,
-                    f"{cid}{kind}Alarm",
+                    f"{cid}XidAlarm",
                     alarm_description=(
-                        f"Fleet {name}: a node reported {fault.label}. Find the node on the dashboard's "
-                        "InstanceId series, read its kernel log (SSM: dmesg | grep -i xid) or boot-check "
-                        "output, and terminate it so Batch replaces it; a GPU with repeated Xid errors "
-                        "needs an EC2 instance replacement."
+                        f"Fleet {name}: a node reported GPU Xid errors. Find the node on the dashboard's "
+                        "InstanceId series, read its kernel log (SSM: dmesg | grep -i xid), and terminate it "
+                        "so Batch replaces it; a GPU with repeated Xid errors needs an EC2 instance replacement."
                     ),
                     threshold=1,
                     evaluation_periods=1,
