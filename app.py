@@ -39,6 +39,7 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
         network=network.network,
         fleets=settings.fleets,
         root_volume=settings.root_volume,
+        default_availability_zone=settings.network.availability_zone,
         env=env,
         description="Training platform: EFA launch templates, placement groups, Batch compute environments",
     )
@@ -84,6 +85,7 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
             settings=settings.parallel_cluster,
             log_retention_days=settings.log_retention_days,
             root_volume_gib=settings.root_volume_gib,
+            availability_zone=settings.network.availability_zone,
             env=env,
             description="Training platform: optional AWS ParallelCluster (Slurm) cluster with FSx for Lustre",
         )
