@@ -16,10 +16,12 @@ What a step must satisfy, stack by stack in CDK's deploy order (exporting stacks
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import json
 import re
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +50,7 @@ NEVER_REPLACED = frozenset(
 )
 NEVER_DELETED = frozenset({"AWS::S3::Bucket", "AWS::ECR::Repository", "AWS::FSx::FileSystem"})
 REPLACING = ("WILL_REPLACE", "MAY_REPLACE")
+MOVED_IN_PLACE = "moved-in-place"
 
 
 def fleets(**named: dict[str, Any]) -> dict[str, str]:
@@ -213,6 +216,15 @@ def diffs(synthed: dict[str, Synthed]) -> dict[str, dict[str, Any]]:
                     {"id": _pair_id(sequence, index, stack), "stack": stack, "old": old and str(old), "new": str(path)}
                 )
                 deployed[stack] = path
+    # A code change that moves a subnet to another AZ on the same CIDR, as the position-based layout
+    # did: the PR comment's test input for a replacement.
+    moved = json.loads(json.dumps(synthed["rl-moved"].templates["TrainingCompute"]))
+    subnet = next(k for k in moved["Resources"] if k.startswith("SubnetsUsWest2cSubnet"))
+    moved["Resources"][subnet]["Properties"]["AvailabilityZone"] = "us-west-2d"
+    moved_path = synthed["rl-moved"].directory / "moved-in-place.template.json"
+    moved_path.write_text(json.dumps(moved))
+    old = synthed["rl-moved"].directory / "TrainingCompute.template.json"
+    pairs.append({"id": MOVED_IN_PLACE, "stack": "TrainingCompute", "old": str(old), "new": str(moved_path)})
     result = subprocess.run(
         ["node", str(DIFF_SCRIPT)], input=json.dumps(pairs), capture_output=True, text=True, check=True
     )
@@ -288,6 +300,8 @@ def _head_node_subnet(template: dict[str, Any]) -> Any:
 def _changes(diffs: dict[str, dict[str, Any]], sequence: str, index: int) -> list[tuple[str, str, str, str]]:
     found = []
     for key, diff in diffs.items():
+        if key.count("|") != 2:
+            continue
         name, step, stack = key.split("|")
         if name == sequence and int(step) == index:
             # Custom resources have no CloudFormation impact: their op says what happens.
@@ -395,3 +409,39 @@ def test_every_stack_child_that_is_not_a_fleets_is_reserved(synthed: dict[str, S
                 if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name) or any(name.startswith(f) for f in fleet_ids):
                     continue  # CDK's own ids with other characters; a fleet's and its outputs
                 assert name.lower() in reserved, f"{stack.node.id}/{name} is not in RESERVED_CONSTRUCT_IDS"
+
+
+def _comment_script() -> Any:
+    spec = importlib.util.spec_from_file_location("cdk_diff_comment", ROOT / ".github/scripts/cdk_diff_comment.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cdk_diff_comment"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pr_comment_marks_what_a_fleet_removal_deletes(synthed: dict[str, Synthed], diffs: dict[str, Any]) -> None:
+    """The diff comment over a replayed step: the removed fleet's compute environment, queue, subnet
+    and export are listed above the diffs and marked."""
+    sequence = "a fleet in a new AZ is added and later removed"
+    text = "\n\n".join(d["text"] for key, d in diffs.items() if key.startswith(f"{sequence}|2|"))
+    script = _comment_script()
+    marked = {(r.stack, r.resource_type, r.impact) for r in script.risks(script.parse(text)) if r.danger}
+    assert {
+        ("TrainingCompute", "AWS::Batch::ComputeEnvironment", "destroy"),
+        ("TrainingCompute", "AWS::EC2::Subnet", "destroy"),
+        ("TrainingCompute", "Export", "remove"),
+        ("TrainingJobs", "AWS::Batch::JobQueue", "destroy"),
+    } <= marked
+    # Job definitions, roles and launch templates of the removed fleet are listed but not marked.
+    unmarked = {r.resource_type for r in script.risks(script.parse(text)) if not r.danger}
+    assert {"AWS::Batch::JobDefinition", "AWS::EC2::LaunchTemplate", "AWS::IAM::Role"} <= unmarked
+    comment = script.render(script.parse(text))
+    assert comment.index("[!CAUTION]") < comment.index("<details>")
+
+
+def test_pr_comment_marks_a_replaced_subnet(diffs: dict[str, Any]) -> None:
+    script = _comment_script()
+    text = diffs[MOVED_IN_PLACE]["text"]
+    (subnet,) = [r for r in script.risks(script.parse(text)) if r.resource_type == "AWS::EC2::Subnet"]
+    assert subnet.impact == "replace" and "collides on the CIDR" in subnet.danger
+    assert "| ⛔ | TrainingCompute | `SubnetsUsWest2cSubnet" in script.render(script.parse(text))
