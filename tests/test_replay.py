@@ -57,7 +57,8 @@ def fleets(**named: dict[str, Any]) -> dict[str, str]:
     return {"fleets": json.dumps(named)}
 
 
-RL = {"instanceType": "g6e.48xlarge", "maxNodes": 8}
+# The default fleets' names, so that going from the flat keys to per-fleet AZs keeps every fleet.
+GPU = {"instanceType": "g6e.48xlarge", "maxNodes": 8}
 TRN = {"instanceType": "trn1.32xlarge"}
 CONTEXTS: dict[str, dict[str, str]] = {
     "default": {},
@@ -74,22 +75,18 @@ CONTEXTS: dict[str, dict[str, str]] = {
     },
     "slurm": {"parallelCluster": "true"},
     "slurm-az-a": {"parallelCluster": "true", "availabilityZone": "us-west-2a"},
-    "default-named-azs": fleets(
-        gpu={"instanceType": "g6.12xlarge", "availabilityZone": "us-west-2a"},
-        trainium={"instanceType": "trn1.32xlarge", "availabilityZone": "us-west-2b"},
+    "named-azs": fleets(
+        gpu=GPU | {"availabilityZone": "us-west-2a"}, trainium=TRN | {"availabilityZone": "us-west-2b"}
     ),
-    "named-azs": fleets(rl=RL | {"availabilityZone": "us-west-2a"}, trn=TRN | {"availabilityZone": "us-west-2b"}),
-    "rl-moved": fleets(rl=RL | {"availabilityZone": "us-west-2c"}, trn=TRN | {"availabilityZone": "us-west-2b"}),
-    "reordered": fleets(trn=TRN | {"availabilityZone": "us-west-2b"}, rl=RL | {"availabilityZone": "us-west-2c"}),
-    "both-names": fleets(
-        gpu={"instanceType": "g6.12xlarge"},
-        trainium={"instanceType": "trn1.32xlarge"},
-        rl=RL | {"availabilityZone": "us-west-2a"},
-        trn=TRN | {"availabilityZone": "us-west-2b"},
+    "gpu-moved": fleets(
+        gpu=GPU | {"availabilityZone": "us-west-2c"}, trainium=TRN | {"availabilityZone": "us-west-2b"}
+    ),
+    "reordered": fleets(
+        trainium=TRN | {"availabilityZone": "us-west-2b"}, gpu=GPU | {"availabilityZone": "us-west-2c"}
     ),
     "third-az": fleets(
-        rl=RL | {"availabilityZone": "us-west-2a"},
-        trn=TRN | {"availabilityZone": "us-west-2b"},
+        gpu=GPU | {"availabilityZone": "us-west-2a"},
+        trainium=TRN | {"availabilityZone": "us-west-2b"},
         extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-west-2d"},
     ),
 }
@@ -109,14 +106,14 @@ class Step:
 # Sequence -> steps; the first step is a fresh deploy. `expect`: changes a step must show, so that a
 # sequence cannot pass by changing nothing.
 SEQUENCES: dict[str, list[Step]] = {
-    "a fleet moves AZ": [Step("named-azs"), Step("rl-moved")],
+    "a fleet moves AZ": [Step("named-azs"), Step("gpu-moved")],
     "a fleet in a new AZ is added and later removed": [
         Step("named-azs"),
         Step("third-az"),
         # Batch deletes no compute environment a queue still uses, and the old jobs stack imports it.
         Step("named-azs", first=("TrainingJobs",)),
     ],
-    "fleets are reordered": [Step("rl-moved"), Step("reordered")],
+    "fleets are reordered": [Step("gpu-moved"), Step("reordered")],
     "availabilityZone is set, changed and unset": [Step("default"), Step("az-a"), Step("az-b"), Step("default")],
     "instance type, node counts and root volume change": [Step("default"), Step("bigger-gpu"), Step("default")],
     "ParallelCluster is turned on and then off": [Step("default"), Step("slurm"), Step("default"), Step("slurm")],
@@ -125,9 +122,7 @@ SEQUENCES: dict[str, list[Step]] = {
         Step("slurm-az-a", destroyed=("TrainingParallelCluster",)),
         Step("az-a"),
     ],
-    "every fleet names its AZ, from the default": [Step("default"), Step("default-named-azs"), Step("default")],
-    # Other fleet names are other fleets: the new ones are added, then the old ones removed.
-    "fleets are renamed": [Step("default"), Step("both-names"), Step("named-azs", first=("TrainingJobs",))],
+    "every fleet names its AZ, from the default": [Step("default"), Step("named-azs"), Step("default")],
 }
 # Orders the README warns against, with what CloudFormation or ParallelCluster would refuse.
 REFUSED: dict[str, str] = {
@@ -204,7 +199,7 @@ def diffs(synthed: dict[str, Synthed]) -> dict[str, dict[str, Any]]:
     """Every (sequence, step, stack) diff, against the template that stack last deployed."""
     pairs = []
     for sequence, steps in ALL_SEQUENCES.items():
-        deployed: dict[str, Path] = {}
+        deployed: dict[str, tuple[Path, dict[str, Any]]] = {}
         for index, step in enumerate(steps):
             new = synthed[step.context]
             for stack in step.destroyed:
@@ -212,18 +207,18 @@ def diffs(synthed: dict[str, Synthed]) -> dict[str, dict[str, Any]]:
             for stack in new.order:
                 path = new.directory / f"{stack}.template.json"
                 old = deployed.get(stack)
-                pairs.append(
-                    {"id": _pair_id(sequence, index, stack), "stack": stack, "old": old and str(old), "new": str(path)}
-                )
-                deployed[stack] = path
+                if old is None or old[1] != new.templates[stack]:  # an unchanged template has no diff
+                    pair = {"id": _pair_id(sequence, index, stack), "stack": stack, "new": str(path)}
+                    pairs.append(pair | {"old": old and str(old[0])})
+                deployed[stack] = (path, new.templates[stack])
     # A code change that moves a subnet to another AZ on the same CIDR, as the position-based layout
     # did: the PR comment's test input for a replacement.
-    moved = json.loads(json.dumps(synthed["rl-moved"].templates["TrainingCompute"]))
+    moved = json.loads(json.dumps(synthed["gpu-moved"].templates["TrainingCompute"]))
     subnet = next(k for k in moved["Resources"] if k.startswith("SubnetsUsWest2cSubnet"))
     moved["Resources"][subnet]["Properties"]["AvailabilityZone"] = "us-west-2d"
-    moved_path = synthed["rl-moved"].directory / "moved-in-place.template.json"
+    moved_path = synthed["gpu-moved"].directory / "moved-in-place.template.json"
     moved_path.write_text(json.dumps(moved))
-    old = synthed["rl-moved"].directory / "TrainingCompute.template.json"
+    old = synthed["gpu-moved"].directory / "TrainingCompute.template.json"
     pairs.append({"id": MOVED_IN_PLACE, "stack": "TrainingCompute", "old": str(old), "new": str(moved_path)})
     result = subprocess.run(
         ["node", str(DIFF_SCRIPT)], input=json.dumps(pairs), capture_output=True, text=True, check=True
@@ -342,6 +337,13 @@ def test_every_redeploy_updates_in_place(sequence: str, synthed: dict[str, Synth
         assert EXPECT.get((sequence, index), set()) <= shown, f"step {index}: expected changes missing"
 
 
+def test_reordering_fleets_only_reorders_the_alert_rules_queues(
+    synthed: dict[str, Synthed], diffs: dict[str, Any]
+) -> None:
+    (_, shown) = _replay("fleets are reordered", synthed, diffs)[1]
+    assert shown == {("TrainingJobs", "AWS::Events::Rule", "WILL_UPDATE")}
+
+
 @pytest.mark.parametrize("sequence", REFUSED)
 def test_the_replay_catches_what_cloudformation_refuses(
     sequence: str, synthed: dict[str, Synthed], diffs: dict[str, Any]
@@ -382,7 +384,7 @@ def test_the_cli_agrees_with_the_in_process_diff(synthed: dict[str, Synthed], di
     resource lines as tests/cdk_diff.js (the CLI adds construct paths between type and id)."""
     sequence, index, stack = "a fleet moves AZ", 1, "TrainingCompute"
     old = synthed["named-azs"].directory / f"{stack}.template.json"
-    command = [str(CDK), "diff", "--app", str(synthed["rl-moved"].directory), "--template", str(old)]
+    command = [str(CDK), "diff", "--app", str(synthed["gpu-moved"].directory), "--template", str(old)]
     command += ["--no-change-set", "--exclusively", "--no-color", stack]
     result = subprocess.run(command, capture_output=True, text=True, cwd=tempfile.mkdtemp(), timeout=60)
     line = re.compile(r"^\[(?P<op>[+~-])\] (?P<type>\S+) (?:\S+ )?(?P<id>[A-Za-z0-9]+)(?: (?P<impact>.+))?$")
@@ -395,20 +397,24 @@ def test_the_cli_agrees_with_the_in_process_diff(synthed: dict[str, Synthed], di
     assert cli and cli == ours
 
 
-def test_every_stack_child_that_is_not_a_fleets_is_reserved(synthed: dict[str, Synthed]) -> None:
+def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
     """A fleet named like a stack's own child crashes synth; config.context refuses those names from
-    RESERVED_CONSTRUCT_IDS. Any child added later by any stack must be listed there."""
+    RESERVED_CONSTRUCT_IDS. Any child added later by any stack must be listed there. The app is built
+    with every optional part (Slurm in a named AZ, fair share, alerts), not synthesized."""
+    context = {"parallelCluster": "true", "availabilityZone": "us-west-2a", "shares": "a:1"}
+    context |= {"alertEmail": "ml-oncall@example.com", "interfaceEndpoints": "logs"}
+    app = cdk.App(context={**FEATURE_FLAGS, **context}, outdir=tempfile.mkdtemp(prefix="replay-"))
+    build_app(app, read_settings(app.node.get_all_context()), cdk.Environment(), nag=False)
     reserved = {name.lower() for name in RESERVED_CONSTRUCT_IDS}
-    for synth in (synthed["slurm-az-a"], synthed["named-azs"]):
-        fleet_ids = [fleet_construct_id(f) for f in ("gpu", "trainium", "rl", "trn")]
-        for stack in synth.app.node.children:
-            if not isinstance(stack, cdk.Stack):
-                continue
-            for child in stack.node.children:
-                name = child.node.id
-                if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name) or any(name.startswith(f) for f in fleet_ids):
-                    continue  # CDK's own ids with other characters; a fleet's and its outputs
-                assert name.lower() in reserved, f"{stack.node.id}/{name} is not in RESERVED_CONSTRUCT_IDS"
+    fleet_ids = [fleet_construct_id(f) for f in ("gpu", "trainium")]
+    stacks = [s for s in app.node.children if isinstance(s, cdk.Stack)]
+    assert len(stacks) == 6
+    for stack in stacks:
+        for child in stack.node.children:
+            name = child.node.id
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name) or any(name.startswith(f) for f in fleet_ids):
+                continue  # CDK's own ids with other characters; a fleet's and its outputs
+            assert name.lower() in reserved, f"{stack.node.id}/{name} is not in RESERVED_CONSTRUCT_IDS"
 
 
 def _comment_script() -> Any:
