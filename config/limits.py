@@ -11,8 +11,9 @@ MAX_FLEETS = 20
 # Training subnets are /18: the VPC's two (10.0.64.0/18 and 10.0.128.0/18 in its first two AZs),
 # and one per AZ the user names, each in a VPC CIDR block of its own (training_constructs/az_subnet.py).
 TRAINING_SUBNET_MASK = 18
-# A VPC holds 5 IPv4 CIDR blocks unless the quota is raised (VPC user guide, "Amazon VPC quotas",
-# IPv4 CIDR blocks per VPC): the primary block and up to four named-AZ subnets.
+# A VPC holds 5 IPv4 CIDR blocks, the primary one included, unless the quota is raised (up to 50;
+# AWS General Reference, "Amazon VPC endpoints and quotas", IPv4 CIDR blocks per VPC): the primary
+# block and up to four named-AZ subnets.
 VPC_CIDR_BLOCKS = 5
 # Private IPv4 addresses a training subnet can hand out: AWS reserves the first four and the last
 # address of every subnet (VPC user guide, "Subnet CIDR blocks").

@@ -9,9 +9,10 @@ from config.catalog import InstanceSpec
 
 @dataclass(frozen=True, kw_only=True)
 class NetworkSettings:
-    # None: the region's first Availability Zone, resolved by CloudFormation at deploy time.
+    # The AZ of fleets that name none, and of the Slurm cluster; it gets a training subnet of its own.
+    # None: the VPC's first training subnet, in the region's first AZ (Fn::GetAZs at deploy time).
     availability_zone: str | None
-    # Further AZs that fleets name; each gets a training subnet of its own.
+    # Further AZs that fleets name; each gets a training subnet of its own (compute stack).
     fleet_availability_zones: tuple[str, ...] = ()
     nat_gateways: int
     # Short service names ("ecr.api", "logs", ...) that get an interface endpoint.
