@@ -51,6 +51,8 @@ RESERVED_CONSTRUCT_IDS = frozenset(
         "Network",
         "Subnets",
         "TeamImages",
+        "GpuImage",
+        "TrainiumImage",
         "Data",
         "DatasetBucket",
         "CheckpointBucket",

@@ -403,10 +403,12 @@ def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
     with every optional part (Slurm in a named AZ, fair share, alerts), not synthesized."""
     context = {"parallelCluster": "true", "availabilityZone": "us-west-2a", "shares": "a:1"}
     context |= {"alertEmail": "ml-oncall@example.com", "interfaceEndpoints": "logs"}
+    # Fleet names that start no other id, one of each accelerator kind, one in an AZ of its own.
+    context |= fleets(qa={"instanceType": "g6.12xlarge"}, qb=TRN | {"availabilityZone": "us-west-2b"})
     app = cdk.App(context={**FEATURE_FLAGS, **context}, outdir=tempfile.mkdtemp(prefix="replay-"))
     build_app(app, read_settings(app.node.get_all_context()), cdk.Environment(), nag=False)
     reserved = {name.lower() for name in RESERVED_CONSTRUCT_IDS}
-    fleet_ids = [fleet_construct_id(f) for f in ("gpu", "trainium")]
+    fleet_ids = [fleet_construct_id(f) for f in ("qa", "qb")]
     stacks = [s for s in app.node.children if isinstance(s, cdk.Stack)]
     assert len(stacks) == 6
     for stack in stacks:
