@@ -172,7 +172,6 @@ class Synthed:
     directory: Path
     order: tuple[str, ...]  # CDK's deploy order: every stack after the stacks it depends on
     templates: dict[str, dict[str, Any]]
-    app: cdk.App
 
 
 def _synth(context: dict[str, str]) -> Synthed:
@@ -181,7 +180,7 @@ def _synth(context: dict[str, str]) -> Synthed:
     assembly = app.synth()
     stacks = assembly.stacks_recursively  # topologically sorted, dependencies first
     return Synthed(
-        Path(assembly.directory), tuple(s.stack_name for s in stacks), {s.stack_name: s.template for s in stacks}, app
+        Path(assembly.directory), tuple(s.stack_name for s in stacks), {s.stack_name: s.template for s in stacks}
     )
 
 
@@ -318,7 +317,8 @@ def _replay(sequence: str, synthed: dict[str, Synthed], diffs: dict[str, Any]) -
         changes = _changes(diffs, sequence, index)
         created = {(stack, key) for stack, _, key, impact in changes if impact in ("WILL_CREATE", *REPLACING)}
         problems = []
-        for stack in (*step.first, *new.order):
+        # A stack deployed alone first is unchanged when `cdk deploy --all` reaches it.
+        for stack in (*step.first, *(s for s in new.order if s not in step.first)):
             mine = {key for name, key in created if name == stack}
             problems += _deploy(state, stack, new.templates[stack], mine)
         problems += [
