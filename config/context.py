@@ -403,7 +403,10 @@ def _network(
             f"fleets and the Slurm cluster name {blocks} subnets of their own; a VPC holds "
             f"{limits.VPC_CIDR_BLOCKS} CIDR blocks, the first for its own subnets"
         )
-        raise _fail("availabilityZone", az, problem, "at most 4 named AZs, counting the Slurm cluster's")
+        allowed = f"at most {limits.VPC_CIDR_BLOCKS - 1} named AZs, counting the Slurm cluster's"
+        if az:
+            raise _fail("availabilityZone", az, problem, allowed)
+        raise _fail("fleets", f"{blocks} AZs", problem, allowed)
     _check_subnet_room(fleets, cluster, az)
     names = tuple(dict.fromkeys(n.strip() for n in ctx.interface_endpoints.split(",") if n.strip()))
     unknown = [n for n in names if n not in limits.INTERFACE_ENDPOINTS]

@@ -309,6 +309,8 @@ def test_fleet_az_must_be_in_the_region_and_the_vpc_holds_four_named_azs():
     with pytest.raises(ConfigError, match=r"fleets\.rl\.availabilityZone='eu-west-1a': is not in the stack's region"):
         read_settings(fleets(rl={"instanceType": "g6e.48xlarge", "availabilityZone": "eu-west-1a"}), region="us-east-1")
     per_az = {f"f{az}": {"instanceType": "g6e.48xlarge", "availabilityZone": f"us-east-1{az}"} for az in "bcde"}
+    five = fleets(**per_az, ff={"instanceType": "g6e.48xlarge", "availabilityZone": "us-east-1f"})
+    assert error(**five).startswith("context key fleets='5 AZs': fleets and the Slurm cluster name 5 subnets")
     # Four named AZs take four CIDR blocks beside the VPC's own: the default quota of five.
     read_settings(fleets(**per_az))
     read_settings(fleets(**per_az) | {"availabilityZone": "us-east-1b"})
