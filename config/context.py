@@ -21,6 +21,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 from config import limits
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec, Profile, types_for
 from config.settings import (
+    RESERVED_CONSTRUCT_IDS,
     AppSettings,
     CapacityReservation,
     FleetSettings,
@@ -30,7 +31,10 @@ from config.settings import (
     ParallelClusterSettings,
     RootVolume,
     Share,
+    fleet_construct_id,
 )
+
+_RESERVED = {name.lower(): name for name in RESERVED_CONSTRUCT_IDS}
 
 _GPU_TYPES = types_for(Profile.GPU)
 _TRN_TYPES = types_for(Profile.TRAINIUM)
@@ -180,7 +184,7 @@ class _ContextBase(BaseModel):
     availability_zone: Az = key(
         "availabilityZone", None, "an AZ name such as us-east-1a, in the stack's region", "default AZ of the fleets"
     )
-    nat_gateways: Int = key("natGateways", 1, "integer 1..2 (1 when availabilityZone is set)", "NAT gateways", ge=1)
+    nat_gateways: Int = key("natGateways", 1, "integer 1..2", "NAT gateways", ge=1)
     interface_endpoints: str = key(
         "interfaceEndpoints", "", "comma-separated subset of: " + ", ".join(limits.INTERFACE_ENDPOINTS), "endpoints"
     )
@@ -362,6 +366,10 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
         for name in ctx.fleets:
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,31}", name):
                 raise _fail("fleets", name, "a fleet name is a letter, then up to 31 letters and digits")
+            if fleet_construct_id(name).lower() in _RESERVED:
+                problem = f"{name!r} is taken by the stacks' own {_RESERVED[name.lower()]!r}"
+                allowed = "a fleet name other than (in any case) " + ", ".join(sorted(RESERVED_CONSTRUCT_IDS))
+                raise _fail("fleets", name, problem, allowed)
             if name.lower() in seen:
                 raise _fail("fleets", name, f"names {seen[name.lower()]!r} and {name!r} differ only in case")
             seen[name.lower()] = name
@@ -385,43 +393,61 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
     return tuple(fleets)
 
 
-def _network(ctx: Any, fleets: tuple[FleetSettings, ...], region: str | None) -> NetworkSettings:
+def _network(
+    ctx: Any, fleets: tuple[FleetSettings, ...], cluster: ParallelClusterSettings, region: str | None
+) -> NetworkSettings:
     az = ctx.availability_zone
     if az and region and not az.startswith(region):
         raise _fail("availabilityZone", az, f"is not in the stack's region {region}")
-    default_azs = 1 if az else 2
-    if not default_azs >= ctx.nat_gateways:
-        raise _fail("natGateways", ctx.nat_gateways, f"out of range 1..{default_azs}")
-    extra = tuple(dict.fromkeys(f.availability_zone for f in fleets if f.availability_zone not in (None, az)))
-    if default_azs + len(extra) > limits.MAX_AVAILABILITY_ZONES:
-        room = limits.MAX_AVAILABILITY_ZONES
-        problem = f"fleets use {len(extra)} AZs besides the default {default_azs}; the VPC holds {room}"
-        raise _fail("availabilityZone", az, problem + " (set availabilityZone to one the fleets share)")
-    _check_subnet_room(fleets, az)
+    if ctx.nat_gateways > 2:
+        raise _fail("natGateways", ctx.nat_gateways, "out of range 1..2 (one per public subnet)")
+    named = tuple(dict.fromkeys(f.availability_zone for f in fleets if f.availability_zone not in (None, az)))
+    # One CIDR block per named AZ of the fleets, and one for the Slurm cluster's own subnet.
+    blocks = len({f.availability_zone or az for f in fleets} - {None}) + (1 if cluster.enabled and az else 0)
+    if blocks >= limits.VPC_CIDR_BLOCKS:
+        problem = (
+            f"fleets and the Slurm cluster name {blocks} subnets of their own; a VPC holds "
+            f"{limits.VPC_CIDR_BLOCKS} CIDR blocks, the first for its own subnets"
+        )
+        allowed = f"at most {limits.VPC_CIDR_BLOCKS - 1} named AZs, counting the Slurm cluster's"
+        if az:
+            raise _fail("availabilityZone", az, problem, allowed)
+        raise _fail("fleets", f"{blocks} AZs", problem, allowed)
+    _check_subnet_room(fleets, cluster, az)
     names = tuple(dict.fromkeys(n.strip() for n in ctx.interface_endpoints.split(",") if n.strip()))
     unknown = [n for n in names if n not in limits.INTERFACE_ENDPOINTS]
     if unknown:
         raise _fail("interfaceEndpoints", ctx.interface_endpoints, f"unknown service {unknown[0]!r}")
     return NetworkSettings(
-        availability_zone=az, fleet_availability_zones=extra, nat_gateways=ctx.nat_gateways, interface_endpoints=names
+        availability_zone=az, fleet_availability_zones=named, nat_gateways=ctx.nat_gateways, interface_endpoints=names
     )
 
 
-def _check_subnet_room(fleets: tuple[FleetSettings, ...], default_az: str | None) -> None:
-    """Fleets that share a training subnet must fit in it at their maxNodes; otherwise EC2 runs out
-    of addresses while Batch scales out, and jobs sit RUNNABLE."""
-    by_az: dict[str, list[FleetSettings]] = {}
+def _check_subnet_room(fleets: tuple[FleetSettings, ...], cluster: ParallelClusterSettings, az: str | None) -> None:
+    """Everything that shares a training subnet must fit in it at its largest; otherwise EC2 runs
+    out of addresses while Batch or Slurm scales out, and jobs wait forever. A fleet lives in its
+    AZ's subnet (the VPC's first when no AZ is named); the Slurm cluster shares the VPC's first
+    subnet when availabilityZone is unset, and has a subnet of its own otherwise."""
+    users: dict[str, dict[str, int]] = {}
     for fleet in fleets:
-        by_az.setdefault(fleet.availability_zone or default_az or "the default AZ", []).append(fleet)
-    for where, members in by_az.items():
-        need = {f.name: f.max_nodes * (f.instance.node_interfaces + limits.TASK_ENIS_PER_NODE) for f in members}
+        where = fleet.availability_zone or az or "the VPC's first training subnet"
+        per_node = fleet.instance.node_interfaces + limits.TASK_ENIS_PER_NODE
+        users.setdefault(where, {})[f"fleet {fleet.name}"] = fleet.max_nodes * per_node
+    if cluster.enabled:
+        where = f"the Slurm cluster's subnet in {az}" if az else "the VPC's first training subnet"
+        slurm = users.setdefault(where, {})
+        for spec in cluster.instances:
+            slurm[f"Slurm queue {spec.name}"] = cluster.max_nodes * limits.SLURM_ADDRESSES_PER_NODE
+        slurm["Slurm head node"] = 1
+    for where, need in users.items():
         if sum(need.values()) > limits.TRAINING_SUBNET_ADDRESSES:
             detail = ", ".join(f"{name}: {n}" for name, n in need.items())
             raise ConfigError(
-                f"context: fleets in {where} need {sum(need.values())} private IPv4 addresses at their maxNodes "
-                f"({detail}; one per launch-template interface and task ENI per node), more than the "
-                f"{limits.TRAINING_SUBNET_ADDRESSES} of a /{limits.TRAINING_SUBNET_MASK} training subnet; lower "
-                "maxNodes or give a fleet its own availabilityZone"
+                f"context: {where} needs {sum(need.values())} private IPv4 addresses at maxNodes and "
+                f"pclusterMaxNodes ({detail}; one per launch-template interface and task ENI per Batch node, one per "
+                f"Slurm node), more than the {limits.TRAINING_SUBNET_ADDRESSES} of a "
+                f"/{limits.TRAINING_SUBNET_MASK} training subnet; lower maxNodes or pclusterMaxNodes, or "
+                "give a fleet its own availabilityZone"
             )
 
 
@@ -513,13 +539,18 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
         raise _from_pydantic(error, given) from None
     if ctx.log_retention_days not in limits.LOG_RETENTION_DAYS:
         raise _fail("logRetentionDays", ctx.log_retention_days, "not a value CloudWatch Logs accepts")
+    if ctx.parallel_cluster and ctx.log_retention_days not in limits.PCLUSTER_LOG_RETENTION_DAYS:
+        allowed = "with parallelCluster=true one of " + ", ".join(map(str, limits.PCLUSTER_LOG_RETENTION_DAYS))
+        problem = "ParallelCluster refuses this log retention at cluster create"
+        raise _fail("logRetentionDays", ctx.log_retention_days, problem, allowed)
     if ctx.root_volume_throughput > ctx.root_volume_iops * limits.GP3_MIBPS_PER_IOPS:
         problem = f"above {limits.GP3_MIBPS_PER_IOPS} MiB/s per IOPS (rootVolumeIops={ctx.root_volume_iops})"
         raise _fail("rootVolumeThroughput", ctx.root_volume_throughput, problem)
+    cluster = _parallel_cluster(ctx)
     return AppSettings(
-        network=_network(ctx, fleets, region),
+        network=_network(ctx, fleets, cluster, region),
         fleets=fleets,
-        parallel_cluster=_parallel_cluster(ctx),
+        parallel_cluster=cluster,
         jobs=JobSettings(
             timeout_seconds=ctx.job_timeout_seconds,
             attempts=ctx.job_attempts,

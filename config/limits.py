@@ -10,9 +10,13 @@ MIN_NODES = 2
 # 105 outputs; tests/test_compute.py extrapolates the synth to this limit). 30 holds every
 # EFA-capable catalog type as its own fleet with room for what later stacks add per fleet.
 MAX_FLEETS = 30
-# The VPC (10.0.0.0/16) has room for three /18 training subnets beside the public /24s.
-MAX_AVAILABILITY_ZONES = 3
+# Training subnets are /18: the VPC's two (10.0.64.0/18 and 10.0.128.0/18 in its first two AZs),
+# and one per AZ the user names, each in a VPC CIDR block of its own (training_constructs/az_subnet.py).
 TRAINING_SUBNET_MASK = 18
+# A VPC holds 5 IPv4 CIDR blocks, the primary one included, unless the quota is raised (up to 50;
+# AWS General Reference, "Amazon VPC endpoints and quotas", IPv4 CIDR blocks per VPC): the primary
+# block and up to four named-AZ subnets.
+VPC_CIDR_BLOCKS = 5
 # Private IPv4 addresses a training subnet can hand out: AWS reserves the first four and the last
 # address of every subnet (VPC user guide, "Subnet CIDR blocks").
 TRAINING_SUBNET_ADDRESSES = 2 ** (32 - TRAINING_SUBNET_MASK) - 5
@@ -20,9 +24,17 @@ TRAINING_SUBNET_ADDRESSES = 2 ** (32 - TRAINING_SUBNET_MASK) - 5
 # plus an ENA-only primary where card 0 has no EFA: InstanceSpec.node_interfaces, see
 # training_constructs/efa_launch_template.py) and one for the job's awsvpc task ENI.
 TASK_ENIS_PER_NODE = 1
+# A ParallelCluster Slurm node (the pinned release) with EFA has one interface with an IP address (ENA on network
+# card 0) and `efa-only` interfaces, which take none, on the others (pcluster/templates/queues_stack.py,
+# the compute launch template's network interfaces). The head node takes one more.
+SLURM_ADDRESSES_PER_NODE = 1
 # Values CloudWatch Logs accepts for RetentionInDays (CloudWatch Logs API, PutRetentionPolicy).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557)
 LOG_RETENTION_DAYS += (2922, 3288, 3653)
+# ParallelCluster (the pinned release) accepts only these for Monitoring/Logs/CloudWatch/RetentionInDays (0 is
+# its own "never expire"), so 1096, 2192, 2557, 2922 and 3288 fail at cluster create
+# (pcluster/schemas/cluster_schema.py, CloudWatchLogsSchema.retention_in_days).
+PCLUSTER_LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653)
 # Root volume: big training images (Isaac Sim, Neuron DLC) unpack to tens of GiB each. gp3 limits:
 # 16 TiB, 125..1000 MiB/s, 3000..16000 IOPS, at most 0.25 MiB/s per provisioned IOPS (EBS user
 # guide, "General Purpose SSD volumes").

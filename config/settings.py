@@ -9,9 +9,10 @@ from config.catalog import InstanceSpec
 
 @dataclass(frozen=True, kw_only=True)
 class NetworkSettings:
-    # None: the region's first Availability Zone, resolved by CloudFormation at deploy time.
+    # The AZ of fleets that name none, and of the Slurm cluster; it gets a training subnet of its own.
+    # None: the VPC's first training subnet, in the region's first AZ (Fn::GetAZs at deploy time).
     availability_zone: str | None
-    # Further AZs that fleets name; each gets a training subnet of its own.
+    # Further AZs that fleets name; each gets a training subnet of its own (compute stack).
     fleet_availability_zones: tuple[str, ...] = ()
     nat_gateways: int
     # Short service names ("ecr.api", "logs", ...) that get an interface endpoint.
@@ -32,6 +33,41 @@ class RootVolume:
     size_gib: int
     throughput_mibps: int
     iops: int
+
+
+# Construct ids the stacks give their own children beside the fleets' (a fleet's construct id is its
+# name with a capital first letter, see fleet_construct_id). A fleet named like one of these would
+# collide with it ("There is already a Construct with name ..."), so config.context refuses such
+# names, case-insensitively. tests/test_replay.py walks every stack of a synth and fails on a child
+# id missing here: a construct added later is caught there.
+RESERVED_CONSTRUCT_IDS = frozenset(
+    {
+        # Every stack: CDK's own children, and what cross-stack references add.
+        "BootstrapVersion",
+        "CheckBootstrapVersion",
+        "CDKMetadata",
+        "Exports",
+        # Network, compute, registry, data.
+        "Network",
+        "Subnets",
+        "TeamImages",
+        "GpuImage",
+        "TrainiumImage",
+        "Data",
+        "DatasetBucket",
+        "CheckpointBucket",
+        # Jobs and ParallelCluster.
+        "Datasets",
+        "Checkpoints",
+        "JobRole",
+        "FairShare",
+        "JobAlerts",
+        "AlertTopic",
+        "Slurm",
+        "ClusterName",
+        "HeadNodeInstanceId",
+    }
+)
 
 
 def fleet_construct_id(name: str) -> str:

@@ -5,16 +5,21 @@ from typing import Any
 
 from aws_cdk import Stack
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from config.settings import FleetSettings, RootVolume
+from training_constructs.az_subnet import BATCH_OFFSET, AzSubnet
 from training_constructs.training_fleet import TrainingFleet
 from training_constructs.training_network import TrainingNetwork
 
 
 class ComputeStack(Stack):
     """Per fleet: EFA launch template, cluster placement group, managed compute environment, in the
-    training subnet of the fleet's AZ. Attribute `fleets`: fleet name -> TrainingFleet."""
+    training subnet of the fleet's AZ: the network's first one when no AZ is named, else the named
+    AZ's own subnet, made here (one per AZ, shared by the fleets in it), so that it comes and goes
+    with the fleets that use it. Attributes: `fleets` (fleet name -> TrainingFleet), `subnets`
+    (named AZ -> AzSubnet)."""
 
     def __init__(
         self,
@@ -25,9 +30,28 @@ class ComputeStack(Stack):
         fleets: Sequence[FleetSettings],
         root_volume: RootVolume,
         log_retention: logs.RetentionDays,
+        default_availability_zone: str | None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        named = dict.fromkeys(f.availability_zone or default_availability_zone for f in fleets)
+        holder = Construct(self, "Subnets")
+        self.subnets = {
+            az: AzSubnet(
+                holder,
+                vpc_id=network.vpc.vpc_id,
+                route_table_id=network.training_route_table_id,
+                availability_zone=az,
+                offset=BATCH_OFFSET,
+            )
+            for az in named
+            if az
+        }
+
+        def subnet(fleet: FleetSettings) -> ec2.ISubnet:
+            az = fleet.availability_zone or default_availability_zone
+            return self.subnets[az].subnet if az else network.training_subnet
+
         self.fleets = {
             fleet.name: TrainingFleet(
                 self,
@@ -35,7 +59,7 @@ class ComputeStack(Stack):
                 instance=fleet.instance,
                 fleet_name=fleet.name,
                 max_nodes=fleet.max_nodes,
-                subnet=network.subnet_for(fleet.availability_zone),
+                subnet=subnet(fleet),
                 efa_security_group=network.efa_security_group,
                 node_security_group=network.node_security_group,
                 root_volume=root_volume,

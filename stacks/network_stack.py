@@ -11,8 +11,9 @@ from training_constructs.training_network import TrainingNetwork
 
 
 class NetworkStack(Stack):
-    """VPC, training subnets (the default AZ first, then every other AZ a fleet names), NAT, S3
-    endpoint, flow logs and the EFA security group."""
+    """VPC, public and training subnets in the region's first two AZs, NAT, S3 endpoint, flow logs
+    and the EFA security group. Its subnets never move: the subnets of AZs that the user names live
+    with their users (the compute and ParallelCluster stacks, see AzSubnet)."""
 
     def __init__(
         self,
@@ -24,12 +25,7 @@ class NetworkStack(Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        if settings.availability_zone:
-            self._azs = [settings.availability_zone]
-        else:
-            self._azs = [Fn.select(0, Fn.get_azs()), Fn.select(1, Fn.get_azs())]
-        self._azs += list(settings.fleet_availability_zones)
-
+        self._azs = [Fn.select(0, Fn.get_azs()), Fn.select(1, Fn.get_azs())]
         self.network = TrainingNetwork(
             self,
             "Network",

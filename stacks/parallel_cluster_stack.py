@@ -7,6 +7,7 @@ from constructs import Construct
 
 from config.settings import ParallelClusterSettings
 from stacks.data_stack import ExportedBucket
+from training_constructs.az_subnet import SLURM_OFFSET, AzSubnet
 from training_constructs.training_cluster import TrainingCluster
 from training_constructs.training_network import TrainingNetwork
 
@@ -32,9 +33,24 @@ class ParallelClusterStack(Stack):
         settings: ParallelClusterSettings,
         log_retention_days: int,
         root_volume_gib: int,
+        availability_zone: str | None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, termination_protection=True, **kwargs)
+        # The network's first training subnet, or a subnet of the cluster's own in the named AZ: one in
+        # the compute stack would come and go with the fleets there, under this stack's import.
+        subnet_id = network.training_subnet.subnet_id
+        if availability_zone:
+            self.subnet: AzSubnet | None = AzSubnet(
+                Construct(self, "Subnets"),
+                vpc_id=network.vpc.vpc_id,
+                route_table_id=network.training_route_table_id,
+                availability_zone=availability_zone,
+                offset=SLURM_OFFSET,
+            )
+            subnet_id = self.subnet.subnet.subnet_id
+        else:
+            self.subnet = None
         dataset_bucket = datasets.bucket(self, "Datasets")
         checkpoint_bucket = checkpoints.bucket(self, "Checkpoints")
         self.cluster = TrainingCluster(
@@ -42,7 +58,7 @@ class ParallelClusterStack(Stack):
             "Slurm",
             cluster_name=CLUSTER_NAME,
             settings=settings,
-            subnet_id=network.training_subnet.subnet_id,
+            subnet_id=subnet_id,
             dataset_bucket=dataset_bucket,
             checkpoint_bucket=checkpoint_bucket,
             log_retention_days=log_retention_days,

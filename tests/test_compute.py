@@ -349,19 +349,46 @@ def test_three_fleets_three_compute_paths_each_sized_from_its_type():
 
 
 def test_fleets_in_other_azs_use_the_subnet_of_their_own_az():
-    result = synth("three-fleets")
-    network = result.templates["TrainingNetwork"]
-    subnet_az = {
-        k: r["Properties"]["AvailabilityZone"]
-        for k, r in resources(network, "AWS::EC2::Subnet").items()
-        if k.startswith("NetworkVpcTraining")
+    """A named AZ's subnet lives in the compute stack, named and addressed after its AZ (a -> 10.1,
+    b -> 10.2, ...), in a VPC CIDR block of its own, on the network's first training route table."""
+    template = synth("three-fleets").templates[STACK]
+    subnets = resources(template, "AWS::EC2::Subnet")
+    assert {k: (r["Properties"]["AvailabilityZone"], r["Properties"]["CidrBlock"]) for k, r in subnets.items()} == {
+        next(k for k in subnets if k.startswith(f"Subnets{az_id}")): (az, cidr)
+        for az_id, az, cidr in (
+            ("UsWest2a", "us-west-2a", "10.1.0.0/18"),
+            ("UsWest2b", "us-west-2b", "10.2.0.0/18"),
+            ("UsWest2c", "us-west-2c", "10.3.0.0/18"),
+        )
     }
-    assert sorted(subnet_az.values()) == ["us-west-2a", "us-west-2b", "us-west-2c"]
-    exports = {o["Export"]["Name"]: o["Value"].get("Ref") for o in network["Outputs"].values()}
+    blocks = resources(template, "AWS::EC2::VPCCidrBlock")
+    assert sorted(b["Properties"]["CidrBlock"] for b in blocks.values()) == [
+        "10.1.0.0/18",
+        "10.2.0.0/18",
+        "10.3.0.0/18",
+    ]
+    for subnet in subnets.values():
+        (block,) = subnet["DependsOn"]
+        assert blocks[block]["Properties"]["CidrBlock"] == subnet["Properties"]["CidrBlock"]
+    associations = resources(template, "AWS::EC2::SubnetRouteTableAssociation").values()
+    assert sorted(a["Properties"]["SubnetId"]["Ref"] for a in associations) == sorted(subnets)
+    assert {str(a["Properties"]["RouteTableId"]) for a in associations} == {
+        str({"Fn::ImportValue": "TrainingNetwork:ExportsOutputRefNetworkVpcTrainingSubnet1RouteTable28B83122D064A3BA"})
+    }
+    # rl has no AZ of its own: availabilityZone (us-west-2a) is its AZ.
     for fleet_id, az in (("Rl", "us-west-2a"), ("Llm", "us-west-2b"), ("Trn", "us-west-2c")):
         _, _, ce = fleet("three-fleets", fleet_id)
         (subnet,) = ce["Properties"]["ComputeResources"]["Subnets"]
-        assert subnet_az[exports[subnet["Fn::ImportValue"]]] == az
+        assert subnets[subnet["Ref"]]["Properties"]["AvailabilityZone"] == az
+
+
+def test_fleets_without_an_az_use_the_networks_first_training_subnet():
+    template = synth("default").templates[STACK]
+    assert not resources(template, "AWS::EC2::Subnet")
+    for _, r in resources(template, "AWS::Batch::ComputeEnvironment").items():
+        assert r["Properties"]["ComputeResources"]["Subnets"] == [
+            {"Fn::ImportValue": "TrainingNetwork:ExportsOutputRefNetworkVpcTrainingSubnet1Subnet78795A940E87DF81"}
+        ]
 
 
 def test_gpu_only_deployment_has_no_trainium_resource_or_neuron_ami():

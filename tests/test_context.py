@@ -1,8 +1,13 @@
 import json
+import re
+from pathlib import Path
 
 import pytest
 
+from config import limits
 from config.context import KEYS, ConfigError, read_settings
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def error(**context) -> str:
@@ -85,7 +90,6 @@ def test_max_nodes_defaults_to_at_least_nodes():
         ({"interfaceEndpoints": "ecr.api,s3"}, ["interfaceEndpoints", "'s3'", "ecr.dkr"]),
         ({"logRetentionDays": "10"}, ["logRetentionDays", "10", "14"]),
         ({"natGateways": "3"}, ["natGateways", "1..2"]),
-        ({"availabilityZone": "us-east-1a", "natGateways": "2"}, ["natGateways", "1..1"]),
     ],
 )
 def test_bad_values_name_key_value_and_allowed(context, expected):
@@ -301,26 +305,83 @@ def test_no_fleet_at_all_is_refused():
     assert "leave no fleet" in error(gpuInstanceType="none", trainiumInstanceType="none")
 
 
-def test_fleet_az_must_be_in_the_region_and_the_vpc_holds_three():
+def test_fleet_az_must_be_in_the_region_and_the_vpc_holds_four_named_azs():
     with pytest.raises(ConfigError, match=r"fleets\.rl\.availabilityZone='eu-west-1a': is not in the stack's region"):
         read_settings(fleets(rl={"instanceType": "g6e.48xlarge", "availabilityZone": "eu-west-1a"}), region="us-east-1")
-    four = {f"f{az}": {"instanceType": "g6e.48xlarge", "availabilityZone": f"us-east-1{az}"} for az in ("b", "c", "d")}
-    # Not pinned: two default AZs plus three named ones is more than the VPC has room for.
-    assert "the VPC holds 3" in error(**fleets(**four))
-    read_settings(fleets(**four) | {"availabilityZone": "us-east-1b"})  # pinned: b, c, d
+    per_az = {f"f{az}": {"instanceType": "g6e.48xlarge", "availabilityZone": f"us-east-1{az}"} for az in "bcde"}
+    five = fleets(**per_az, ff={"instanceType": "g6e.48xlarge", "availabilityZone": "us-east-1f"})
+    assert error(**five).startswith("context key fleets='5 AZs': fleets and the Slurm cluster name 5 subnets")
+    # Four named AZs take four CIDR blocks beside the VPC's own: the default quota of five.
+    read_settings(fleets(**per_az))
+    read_settings(fleets(**per_az) | {"availabilityZone": "us-east-1b"})
+    # An availabilityZone no fleet lands in takes no block; one that a fleet lands in does.
+    read_settings(fleets(**per_az) | {"availabilityZone": "us-east-1f"})
+    fifth = fleets(**per_az, g={"instanceType": "g6e.48xlarge"}) | {"availabilityZone": "us-east-1f"}
+    assert "a VPC holds 5 CIDR blocks" in error(**fifth)
+    # The Slurm cluster's own subnet in availabilityZone is a fifth block.
+    message = error(**fleets(**per_az) | {"availabilityZone": "us-east-1b", "parallelCluster": "true"})
+    assert message.startswith("context key availabilityZone='us-east-1b': fleets and the Slurm cluster name 5")
+
+
+def test_every_fleet_naming_its_az_needs_nothing_else():
+    """Issue 19, point 2: the natural per-fleet form, with no top-level availabilityZone."""
+    two = fleets(
+        a={"instanceType": "g6.12xlarge", "availabilityZone": "us-east-1a"},
+        b={"instanceType": "g6.12xlarge", "availabilityZone": "us-east-1b"},
+    )
+    s = read_settings(two, region="us-east-1")
+    assert [f.availability_zone for f in s.fleets] == ["us-east-1a", "us-east-1b"]
+    assert s.network.availability_zone is None
+
+
+def test_natgateways_two_with_a_named_az():
+    # The public subnets stay in the VPC's first two AZs whatever availabilityZone says.
+    assert read_settings({"availabilityZone": "us-east-1a", "natGateways": "2"}).network.nat_gateways == 2
+
+
+@pytest.mark.parametrize(
+    "name", ["datasets", "checkpoints", "jobRole", "jobAlerts", "alertTopic", "fairShare", "SUBNETS"]
+)
+def test_reserved_fleet_names_are_refused_in_one_line(name):
+    message = error(**fleets(**{name: {"instanceType": "g6e.48xlarge"}}))
+    assert message.startswith(f"context key fleets={name!r}: {name!r} is taken by the stacks' own ")
+    assert "allowed: a fleet name other than (in any case)" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("days", [1096, 2192, 2557, 2922, 3288])
+def test_log_retention_parallelcluster_refuses_is_refused_with_it(days):
+    assert read_settings({"logRetentionDays": str(days)}).log_retention_days == days  # CloudWatch takes it
+    message = error(logRetentionDays=str(days), parallelCluster="true")
+    assert message.startswith(f"context key logRetentionDays={days}: ParallelCluster refuses")
+    assert "allowed: with parallelCluster=true one of 1, 3, 5," in message and "1827, 3653" in message
+
+
+def test_log_retention_list_is_parallelclusters_own():
+    """The list is 3.16.1's CloudWatchLogsSchema, read from the installed package where it exists,
+    less 0 (ParallelCluster's "never expire", which CloudWatch's own list has no value for)."""
+    schema = next(
+        Path(ROOT, ".venv", "pcluster").glob("lib/python3*/site-packages/pcluster/schemas/cluster_schema.py"), None
+    )
+    if schema is None:
+        pytest.skip("the ParallelCluster environment is not installed")
+    text = schema.read_text()
+    block = text[text.index("class CloudWatchLogsSchema") :]
+    listed = re.search(r"retention_in_days = fields\.Int\(\s*validate=validate\.OneOf\(\[([\d, ]+)\]", block)
+    assert listed, "CloudWatchLogsSchema.retention_in_days moved"
+    assert tuple(int(v) for v in listed[1].split(",") if int(v)) == limits.PCLUSTER_LOG_RETENTION_DAYS
 
 
 def test_fleets_sharing_a_subnet_must_fit_its_addresses():
     # p5.48xlarge: 32 EFA interfaces + 1 task ENI = 33 addresses per node; a /18 has 16379.
     assert read_settings(fleets(big={"instanceType": "p5.48xlarge", "maxNodes": 496})).fleet("big").max_nodes == 496
     message = error(**fleets(big={"instanceType": "p5.48xlarge", "maxNodes": 497}))
-    assert "need 16401 private IPv4 addresses" in message and "big: 16401" in message and "16379" in message
+    assert "needs 16401 private IPv4 addresses" in message and "fleet big: 16401" in message and "16379" in message
     # Two fleets in the same (default) subnet add up; the flat keys are checked the same way.
     both = fleets(
         a={"instanceType": "p5.48xlarge", "maxNodes": 300}, b={"instanceType": "p5e.48xlarge", "maxNodes": 300}
     )
-    assert "a: 9900, b: 9900" in error(**both)
-    assert "gpu: 33000" in error(gpuInstanceType="p5.48xlarge", gpuMaxNodes="1000")
+    assert "fleet a: 9900, fleet b: 9900" in error(**both)
+    assert "fleet gpu: 33000" in error(gpuInstanceType="p5.48xlarge", gpuMaxNodes="1000")
     # In different AZs each has its own subnet.
     apart = fleets(
         a={"instanceType": "p5.48xlarge", "maxNodes": 300},
@@ -339,4 +400,17 @@ def test_subnet_room_counts_the_ena_only_primary_of_p6_b300():
         b200={"instanceType": "p6-b200.48xlarge", "maxNodes": 1000},
         p5={"instanceType": "p5.48xlarge", "maxNodes": 300},
     )
-    assert "b200: 9000, p5: 9900" in error(**mixed)
+    assert "fleet b200: 9000, fleet p5: 9900" in error(**mixed)
+def test_slurm_queues_count_in_the_subnet_they_share():
+    # 450 p5.48xlarge Batch nodes take 14850 addresses: they fit alone in a /18 (16379).
+    gpu = {"gpuInstanceType": "p5.48xlarge", "gpuMaxNodes": "450", "trainiumInstanceType": "none"}
+    read_settings(gpu)
+    # Two Slurm queues of 1000 nodes (one address each) and a head node share the VPC's first subnet.
+    slurm = {"parallelCluster": "true", "pclusterMaxNodes": "1000", "pclusterInstanceType": "p5e.48xlarge,p5.48xlarge"}
+    message = error(**gpu | slurm)
+    assert message.startswith("context: the VPC's first training subnet needs 16851 private IPv4 addresses")
+    assert (
+        "fleet gpu: 14850, Slurm queue p5e.48xlarge: 1000, Slurm queue p5.48xlarge: 1000, Slurm head node: 1" in message
+    )
+    # With availabilityZone set the cluster has a subnet of its own, and the fleet one in that AZ.
+    read_settings(gpu | slurm | {"availabilityZone": "us-east-1a"})

@@ -1,5 +1,7 @@
 """Security- and cost-relevant properties of the network stack, asserted one by one."""
 
+import json
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
@@ -40,10 +42,35 @@ def test_environment_bound_synth_needs_no_lookup():
     assert result.templates[STACK]["Resources"]
 
 
-def test_pinned_az_puts_every_subnet_in_it():
-    template = synth("pinned-az-endpoints").templates[STACK]
-    azs = {r["Properties"]["AvailabilityZone"] for r in resources(template, "AWS::EC2::Subnet").values()}
-    assert azs == {"us-west-2b"}
+def test_pinned_az_leaves_the_network_as_it_is(template):
+    """availabilityZone moves fleets, not the VPC's subnets: they stay in the region's first two AZs,
+    with the default deployment's logical ids and CIDRs (README, design decisions)."""
+    pinned = synth("pinned-az-endpoints").templates[STACK]
+    subnets = {k: r["Properties"] for k, r in resources(pinned, "AWS::EC2::Subnet").items()}
+    assert subnets == {k: r["Properties"] for k, r in resources(template, "AWS::EC2::Subnet").items()}
+    assert {k: p["CidrBlock"] for k, p in subnets.items()} == {
+        "NetworkVpcPublicSubnet1Subnet36933139": "10.0.0.0/24",
+        "NetworkVpcPublicSubnet2SubnetC427CCE0": "10.0.1.0/24",
+        "NetworkVpcTrainingSubnet1Subnet78795A94": "10.0.64.0/18",
+        "NetworkVpcTrainingSubnet2Subnet2155B0E1": "10.0.128.0/18",
+    }
+
+
+def test_network_exports_what_any_version_of_its_importers_may_import(template):
+    """CDK deploys this stack first; an export a deployed stack still imports cannot be removed.
+    So the network exports its VPC, first training subnet and route table and both security
+    groups in every configuration, imported or not."""
+    exported = {json.dumps(o["Value"], sort_keys=True) for o in template["Outputs"].values() if "Export" in o}
+    assert exported == {
+        json.dumps(v, sort_keys=True)
+        for v in (
+            {"Ref": "NetworkVpc7FB7348F"},
+            {"Ref": "NetworkVpcTrainingSubnet1Subnet78795A94"},
+            {"Ref": "NetworkVpcTrainingSubnet1RouteTable28B83122"},
+            {"Fn::GetAtt": ["NetworkEfaSecurityGroup3744DDDC", "GroupId"]},
+            {"Fn::GetAtt": ["NetworkNodeSecurityGroup642EFBE4", "GroupId"]},
+        )
+    }
 
 
 def test_s3_gateway_endpoint_on_the_training_subnets(template):

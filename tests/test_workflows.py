@@ -143,21 +143,36 @@ Resources
 """
 
 
-def test_comment_flags_stateful_replacements_and_deletions_loudly():
+def test_comment_lists_replacements_and_deletions_dangerous_ones_marked_first():
     script = load_comment_script()
     comment = script.render(script.parse(DIFF))
     assert comment.startswith(script.MARKER + "\n")
-    risks = {(r.stack, r.resource_type, r.impact) for r in script.risks(script.parse(DIFF))}
-    assert risks == {
-        ("TrainingData", "AWS::S3::Bucket", "replace"),
-        ("TrainingData", "AWS::ECR::Repository", "orphan"),
-        ("TrainingJobs", "AWS::Logs::LogGroup", "destroy"),
-    }
-    assert "[!CAUTION]" in comment and "**3 stateful resource change(s)" in comment
-    # The job queue may be replaced but holds no data: in the diff, not in the warning table.
+    risks = [(r.stack, r.resource_type, r.impact, bool(r.danger)) for r in script.risks(script.parse(DIFF))]
+    assert risks == [
+        ("TrainingData", "AWS::S3::Bucket", "replace", True),
+        ("TrainingData", "AWS::ECR::Repository", "orphan", True),
+        ("TrainingJobs", "AWS::Logs::LogGroup", "destroy", True),
+        # A job queue that may be replaced: jobs in it would be lost, and its ARN changes.
+        ("TrainingJobs", "AWS::Batch::JobQueue", "may be replaced", True),
+    ]
+    assert "[!CAUTION]" in comment and "**4 of 4 replaced or removed resource(s) fail or lose data" in comment
     table = comment.split("2 of 3 stack(s) differ")[0]
-    assert "JobQueue" not in table
+    assert (
+        "| ⛔ | TrainingJobs | `Gpu/Queue GpuQueueAC298B72` | `AWS::Batch::JobQueue` | **may be replaced** |" in table
+    )
+    # The added job definition is neither replaced nor removed: in the diff, not in the table.
+    assert "GpuTrainingJob4CCAFCF3" not in table
     assert "<summary><b>TrainingData</b></summary>" in comment and "TrainingNetwork</b>" not in comment
+
+
+def test_harmless_replacements_are_listed_unmarked_and_the_table_stays_short():
+    script = load_comment_script()
+    line = "[~] AWS::Batch::JobDefinition Gpu/Job GpuJob0123 replace"
+    comment = script.render(script.parse("Stack TrainingJobs\nResources\n" + "\n".join([line] * 50) + "\n"))
+    assert "[!NOTE]\n> 50 resource(s) replaced or removed; none holds data" in comment and "⛔" not in comment
+    table = comment.split("1 of 1 stack(s) differ")[0]
+    assert table.count("GpuJob0123") == script.MAX_ROWS
+    assert "| | | 10 more in the diffs below |" in table
 
 
 def test_comment_without_differences_is_quiet():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Acknowledgment, RemovalPolicy, Token, Validations
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -18,13 +18,13 @@ PUBLIC_SUBNETS = "Public"
 
 
 class TrainingNetwork(Construct):
-    """A VPC with one private training subnet per Availability Zone it spans.
+    """A VPC with a public and a private training subnet in each of the region's first two AZs.
 
-    Public attributes: `vpc`, `training_subnet` (in the first AZ, the default of fleets that name
-    none), `subnet_for(az)` (the training subnet of a fleet's AZ; one AZ per fleet, for its
-    cluster placement group),
-    `efa_security_group` (all traffic to and from itself, nothing else) and
-    `node_security_group` (outbound only, for the host's own traffic: ECS, ECR, S3, logs).
+    Public attributes: `vpc`, `training_subnet` (in the first AZ, the subnet of fleets that name no
+    AZ), `training_route_table_id` (its route table: NAT egress and the S3 endpoint, which the
+    subnets of named AZs share, see AzSubnet), `efa_security_group` (all traffic to and from itself,
+    nothing else) and `node_security_group` (outbound only, for the host's own traffic: ECS, ECR,
+    S3, logs).
     """
 
     def __init__(
@@ -63,12 +63,9 @@ class TrainingNetwork(Construct):
             # restrictDefaultSecurityGroup would strip those rules, so it is off on purpose.
             restrict_default_security_group=False,
         )
-        if not all(Token.is_unresolved(az) for az in availability_zones):
-            _allow_pinned_availability_zone(self.vpc)
         # CDK creates one subnet of the group per AZ, in the order the AZs were given.
-        training = self.vpc.select_subnets(subnet_group_name=TRAINING_SUBNETS).subnets
-        self._subnets = dict(zip(availability_zones, training, strict=True))
-        self.training_subnet: ec2.ISubnet = training[0]
+        self.training_subnet: ec2.ISubnet = self.vpc.select_subnets(subnet_group_name=TRAINING_SUBNETS).subnets[0]
+        self.training_route_table_id = self.training_subnet.route_table.route_table_id
 
         # Image layers, datasets and checkpoints go to S3 without paying for NAT traffic.
         self.vpc.add_gateway_endpoint(
@@ -127,23 +124,18 @@ class TrainingNetwork(Construct):
             allow_all_outbound=True,
         )
 
-    def subnet_for(self, availability_zone: str | None) -> ec2.ISubnet:
-        """The training subnet in `availability_zone`; None: the default (first) one."""
-        if availability_zone is None:
-            return self.training_subnet
-        return self._subnets[availability_zone]
+        # Exported whether or not another stack imports them now: CDK deploys this stack first, and a
+        # deployed compute or ParallelCluster stack may still import any of them (CloudFormation
+        # refuses to delete an export in use). These never change, so no deploy ever removes one.
+        for value in (
+            self.vpc.vpc_id,
+            self.training_subnet.subnet_id,
+            self.training_route_table_id,
+            self.efa_security_group.security_group_id,
+            self.node_security_group.security_group_id,
+        ):
+            Stack.of(self).export_value(value)
 
 
 def _endpoint_id(service: str) -> str:
     return "".join(part.capitalize() for part in service.replace("-", ".").split(".")) + "Endpoint"
-
-
-def _allow_pinned_availability_zone(vpc: ec2.Vpc) -> None:
-    """The user named an AZ (`availabilityZone`, or a fleet's): cluster placement groups and
-    capacity reservations live in one known AZ, so the literal is intended, not an accident."""
-    reason = "availabilityZone was set on purpose: placement groups and capacity reservations need a known AZ"
-    Validations.of(vpc).acknowledge(Acknowledgment(id="CloudFormation-Validate::W3010", reason=reason))
-    for subnet in vpc.public_subnets + vpc.private_subnets:
-        cfn_subnet = subnet.node.default_child
-        # cfn-lint reads this; the reason is the one above.
-        cfn_subnet.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"]}})

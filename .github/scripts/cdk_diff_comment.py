@@ -2,9 +2,11 @@
 
     python cdk_diff_comment.py cdk-diff.txt > comment.md
 
-The first line is a marker the workflow uses to find and update its earlier comment. Changes that
-replace, destroy or orphan a stateful resource (buckets, repositories, file systems, log groups,
-...) are listed first, loudly; each stack's full diff follows in a collapsed section.
+The first line is a marker the workflow uses to find and update its earlier comment. Every resource
+the change would replace, destroy or orphan, and every export it would remove, is listed first;
+the ones whose replacement fails or loses data are marked (subnets, compute environments, job
+queues, buckets, repositories, file systems, log groups, exports that another stack may import).
+Each stack's full diff follows in a collapsed section.
 """
 
 from __future__ import annotations
@@ -31,6 +33,24 @@ STATEFUL_TYPES = frozenset(
         "Custom::PclusterCluster",
     }
 )
+# Replacing or deleting these fails while they are in use, or drops work: (on replacement, on deletion).
+# CloudFormation creates a replacement before it deletes the old resource.
+FAILS_WHEN_REPLACED = {
+    "AWS::EC2::Subnet": (
+        "the new subnet is created first and collides on the CIDR",
+        "fails while instances still have interfaces in it",
+    ),
+    "AWS::EC2::VPCCidrBlock": ("the new block is associated first and overlaps", "fails while a subnet uses it"),
+    "AWS::Batch::ComputeEnvironment": (
+        "new ARN; queues that use the old one block its deletion",
+        "fails while a job queue uses it: deploy TrainingJobs first (README)",
+    ),
+    "AWS::Batch::JobQueue": ("new ARN; jobs in the old queue are lost", "jobs still in the queue are lost"),
+}
+EXPORT_DANGER = "fails while a deployed stack still imports it (CDK deploys this stack first)"
+STATEFUL_DANGER = "holds data: the new one starts empty, or the old one is left behind"
+# At most this many rows in the summary: dangerous ones first; the diffs below have the rest.
+MAX_ROWS = 40
 # How `cdk diff` words the impact of a resource change, at the end of its line.
 RISKY_IMPACTS = ("may be replaced", "replace", "destroy", "orphan")
 # GitHub refuses comments over 65,536 characters. The whole comment stays below this, with room
@@ -39,6 +59,7 @@ MAX_COMMENT_CHARS = 60_000
 
 _STACK = re.compile(r"^Stack (\S+)")
 _RESOURCE = re.compile(r"^\[(?P<op>[+~-])\] (?P<type>(?:AWS|Custom)::\S+) (?P<rest>.+)$")
+_REMOVED_OUTPUT = re.compile(r"^\[-\] Output (?P<name>[^\s:]+): (?P<body>.*)$")
 
 
 @dataclass
@@ -53,10 +74,14 @@ class StackDiff:
 
 @dataclass(frozen=True)
 class Risk:
+    """A resource or export the change replaces or removes; `danger` says why that fails or loses
+    data, empty when it does neither."""
+
     stack: str
     resource_type: str
     resource: str
     impact: str
+    danger: str = ""
 
 
 def parse(text: str) -> list[StackDiff]:
@@ -71,11 +96,15 @@ def parse(text: str) -> list[StackDiff]:
 
 
 def risks(stacks: list[StackDiff]) -> list[Risk]:
+    """Every replaced, destroyed or orphaned resource and every removed export, dangerous first."""
     found = []
     for stack in stacks:
         for line in stack.lines:
+            output = _REMOVED_OUTPUT.match(line.strip())
+            if output and '"Export"' in output["body"]:
+                found.append(Risk(stack.name, "Export", output["name"], "remove", EXPORT_DANGER))
             match = _RESOURCE.match(line.strip())
-            if not match or match["type"] not in STATEFUL_TYPES:
+            if not match:
                 continue
             rest = match["rest"]
             impact = next((i for i in RISKY_IMPACTS if rest.endswith(f" {i}")), None)
@@ -83,25 +112,48 @@ def risks(stacks: list[StackDiff]) -> list[Risk]:
                 impact = "destroy"
             if impact:
                 resource = rest[: -len(impact)].strip() if rest.endswith(impact) else rest
-                found.append(Risk(stack.name, match["type"], resource, impact))
-    return found
+                kind = match["type"]
+                danger = STATEFUL_DANGER if kind in STATEFUL_TYPES else ""
+                if kind in FAILS_WHEN_REPLACED:
+                    danger = FAILS_WHEN_REPLACED[kind][0 if "replace" in impact else 1]
+                found.append(Risk(stack.name, kind, resource, impact, danger))
+    return sorted(found, key=lambda r: not r.danger)
+
+
+def summary(at_risk: list[Risk]) -> list[str]:
+    """The table above the diffs: what is replaced or removed, the dangerous rows marked."""
+    if not at_risk:
+        return []
+    dangerous = sum(1 for r in at_risk if r.danger)
+    if dangerous:
+        head = [
+            "> [!CAUTION]",
+            f"> **{dangerous} of {len(at_risk)} replaced or removed resource(s) fail or lose data (marked ⛔).** "
+            "Check each before merging; README, Changing a deployed fleet, has the order that works.",
+        ]
+    else:
+        head = ["> [!NOTE]", f"> {len(at_risk)} resource(s) replaced or removed; none holds data or blocks the deploy."]
+    rows = [
+        f"| {'⛔' if r.danger else ''} | {r.stack} | `{r.resource}` | `{r.resource_type}` | "
+        f"{f'**{r.impact}**' if r.danger else r.impact} | {r.danger} |"
+        for r in at_risk[:MAX_ROWS]
+    ]
+    if len(at_risk) > MAX_ROWS:
+        rows.append(f"| | | {len(at_risk) - MAX_ROWS} more in the diffs below | | | |")
+    return [
+        *head,
+        "",
+        "| | stack | resource | type | change | why it matters |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def render(stacks: list[StackDiff]) -> str:
     changed = [s for s in stacks if s.changed]
     out = [MARKER, "## cdk diff", ""]
-    at_risk = risks(stacks)
-    if at_risk:
-        out += [
-            "> [!CAUTION]",
-            f"> **{len(at_risk)} stateful resource change(s) can lose or orphan data.** "
-            "Check each before merging; a replaced bucket or file system starts empty.",
-            "",
-            "| stack | resource | type | change |",
-            "|---|---|---|---|",
-            *(f"| {r.stack} | `{r.resource}` | `{r.resource_type}` | **{r.impact}** |" for r in at_risk),
-            "",
-        ]
+    out += summary(risks(stacks))
     if not changed:
         out.append(f"No differences in {len(stacks)} stack(s) against what is deployed.")
         return "\n".join(out) + "\n"
