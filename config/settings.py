@@ -66,6 +66,10 @@ RESERVED_CONSTRUCT_IDS = frozenset(
         "Slurm",
         "ClusterName",
         "HeadNodeInstanceId",
+        # Job metrics and the monitoring stack.
+        "JobMetrics",
+        "Dashboard",
+        "DashboardUrl",
     }
 )
 

@@ -9,6 +9,8 @@ Checks, each only when its variable asks for it:
   EXPECT_VULKAN=1            NVIDIA_DRIVER_CAPABILITIES includes graphics (or all), and a Vulkan GPU is
                              visible: `vulkaninfo --summary` lists a GPU device, or, without vulkaninfo,
                              an NVIDIA Vulkan ICD file exists in VULKAN_ICD_DIRS
+  MIN_NVIDIA_DRIVER=V        the host's NVIDIA driver (NVIDIA_DRIVER_VERSION_FILE, default
+                             /proc/driver/nvidia/version) is V or newer: driver_check.py beside this file
   EXPECTED_NEURON_DEVICES=N  at least N /dev/neuron* devices in NEURON_DEVICE_DIR (default /dev), and
                              `neuron-ls --json-output` (the Neuron driver and runtime tools) lists N
 A failed check prints ONE line to stderr, naming the node, what was expected and what was found, and
@@ -26,6 +28,7 @@ NCCL_SOCKET_IFNAME).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -143,6 +146,21 @@ def check_neuron(environ: Mapping[str, str], expected: int) -> list[str]:
     return []
 
 
+def check_driver(environ: Mapping[str, str], minimum: str) -> list[str]:
+    # driver_check.py sits beside this file in the GPU image (config/catalog.py has the minimums).
+    spec = importlib.util.spec_from_file_location("driver_check", Path(__file__).with_name("driver_check.py"))
+    if spec is None or spec.loader is None:
+        return [f"driver_check.py beside preflight.py for MIN_NVIDIA_DRIVER={minimum}, found none"]
+    driver_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver_check)
+    path = environ.get("NVIDIA_DRIVER_VERSION_FILE", driver_check.PROC_VERSION)
+    try:
+        problem: str | None = driver_check.check(minimum, path)
+    except ValueError as error:
+        raise Malformed(f"MIN_NVIDIA_DRIVER='{minimum}' is not a driver version") from error
+    return [f"an NVIDIA driver of at least {minimum}, found: {problem}"] if problem else []
+
+
 def failures(environ: Mapping[str, str]) -> list[str]:
     """What this node lacks, each as 'expected ..., found ...' text; empty when it is fit to train."""
     found: list[str] = []
@@ -156,6 +174,8 @@ def failures(environ: Mapping[str, str]) -> list[str]:
         found += check_efa(environ, efa)
     if gpus is not None:
         found += check_gpus(environ, gpus)
+    if environ.get("MIN_NVIDIA_DRIVER"):
+        found += check_driver(environ, environ["MIN_NVIDIA_DRIVER"])
     if vulkan == "1":
         found += check_vulkan(environ)
     if neuron is not None:

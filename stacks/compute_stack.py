@@ -4,8 +4,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from aws_cdk import Stack
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.settings import FleetSettings, RootVolume
@@ -63,7 +63,6 @@ class ComputeStack(Stack):
                 efa_security_group=network.efa_security_group,
                 node_security_group=network.node_security_group,
                 root_volume=root_volume,
-                fleet_name=fleet.name,
                 log_retention=log_retention,
                 capacity_reservation=fleet.capacity_reservation,
                 ami_id=fleet.ami_id,

@@ -401,6 +401,8 @@ def test_subnet_room_counts_the_ena_only_primary_of_p6_b300():
         p5={"instanceType": "p5.48xlarge", "maxNodes": 300},
     )
     assert "fleet b200: 9000, fleet p5: 9900" in error(**mixed)
+
+
 def test_slurm_queues_count_in_the_subnet_they_share():
     # 450 p5.48xlarge Batch nodes take 14850 addresses: they fit alone in a /18 (16379).
     gpu = {"gpuInstanceType": "p5.48xlarge", "gpuMaxNodes": "450", "trainiumInstanceType": "none"}

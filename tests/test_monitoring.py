@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import email
+import gzip
 import json
 import re
 
@@ -12,6 +13,8 @@ import pytest
 
 from config.metrics import FLEET_DIMENSION, GPU_UTILIZATION, JOB_STATE_METRICS, NAMESPACE, XID_ERRORS
 from tests.harness import THREE_FLEETS, resources, synth
+from tests.test_compute import render
+from training_constructs.node_metrics import COLLECTOR
 
 JOBS, COMPUTE, MONITORING = "TrainingJobs", "TrainingCompute", "TrainingMonitoring"
 GPU_FLEETS = {"rl", "llm"}  # three-fleets: g6e and p5e; "trn" is Trainium
@@ -105,20 +108,17 @@ def test_metric_filters_count_each_state_per_fleet():
     assert by_metric == {name: f'{{ $.status = "{status}" }}' for status, name in JOB_STATE_METRICS.items()}
 
 
-def user_data(template, fleet_id) -> tuple[str, str]:
-    """(the MIME document EC2 receives, its one shell script)."""
+def user_data(template, fleet_id) -> str:
+    """The one shell script of the MIME document EC2 receives."""
     (lt,) = [
         r["Properties"]["LaunchTemplateData"]
         for k, r in resources(template, "AWS::EC2::LaunchTemplate").items()
         if k.startswith(f"{fleet_id}LaunchTemplate")
     ]
-    (separator, parts) = lt["UserData"]["Fn::Base64"]["Fn::Join"]
-    document = separator.join(
-        p if isinstance(p, str) else base64.b64encode(p["Fn::Base64"].encode()).decode() for p in parts
-    )
+    document = render(lt["UserData"]["Fn::Base64"])
     message = email.message_from_string(document)
     (script,) = [p.get_payload(decode=True).decode() for p in message.walk() if not p.is_multipart()]
-    return document, script
+    return script
 
 
 def agent_json(script: str) -> dict:
@@ -129,7 +129,7 @@ def agent_json(script: str) -> dict:
 
 @pytest.mark.parametrize("fleet", sorted(THREE_FLEETS))
 def test_user_data_sets_up_the_agent_and_collector_for_the_fleet(fleet):
-    document, script = user_data(synth("three-fleets").templates[COMPUTE], fleet.capitalize())
+    script = user_data(synth("three-fleets").templates[COMPUTE], fleet.capitalize())
     config = agent_json(script)["metrics"]
     assert config["namespace"] == NAMESPACE
     gpu = fleet in GPU_FLEETS
@@ -140,9 +140,9 @@ def test_user_data_sets_up_the_agent_and_collector_for_the_fleet(fleet):
     (exec_start,) = [line for line in script.splitlines() if line.startswith("ExecStart=")]
     assert f"--fleet {fleet}" in exec_start and ("--gpu" in exec_start) is gpu
     assert "systemctl enable --now training-node-metrics.service" in script
-    # EC2 refuses user data above 16 KB before its own base64 (EC2 user guide, "Run commands when you
-    # launch an EC2 instance with user data"); Batch adds its own part, so keep room.
-    assert len(document.encode()) < 12 * 1024
+    # The node runs exactly the collector in the repository, packed to fit EC2's 16 KB.
+    (packed,) = [line for line in script.splitlines() if line.endswith("/opt/training-node-metrics/collector.py")]
+    assert gzip.decompress(base64.b64decode(packed.split("'")[1])) == COLLECTOR.read_bytes()
 
 
 def test_instance_roles_may_publish_metrics_only_in_our_namespace():
@@ -152,6 +152,8 @@ def test_instance_roles_may_publish_metrics_only_in_our_namespace():
         for p in resources(template, "AWS::IAM::Policy").values()
         for s in p["Properties"]["PolicyDocument"]["Statement"]
     ]
+    # Beside each fleet's boot-check log writes (tests/test_compute.py), one metrics statement per fleet.
+    statements = [s for s in statements if "cloudwatch:" in json.dumps(s["Action"])]
     assert len(statements) == len(THREE_FLEETS)
     for statement in statements:
         assert statement["Action"] == "cloudwatch:PutMetricData"

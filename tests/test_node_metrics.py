@@ -4,6 +4,8 @@ H100 kernel log and nvidia-smi output, and the agent configuration it feeds."""
 from __future__ import annotations
 
 import ast
+import base64
+import gzip
 import json
 import socket
 import subprocess
@@ -14,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from config import metrics
-from training_constructs.node_metrics import COLLECTOR, agent_config, collector_metric_names, node_metrics_commands
+from training_constructs.node_metrics import (
+    COLLECTOR,
+    INSTALL_DIR,
+    agent_config,
+    collector_metric_names,
+    node_metrics_commands,
+)
 from training_constructs.node_metrics import collector as c
 
 # Real output of an H100 node (driver 580.159.04), copied from the team's shared fixtures.
@@ -160,9 +168,11 @@ def test_agent_publishes_in_our_namespace_with_fleet_and_instance_only(gpu):
 def test_user_data_commands_write_the_collector_verbatim_and_start_it():
     commands = node_metrics_commands(fleet="trn", gpu=False)
     script = "\n".join(commands)
-    assert COLLECTOR.read_text().rstrip() in script
+    # Packed (training_constructs/node_files.py); it unpacks to exactly the repository's collector.
+    (packed,) = [c for c in commands if c.endswith(f"> {INSTALL_DIR}/collector.py")]
+    assert gzip.decompress(base64.b64decode(packed.split("'")[1])) == COLLECTOR.read_bytes()
     (exec_start,) = [line for line in script.splitlines() if line.startswith("ExecStart=")]
     assert "--fleet trn --statsd 127.0.0.1:8125" in exec_start and "--gpu" not in exec_start
-    assert json.dumps(agent_config(fleet="trn", gpu=False), indent=1) in script
+    assert json.dumps(agent_config(fleet="trn", gpu=False), separators=(",", ":")) in script
     # Installed in the background, so the ECS agent registers the node meanwhile; failures reach the console.
     assert commands[-1].endswith("&") and "/dev/console" in commands[-1]

@@ -163,12 +163,25 @@ def test_neuron_tools_that_fail_are_reported(neuron_node, tmp_path):
     assert found == "16 Neuron devices listed by neuron-ls, found exit 1: nrt_init: failed to open the Neuron driver"
 
 
+def test_a_driver_older_than_the_gpu_needs_is_refused(gpu_node):
+    # The H100 node's real /proc/driver/nvidia/version: driver 580.159.04.
+    node = {**gpu_node, "NVIDIA_DRIVER_VERSION_FILE": fixture("proc-driver-nvidia-version.txt")}
+    # B300's minimum (config/catalog.py) is met; a newer one is not, and the line names both.
+    assert preflight.failures({**node, "MIN_NVIDIA_DRIVER": "580.95.05"}) == []
+    (found,) = preflight.failures({**node, "MIN_NVIDIA_DRIVER": "590.1"})
+    assert found.startswith("an NVIDIA driver of at least 590.1, found: ") and "580.159.04" in found
+    # No minimum set: the driver is not read at all.
+    assert preflight.failures({**gpu_node, "NVIDIA_DRIVER_VERSION_FILE": "/nonexistent"}) == []
+
+
 def test_every_failure_lands_in_one_list(gpu_node, tmp_path):
     env = {**gpu_node, "EFA_DEVICE_DIR": str(tmp_path / "none"), "EXPECTED_GPUS": "8"}
     assert len(preflight.failures(env)) == 2
 
 
-@pytest.mark.parametrize("name", ["EFA_DEVICES", "EXPECTED_GPUS", "EXPECTED_NEURON_DEVICES", "EXPECT_VULKAN"])
+@pytest.mark.parametrize(
+    "name", ["EFA_DEVICES", "EXPECTED_GPUS", "EXPECTED_NEURON_DEVICES", "EXPECT_VULKAN", "MIN_NVIDIA_DRIVER"]
+)
 def test_malformed_expectations_are_usage_errors(name, capsys):
     assert preflight.main({name: "four"}) == preflight.USAGE_EXIT
     assert f"{name}='four'" in capsys.readouterr().err

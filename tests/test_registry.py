@@ -99,9 +99,15 @@ def test_every_launcher_file_is_copied_into_the_image(dockerfile):
         words = line.split()
         if words[:1] == ["COPY"] and words[-1] == "/opt/training/":
             copied.update(words[1:-1])
-    # The launcher runs its Python modules from beside it; one left out fails only on a node.
+    # The launcher runs its Python modules from beside it; one left out fails only on a node. The
+    # NVIDIA driver check has nothing to check on a Neuron node.
     beside = {p.name for p in (ROOT / "container").iterdir() if p.suffix in (".py", ".sh")}
+    if dockerfile.parent.name != "gpu":
+        beside -= {"driver_check.py"}
     assert beside <= copied, beside - copied
+    # .dockerignore lets through only what it names: a copied file it leaves out fails the build.
+    allowed = {line[1:] for line in (ROOT / "container" / ".dockerignore").read_text().splitlines() if line[:1] == "!"}
+    assert copied <= allowed, copied - allowed
 
 
 def dockerfile_lines(name):

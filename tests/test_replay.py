@@ -341,7 +341,11 @@ def test_reordering_fleets_only_reorders_the_alert_rules_queues(
     synthed: dict[str, Synthed], diffs: dict[str, Any]
 ) -> None:
     (_, shown) = _replay("fleets are reordered", synthed, diffs)[1]
-    assert shown == {("TrainingJobs", "AWS::Events::Rule", "WILL_UPDATE")}
+    # The dashboard's rows follow the fleets' order.
+    assert shown == {
+        ("TrainingJobs", "AWS::Events::Rule", "WILL_UPDATE"),
+        ("TrainingMonitoring", "AWS::CloudWatch::Dashboard", "WILL_UPDATE"),
+    }
 
 
 @pytest.mark.parametrize("sequence", REFUSED)
@@ -402,7 +406,11 @@ def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
     RESERVED_CONSTRUCT_IDS. Any child added later by any stack must be listed there. The app is built
     with every optional part (Slurm in a named AZ, fair share, alerts), not synthesized."""
     context = {"parallelCluster": "true", "availabilityZone": "us-west-2a", "shares": "a:1"}
-    context |= {"alertEmail": "ml-oncall@example.com", "interfaceEndpoints": "logs"}
+    context |= {
+        "alertEmail": "ml-oncall@example.com",
+        "interfaceEndpoints": "logs",
+        "healthCheckSchedule": "rate(1 day)",
+    }
     # Fleet names that start no other id, one of each accelerator kind, one in an AZ of its own.
     context |= fleets(qa={"instanceType": "g6.12xlarge"}, qb=TRN | {"availabilityZone": "us-west-2b"})
     app = cdk.App(context={**FEATURE_FLAGS, **context}, outdir=tempfile.mkdtemp(prefix="replay-"))
@@ -410,7 +418,7 @@ def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
     reserved = {name.lower() for name in RESERVED_CONSTRUCT_IDS}
     fleet_ids = [fleet_construct_id(f) for f in ("qa", "qb")]
     stacks = [s for s in app.node.children if isinstance(s, cdk.Stack)]
-    assert len(stacks) == 6
+    assert len(stacks) == 7
     for stack in stacks:
         for child in stack.node.children:
             name = child.node.id

@@ -14,11 +14,10 @@ that would deadlock the boot.
 
 from __future__ import annotations
 
-import base64
-import gzip
 from pathlib import Path
 
 from config.catalog import AcceleratorKind, InstanceSpec
+from training_constructs.node_files import pack, write_packed
 
 SCRIPT = Path(__file__).parent / "node_scripts" / "boot_check.py"
 NODE_PATH = "/usr/local/libexec/training-boot-check.py"
@@ -29,9 +28,8 @@ EXIT_FAILED = 3
 
 
 def packed_script() -> str:
-    """The script gzipped (mtime 0, so the template is stable) and base64-encoded: EC2 takes at
-    most 16 KB of user data, which the other user-data parts share."""
-    return base64.b64encode(gzip.compress(SCRIPT.read_bytes(), mtime=0)).decode()
+    """The script as the user data carries it (training_constructs/node_files.py)."""
+    return pack(SCRIPT.read_bytes())
 
 
 def host_check_arguments(instance: InstanceSpec, fleet: str, efa_interfaces: int) -> list[str]:
@@ -54,7 +52,7 @@ def host_check_commands(
     ]
     return [
         f"mkdir -p {NODE_PATH.rsplit('/', 1)[0]}",
-        f"echo '{packed_script()}' | base64 -d | gunzip > {NODE_PATH}",
+        write_packed(NODE_PATH, SCRIPT.read_bytes()),
         "boot_check_status=0",
         f"python3 {NODE_PATH} {' '.join(arguments)} || boot_check_status=$?",
         f'if [ "$boot_check_status" -eq {EXIT_FAILED} ]; then',

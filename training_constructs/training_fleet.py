@@ -51,7 +51,6 @@ class TrainingFleet(Construct):
         efa_security_group: ec2.ISecurityGroup,
         node_security_group: ec2.ISecurityGroup,
         root_volume: RootVolume,
-        fleet_name: str,
         log_retention: logs.RetentionDays,
         capacity_reservation: CapacityReservation | None = None,
         ami_id: str | None = None,
