@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
@@ -18,12 +19,21 @@ from stacks.network_stack import NetworkStack
 from stacks.parallel_cluster_stack import ParallelClusterStack
 from stacks.registry_stack import RegistryStack
 from training_constructs.retention import retention_days
+from training_constructs.training_image import CONTAINER_DIR
 
 STACK_PREFIX = "Training"
 
 
-def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None:
-    """Add every stack to `app`. Tests call this with their own App and settings."""
+def build_app(
+    app: cdk.App,
+    settings: AppSettings,
+    env: cdk.Environment,
+    *,
+    container_dir: Path = CONTAINER_DIR,
+    checks: bool = True,
+) -> None:
+    """Add every stack to `app`. Tests call this with their own App and settings, another
+    container/ folder, or without the cdk-nag checks (checks=False) where they only read templates."""
     retention = retention_days(settings.log_retention_days)
     network = NetworkStack(
         app,
@@ -46,6 +56,9 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
         app,
         f"{STACK_PREFIX}Registry",
         fleets=settings.fleets,
+        images=settings.images,
+        log_retention=retention,
+        container_dir=container_dir,
         env=env,
         description="Training platform: training images (built from container/) and the team ECR repository",
     )
@@ -88,7 +101,8 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment) -> None
             description="Training platform: optional AWS ParallelCluster (Slurm) cluster with FSx for Lustre",
         )
         cluster.add_stack_dependency(data)
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    if checks:
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
 
 
 def main() -> None:
