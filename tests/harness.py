@@ -82,6 +82,8 @@ VARIANTS: dict[str, dict[str, str]] = {
         "runnableTimeoutMinutes": "30",
     },
     "gpu-only": {"trainiumInstanceType": "none"},
+    # Images built in CodeBuild at deploy, with an NGC key.
+    "cloud-build": {"imageBuild": "cloud", "ngcSecret": "ngc-api-key"},
 }
 
 _HASH = re.compile(r"[0-9a-f]{64}")
@@ -95,11 +97,11 @@ class Synth:
     manifest: dict[str, Any]
 
 
-def build(context: dict[str, str], env: cdk.Environment | None = None) -> cdk.App:
-    """An app with every stack added but not yet synthesized."""
+def build(context: dict[str, str], env: cdk.Environment | None = None, **options: Any) -> cdk.App:
+    """An app with every stack added but not yet synthesized; `options` go to app.build_app."""
     app = cdk.App(context={**FEATURE_FLAGS, **context}, outdir=tempfile.mkdtemp(prefix="cdkout-"))
     env = env or cdk.Environment()
-    build_app(app, read_settings(app.node.get_all_context(), region=env.region), env)
+    build_app(app, read_settings(app.node.get_all_context(), region=env.region), env, **options)
     return app
 
 
@@ -115,9 +117,9 @@ def synth(variant: str) -> Synth:
     return _synth(build(VARIANTS[variant]))
 
 
-def synth_with(context: dict[str, str], env: cdk.Environment | None = None) -> Synth:
-    """An uncached synth for one-off contexts."""
-    return _synth(build(context, env))
+def synth_with(context: dict[str, str], env: cdk.Environment | None = None, **options: Any) -> Synth:
+    """An uncached synth for one-off contexts (options: app.build_app's container_dir, checks)."""
+    return _synth(build(context, env, **options))
 
 
 def scrub(value: Any) -> Any:
