@@ -16,3 +16,9 @@ BENCHMARK_BUSBW = "BenchmarkBusBandwidthGbps"
 BENCHMARK_VERDICT = "BenchmarkVerdict"
 # Boot-time host check: 1 when a node failed it, 0 when it passed.
 BOOT_CHECK_FAILED = "BootCheckFailed"
+# Cold start of one node (container/cold_start.py, one line per node): the image pull, container
+# start to the launcher, the fabric preflight, and torchrun's start to its first worker (rendezvous).
+COLD_START_IMAGE_PULL = "ColdStartImagePullSeconds"
+COLD_START_CONTAINER_TO_LAUNCHER = "ColdStartContainerToLauncherSeconds"
+COLD_START_PREFLIGHT = "ColdStartPreflightSeconds"
+COLD_START_RENDEZVOUS = "ColdStartRendezvousSeconds"

@@ -29,8 +29,12 @@
 # was restored; the main node uploads CHECKPOINT_DIR every CHECKPOINT_SYNC_MINUTES (default 15)
 # and when the script exits. checkpoint_sync.py (beside this file) does the copying, with
 # CHECKPOINT_PYTHON (default: PYTHON, else python3).
+# Cold start, on ECS (ECS_CONTAINER_METADATA_URI_V4 set): cold_start.py (beside this file, run with
+# COLD_START_PYTHON, default: PYTHON, else python3) prints one embedded-metric JSON line per node
+# with the image pull, container-to-launcher, preflight and rendezvous seconds.
 # Exits with the training command's status (1 if it succeeded but the last upload failed).
 set -euo pipefail
+launcher_start="${EPOCHREALTIME:-$(date +%s)}"
 
 readonly NAME="distributed_run.sh"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -112,7 +116,9 @@ sync_minutes="${CHECKPOINT_SYNC_MINUTES:-15}"
 if ! [[ "$sync_minutes" =~ ^[0-9]*\.?[0-9]+$ ]] || ! awk -v m="$sync_minutes" 'BEGIN {exit !(m > 0)}'; then
   die "CHECKPOINT_SYNC_MINUTES='$sync_minutes' is not a positive number"
 fi
+preflight_start="${EPOCHREALTIME:-$(date +%s)}"
 preflight
+preflight_end="${EPOCHREALTIME:-$(date +%s)}"
 
 if [[ -z "${PYTHON:-}" ]] && command -v torchrun >/dev/null 2>&1; then
   runner=(torchrun)
@@ -184,6 +190,13 @@ if [[ "$batch" -eq 0 ]]; then
   echo "$NAME: single node, $nproc processes: ${runner[*]} ${args[*]} ${script[*]}" >&2
 else
   echo "$NAME: node $index of $nodes (rank $node_rank, main $main), $nproc processes, rendezvous $address:$port id $job_id: ${runner[*]} ${args[*]} ${script[*]}" >&2
+fi
+
+if [[ -n "${ECS_CONTAINER_METADATA_URI_V4:-}" ]]; then
+  # In the background, watching this process (torchrun's, after the exec below) for its workers.
+  "${COLD_START_PYTHON:-${PYTHON:-python3}}" "$HERE/cold_start.py" --launcher-start "$launcher_start" \
+    --preflight-seconds "$(awk -v a="$preflight_start" -v b="$preflight_end" 'BEGIN {print b - a}')" \
+    --watch-pid $$ --rendezvous-start "${EPOCHREALTIME:-$(date +%s)}" --rendezvous-timeout "${join_timeout:-60}" &
 fi
 
 if [[ -z "${CHECKPOINT_URI:-}" || "$is_main" -eq 0 ]]; then
