@@ -123,8 +123,9 @@ def test_builds_nobody_waits_for_and_unfinished_builds_are_left_alone(handle):
 
 
 def test_a_handle_that_is_not_https_is_refused():
-    with pytest.raises(ValueError, match="WAIT_HANDLE_URL"):
-        report_build.put_signal("http://example.com/x", {"Status": "SUCCESS"})
+    for url in ("http://example.com/x", "http://127.0.0.1.example.com/x", "file:///etc/passwd"):
+        with pytest.raises(ValueError, match="WAIT_HANDLE_URL"):
+            report_build.put_signal(url, {"Status": "SUCCESS"})
 
 
 # The build script, as CodeBuild runs it, with stand-ins that log their arguments and stdin.

@@ -42,6 +42,8 @@ BUILDKIT_IMAGE = "moby/buildkit:v0.25.1"
 # al2023gpu.pkr.hcl and al2023neu.pkr.hcl), and Docker pulls zstd layers since 23.0 (moby/moby
 # v23.0.0 release notes, moby/moby#41759).
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build_image.sh"
+# The construct id of the Lambda function that every AwsCustomResource in a stack shares.
+AWS_CUSTOM_RESOURCE_SINGLETON = "AWS679f53fac002430cb0da5b7982bd2287"
 
 
 class CloudBuiltImage:
@@ -122,6 +124,7 @@ class CloudImageBuild(Construct):
         reporter_logs = logs.LogGroup(
             self, "ReporterLogs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN
         )
+        self._reporter_role = self._function_role("ReporterRole", reporter_logs)
         self.reporter = lambda_.Function(
             self,
             "Reporter",
@@ -130,7 +133,7 @@ class CloudImageBuild(Construct):
             handler="report_build.handler",
             code=lambda_.Code.from_asset(str(REPORTER_DIR), exclude=["__pycache__", "*.pyc"]),
             timeout=Duration.minutes(1),
-            role=self._function_role("ReporterRole", reporter_logs),
+            role=self._reporter_role,
             log_group=reporter_logs,
         )
         self._starter_logs = logs.LogGroup(
@@ -158,6 +161,7 @@ class CloudImageBuild(Construct):
             tag = f"{name}-{self.content_hash}"
             self.images[name] = CloudBuiltImage(repository=repository, tag=tag)
             self.wait_conditions[name] = self._wait_for_build(name, tag, dockerfile, rule)
+        self._drop_redundant_role_dependencies()
         self._acknowledge()
 
     def _wait_for_build(self, name: str, tag: str, dockerfile: str, rule: events.Rule) -> cfn.CfnWaitCondition:
@@ -198,6 +202,17 @@ class CloudImageBuild(Construct):
         condition.override_logical_id(f"{prefix}ImageBuilt{self.content_hash}")
         condition.node.add_dependency(starter)
         return condition
+
+    def _drop_redundant_role_dependencies(self) -> None:
+        """CDK makes a function with a given role depend on the role and its policy; the role is
+        already a GetAtt of the function (cfn-lint W3005). Keep only the policy dependency."""
+        stack = Stack.of(self)
+        singleton = stack.node.try_find_child(AWS_CUSTOM_RESOURCE_SINGLETON)
+        for function, role in ((self.reporter.node.default_child, self._reporter_role), (
+            singleton.node.default_child if singleton else None, self._starter_role)):  # fmt: skip
+            if isinstance(function, CfnResource):
+                policy = role.node.find_child("DefaultPolicy").node.default_child
+                function.add_override("DependsOn", [stack.get_logical_id(policy)])  # type: ignore[arg-type]
 
     def _function_role(self, construct_id: str, log_group: logs.LogGroup) -> iam.Role:
         role = iam.Role(self, construct_id, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
