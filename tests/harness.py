@@ -62,6 +62,10 @@ VARIANTS: dict[str, dict[str, str]] = {
         "rootVolumeGib": "500",
         "rootVolumeThroughput": "1000",
         "rootVolumeIops": "8000",
+        # Images built in CodeBuild at deploy, with an NGC key (tests/test_cloud_build.py): no
+        # compute setting depends on it, so it shares this synth instead of adding one.
+        "imageBuild": "cloud",
+        "ngcSecret": "ngc-api-key",
     },
     # The jobs issue's acceptance case, with fair shares, timeout and attempts.
     "p5-four-nodes": {
@@ -82,8 +86,6 @@ VARIANTS: dict[str, dict[str, str]] = {
         "runnableTimeoutMinutes": "30",
     },
     "gpu-only": {"trainiumInstanceType": "none"},
-    # Images built in CodeBuild at deploy, with an NGC key.
-    "cloud-build": {"imageBuild": "cloud", "ngcSecret": "ngc-api-key"},
 }
 
 _HASH = re.compile(r"[0-9a-f]{64}")

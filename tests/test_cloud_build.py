@@ -24,7 +24,7 @@ from tests.test_app_cli import CDK, clean_env
 from training_constructs import cloud_image_build as build
 from training_constructs.retention import retention_days
 
-VARIANT = "cloud-build"
+VARIANT = "reservations"  # imageBuild=cloud, ngcSecret=ngc-api-key
 STACK = "TrainingRegistry"
 HASH = re.compile(r"[0-9a-f]{64}")
 
