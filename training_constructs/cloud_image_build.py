@@ -207,9 +207,10 @@ class CloudImageBuild(Construct):
         """CDK makes a function with a given role depend on the role and its policy; the role is
         already a GetAtt of the function (cfn-lint W3005). Keep only the policy dependency."""
         stack = Stack.of(self)
-        singleton = stack.node.try_find_child(AWS_CUSTOM_RESOURCE_SINGLETON)
-        for function, role in ((self.reporter.node.default_child, self._reporter_role), (
-            singleton.node.default_child if singleton else None, self._starter_role)):  # fmt: skip
+        starter_function = stack.node.find_child(AWS_CUSTOM_RESOURCE_SINGLETON)
+        pairs = [(self.reporter, self._reporter_role), (starter_function, self._starter_role)]
+        for construct, role in pairs:
+            function = construct.node.default_child
             if isinstance(function, CfnResource):
                 policy = role.node.find_child("DefaultPolicy").node.default_child
                 function.add_override("DependsOn", [stack.get_logical_id(policy)])  # type: ignore[arg-type]
