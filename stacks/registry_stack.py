@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ecr as ecr
@@ -11,8 +11,10 @@ from constructs import Construct
 
 from config.catalog import AcceleratorKind
 from config.settings import FleetSettings, ImageSettings
-from training_constructs.cloud_image_build import CloudBuiltImage, CloudImageBuild
 from training_constructs.training_image import CONTAINER_DIR, TrainingImage
+
+if TYPE_CHECKING:
+    from training_constructs.cloud_image_build import CloudBuiltImage, CloudImageBuild
 
 UNTAGGED_IMAGE_DAYS = 14
 TAGGED_IMAGES_KEPT = 200
@@ -81,6 +83,9 @@ class RegistryStack(Stack):
         self.cloud_build: CloudImageBuild | None = None
         self.images: dict[AcceleratorKind, TrainingImage | CloudBuiltImage] = {}
         if images.build == "cloud" and needed:
+            # Imported here: the default synth does not load CodeBuild, Lambda and custom resources.
+            from training_constructs.cloud_image_build import CloudImageBuild
+
             self.cloud_build = CloudImageBuild(
                 self,
                 "ImageBuild",
