@@ -110,13 +110,36 @@ def test_every_other_final_status_is_a_failure(handle, status):
 
 def test_a_long_reason_keeps_the_log_link_whole():
     phases = [{"phase-type": "BUILD", "phase-status": "FAILED", "phase-context": ["x" * 10_000]}]
-    reason = report_build.signal(event("FAILED", None, phases=phases)["detail"])["Reason"]
+    reason = report_build.signal(event("FAILED", None, phases=phases)["detail"], {})["Reason"]
     assert len(reason) <= report_build.MAX_REASON and reason.endswith(LOG_LINK)
 
 
-def test_builds_nobody_waits_for_and_unfinished_builds_are_left_alone(handle):
+class FakeCodeBuild:
+    """BatchGetBuilds in the API reference's shape; `variables` is what the build ran with."""
+
+    def __init__(self, variables: list[dict[str, str]]) -> None:
+        self.variables, self.asked = variables, []
+
+    def batch_get_builds(self, ids: list[str]) -> dict[str, Any]:
+        self.asked.append(ids)
+        return {"builds": [{"id": ids[0], "environment": {"environmentVariables": self.variables}}]}
+
+
+def test_an_event_without_the_handle_falls_back_to_the_builds_record(handle, monkeypatch):
     url, received = handle
     received.clear()
+    fake = FakeCodeBuild([{"name": "WAIT_HANDLE_URL", "value": url, "type": "PLAINTEXT"}])
+    monkeypatch.setattr(report_build, "codebuild_client", lambda: fake)
+    without = event("FAILED", None)
+    assert report_build.handler(without)["reported"] is True
+    assert fake.asked == [[BUILD_ID]]
+    assert json.loads(received[0]["body"])["Status"] == "FAILURE"
+
+
+def test_builds_nobody_waits_for_and_unfinished_builds_are_left_alone(handle, monkeypatch):
+    url, received = handle
+    received.clear()
+    monkeypatch.setattr(report_build, "codebuild_client", lambda: FakeCodeBuild([]))
     assert report_build.handler(event("SUCCEEDED", None))["reported"] is False
     assert report_build.handler(event("IN_PROGRESS", url))["reported"] is False
     assert received == []
@@ -206,8 +229,10 @@ def test_other_build_failures_fail_without_the_ngc_line(tmp_path):
     assert result.returncode == 1 and "nvcr.io" not in result.stdout
 
 
-def test_reporter_stays_stdlib_only():
+def test_reporter_needs_only_what_lambdas_python_runtime_ships():
     source = Path(report_build.__file__).read_text()
-    imports = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
-    assert imports <= {"__future__", "json", "urllib", "collections", "typing"}, imports
+    imports = {
+        line.split()[1].split(".")[0] for line in source.splitlines() if line.strip().startswith(("import ", "from "))
+    }
+    assert imports <= {"__future__", "json", "urllib", "collections", "typing", "boto3"}, imports
     assert os.path.basename(report_build.__file__) == "report_build.py"

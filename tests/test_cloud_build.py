@@ -167,10 +167,14 @@ def test_build_end_reaches_the_reporter_and_the_starter_may_only_start_this_proj
         role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
         assert "ManagedPolicyArns" not in t["Resources"][role_id]["Properties"]
         actions = {a for s in statements(t, role_id) for a in as_list(s["Action"])}
-        assert actions - {"logs:CreateLogStream", "logs:PutLogEvents"} <= {"codebuild:StartBuild"}
-    start = [s for role in resources(t, "AWS::IAM::Role") for s in statements(t, role)
-             if "codebuild:StartBuild" in as_list(s["Action"])]  # fmt: skip
-    assert [s["Resource"] for s in start] == [{"Fn::GetAtt": [project_id, "Arn"]}]
+        assert actions - {"logs:CreateLogStream", "logs:PutLogEvents"} in (
+            {"codebuild:StartBuild"},
+            {"codebuild:BatchGetBuilds"},
+        )
+    for action in ("codebuild:StartBuild", "codebuild:BatchGetBuilds"):
+        granted = [s for role in resources(t, "AWS::IAM::Role") for s in statements(t, role)
+                   if action in as_list(s["Action"])]  # fmt: skip
+        assert [s["Resource"] for s in granted] == [{"Fn::GetAtt": [project_id, "Arn"]}], action
 
 
 def job_images(jobs: dict[str, Any]) -> dict[str, Any]:

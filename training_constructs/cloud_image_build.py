@@ -125,6 +125,10 @@ class CloudImageBuild(Construct):
             self, "ReporterLogs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN
         )
         self._reporter_role = self._function_role("ReporterRole", reporter_logs)
+        # The reporter's fallback when an event lacks the build's variables: read this project's builds.
+        self._reporter_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["codebuild:BatchGetBuilds"], resources=[self.project.project_arn])
+        )
         self.reporter = lambda_.Function(
             self,
             "Reporter",

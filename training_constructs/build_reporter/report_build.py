@@ -2,7 +2,8 @@
 
 Invoked by an EventBridge rule on "CodeBuild Build State Change" events of the image build project
 with a final status. The build carries the wait condition handle's presigned URL in its environment
-variable WAIT_HANDLE_URL (set by the starter at deploy). Stdlib only: runs on Lambda's Python runtime.
+variable WAIT_HANDLE_URL (set by the starter at deploy). Stdlib, plus the boto3 that Lambda's Python
+runtime ships for the fallback lookup.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ HANDLE_VARIABLE = "WAIT_HANDLE_URL"
 TAG_VARIABLE = "IMAGE_TAG"
 # CodeBuild build statuses that end a build (CodeBuild API, Build.buildStatus).
 FINAL_STATUSES = ("SUCCEEDED", "FAILED", "FAULT", "STOPPED", "TIMED_OUT")
-# CloudFormation shows at most this much of a wait condition's Reason; keep the log link whole.
+# A reason short enough to read in cdk deploy's event output; the log link is always kept whole.
 MAX_REASON = 4000
 
 
@@ -28,13 +29,32 @@ def _variables(detail: Mapping[str, Any]) -> dict[str, str]:
     return {v["name"]: str(v.get("value", "")) for v in env.get("environment-variables", []) if "name" in v}
 
 
-def signal(detail: Mapping[str, Any]) -> dict[str, str]:
+def codebuild_client() -> Any:
+    import boto3  # only for the fallback; Lambda's Python runtime includes it
+
+    return boto3.client("codebuild")
+
+
+def build_variables(detail: Mapping[str, Any]) -> dict[str, str]:
+    """The build's environment variables from the event, or, should the event lack the handle, from
+    the build's own record (CodeBuild API, BatchGetBuilds: environment.environmentVariables)."""
+    variables = _variables(detail)
+    if HANDLE_VARIABLE in variables or "build-id" not in detail:
+        return variables
+    builds = codebuild_client().batch_get_builds(ids=[detail["build-id"]]).get("builds", [])
+    for build in builds:
+        for variable in build.get("environment", {}).get("environmentVariables", []):
+            variables.setdefault(variable["name"], str(variable.get("value", "")))
+    return variables
+
+
+def signal(detail: Mapping[str, Any], variables: Mapping[str, str]) -> dict[str, str]:
     """The wait condition signal for one build-state event (CloudFormation user guide, "Using
     wait condition handles": Status SUCCESS or FAILURE, Reason, UniqueId, Data)."""
     info = detail.get("additional-information", {})
     build_id = str(detail.get("build-id", "unknown build"))
     status = str(detail.get("build-status", "UNKNOWN"))
-    tag = _variables(detail).get(TAG_VARIABLE, "")
+    tag = variables.get(TAG_VARIABLE, "")
     if status == "SUCCEEDED":
         return {"Status": "SUCCESS", "Reason": f"image {tag} built by {build_id}", "UniqueId": build_id, "Data": tag}
     link = info.get("logs", {}).get("deep-link") or "no log link in the event"
@@ -67,11 +87,12 @@ def handler(event: Mapping[str, Any], _context: object = None) -> dict[str, Any]
     detail = event.get("detail", {})
     if detail.get("build-status") not in FINAL_STATUSES:
         return {"reported": False, "why": f"build status {detail.get('build-status')!r} is not final"}
-    url = _variables(detail).get(HANDLE_VARIABLE)
+    variables = build_variables(detail)
+    url = variables.get(HANDLE_VARIABLE)
     if not url:
         # A build started by hand, not by a deploy: nothing waits for it.
         return {"reported": False, "why": f"build has no {HANDLE_VARIABLE}"}
-    body = signal(detail)
+    body = signal(detail, variables)
     status = put_signal(url, body)
     print(json.dumps({"build": detail.get("build-id"), "signal": body["Status"], "http": status}))
     return {"reported": True, "signal": body, "http": status}
