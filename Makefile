@@ -54,6 +54,7 @@ test: bootstrap $(VENV)/.dev
 	$(BIN)/pytest $(ARGS)
 
 deploy: bootstrap
+	$(BIN)/python -m config.image_build_check $(ARGS)
 	$(CDK) deploy --all $(if $(APPROVAL),--require-approval $(APPROVAL)) $(ARGS)
 
 diff: bootstrap

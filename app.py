@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import aws_cdk as cdk
 from aws_cdk import Duration
@@ -20,13 +21,22 @@ from stacks.network_stack import NetworkStack
 from stacks.parallel_cluster_stack import ParallelClusterStack
 from stacks.registry_stack import RegistryStack
 from training_constructs.retention import retention_days
+from training_constructs.training_image import CONTAINER_DIR
 
 STACK_PREFIX = "Training"
 
 
-def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment, *, nag: bool = True) -> None:
-    """Add every stack to `app`. Tests call this with their own App and settings; `nag=False`
-    leaves cdk-nag out, for tests that only compare templates (the templates are the same)."""
+def build_app(
+    app: cdk.App,
+    settings: AppSettings,
+    env: cdk.Environment,
+    *,
+    container_dir: Path = CONTAINER_DIR,
+    nag: bool = True,
+) -> None:
+    """Add every stack to `app`. Tests call this with their own App and settings, another
+    container/ folder, or `nag=False`, which leaves cdk-nag out, for tests that only compare or read
+    templates (the templates are the same)."""
     retention = retention_days(settings.log_retention_days)
     network = NetworkStack(
         app,
@@ -51,6 +61,9 @@ def build_app(app: cdk.App, settings: AppSettings, env: cdk.Environment, *, nag:
         app,
         f"{STACK_PREFIX}Registry",
         fleets=settings.fleets,
+        images=settings.images,
+        log_retention=retention,
+        container_dir=container_dir,
         env=env,
         description="Training platform: training images (built from container/) and the team ECR repository",
     )

@@ -26,6 +26,7 @@ from config.settings import (
     CapacityReservation,
     FleetSettings,
     HealthCheckSchedule,
+    ImageSettings,
     JobSettings,
     NetworkSettings,
     ParallelClusterSettings,
@@ -108,6 +109,8 @@ SshSource = _pattern(
 )
 KeyName = _pattern(r"^[\x20-\x7e]{1,255}$")
 Email = _pattern(r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")
+# Secrets Manager CreateSecret Name: 1..512 of letters, digits and /_+=.@- (API reference).
+SecretName = _pattern(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 _IMAGE_TEXT = "an image URI (registry/repository:tag or @sha256:digest)"
 _RESERVATION_TEXT = "cr- followed by 17 hex digits"
 
@@ -243,6 +246,14 @@ class _ContextBase(BaseModel):
     pcluster_deletion_policy: Literal["Retain", "Delete"] = key(
         "pclusterDeletionPolicy", "Retain", "Retain or Delete", "whether deleting the stack deletes the cluster"
     )
+    image_build: Literal["local", "cloud"] = key(
+        "imageBuild", "local", "local (Docker on the deploying machine) or cloud (AWS CodeBuild at deploy)",
+        "where the training images are built",
+    )  # fmt: skip
+    ngc_secret: SecretName = key(
+        "ngcSecret", None, "a Secrets Manager secret name (letters, digits, /_+=.@-)",
+        "secret holding an NGC API key for the cloud build's nvcr.io login",
+    )  # fmt: skip
 
 
 def _context_model() -> type[BaseModel]:
@@ -547,6 +558,8 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
         problem = f"above {limits.GP3_MIBPS_PER_IOPS} MiB/s per IOPS (rootVolumeIops={ctx.root_volume_iops})"
         raise _fail("rootVolumeThroughput", ctx.root_volume_throughput, problem)
     cluster = _parallel_cluster(ctx)
+    if ctx.ngc_secret and ctx.image_build != "cloud":
+        raise _fail("ngcSecret", ctx.ngc_secret, "only the cloud build reads it; add -c imageBuild=cloud")
     return AppSettings(
         network=_network(ctx, fleets, cluster, region),
         fleets=fleets,
@@ -563,4 +576,5 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
         root_volume=RootVolume(
             size_gib=ctx.root_volume_gib, throughput_mibps=ctx.root_volume_throughput, iops=ctx.root_volume_iops
         ),
+        images=ImageSettings(build=ctx.image_build, ngc_secret=ctx.ngc_secret),
     )

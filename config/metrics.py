@@ -50,3 +50,9 @@ EFA_COUNTER_METRICS = {
 # The CloudWatch agent's nvidia_gpu input names its metrics nvidia_smi_<measurement>.
 GPU_MEASUREMENTS = ("utilization_gpu", "memory_used", "temperature_gpu")
 GPU_UTILIZATION = "nvidia_smi_utilization_gpu"
+# Cold start of one node (container/cold_start.py, one line per node): the image pull, container
+# start to the launcher, the fabric preflight, and torchrun's start to its first worker (rendezvous).
+COLD_START_IMAGE_PULL = "ColdStartImagePullSeconds"
+COLD_START_CONTAINER_TO_LAUNCHER = "ColdStartContainerToLauncherSeconds"
+COLD_START_PREFLIGHT = "ColdStartPreflightSeconds"
+COLD_START_RENDEZVOUS = "ColdStartRendezvousSeconds"

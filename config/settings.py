@@ -164,6 +164,17 @@ class JobSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ImageSettings:
+    """Where the training images that fleets without their own `image` run are built."""
+
+    # "local": DockerImageAsset, built by Docker on the machine that runs cdk deploy.
+    # "cloud": AWS CodeBuild at deploy time, pushed to the team repository under a content tag.
+    build: str = "local"
+    # Secrets Manager secret (name) holding an NGC API key for the cloud build; None: anonymous pull.
+    ngc_secret: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class AppSettings:
     network: NetworkSettings
     fleets: tuple[FleetSettings, ...]
@@ -171,6 +182,7 @@ class AppSettings:
     jobs: JobSettings
     log_retention_days: int
     root_volume: RootVolume
+    images: ImageSettings = ImageSettings()
 
     @property
     def root_volume_gib(self) -> int:

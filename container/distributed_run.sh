@@ -34,8 +34,12 @@
 # CHECKPOINT_SETTLE_SECONDS (default 30). A SIGTERM goes to torchrun at once and starts the last
 # uploads while the workers exit. checkpoint_sync.py (beside this file) does the copying, with
 # CHECKPOINT_PYTHON (default: PYTHON, else python3).
+# Cold start, on ECS (ECS_CONTAINER_METADATA_URI_V4 set): cold_start.py (beside this file, run with
+# COLD_START_PYTHON, default: PYTHON, else python3) prints one embedded-metric JSON line per node
+# with the image pull, container-to-launcher, preflight and rendezvous seconds.
 # Exits with the training command's status (1 if it succeeded but the last upload failed).
 set -euo pipefail
+launcher_start="${EPOCHREALTIME:-$(date +%s)}"
 
 readonly NAME="distributed_run.sh"
 # A failed preflight (preflight.py PREFLIGHT_EXIT): the one exit code the job definitions retry.
@@ -136,7 +140,9 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   positive CHECKPOINT_SYNC_SECONDS "$sync_seconds"
   [[ "$settle_seconds" =~ ^[0-9]*\.?[0-9]+$ ]] || die "CHECKPOINT_SETTLE_SECONDS='$settle_seconds' is not a number of seconds (0 or more)"
 fi
+preflight_start="${EPOCHREALTIME:-$(date +%s)}"
 preflight
+preflight_end="${EPOCHREALTIME:-$(date +%s)}"
 
 if [[ -z "${PYTHON:-}" ]] && command -v torchrun >/dev/null 2>&1; then
   runner=(torchrun)
@@ -217,6 +223,14 @@ if [[ "$batch" -eq 0 ]]; then
   echo "$NAME: single node, $nproc processes: ${runner[*]} ${args[*]} ${script[*]}" >&2
 else
   echo "$NAME: node $index of $nodes (rank $node_rank, main $main), $nproc processes, rendezvous $address:$port id $job_id: ${runner[*]} ${args[*]} ${script[*]}" >&2
+fi
+
+if [[ -n "${ECS_CONTAINER_METADATA_URI_V4:-}" ]]; then
+  # In the background, watching this process's descendants (torchrun's, after the exec below, or
+  # the backgrounded torchrun's with checkpoints) for its first worker.
+  "${COLD_START_PYTHON:-${PYTHON:-python3}}" "$HERE/cold_start.py" --launcher-start "$launcher_start" \
+    --preflight-seconds "$(awk -v a="$preflight_start" -v b="$preflight_end" 'BEGIN {print b - a}')" \
+    --watch-pid $$ --rendezvous-start "${EPOCHREALTIME:-$(date +%s)}" --rendezvous-timeout "${join_timeout:-60}" &
 fi
 
 if [[ -z "${CHECKPOINT_URI:-}" ]]; then

@@ -1,15 +1,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.catalog import AcceleratorKind
-from config.settings import FleetSettings
-from training_constructs.training_image import TrainingImage
+from config.settings import FleetSettings, ImageSettings
+from training_constructs.training_image import CONTAINER_DIR, TrainingImage
+
+if TYPE_CHECKING:
+    from training_constructs.cloud_image_build import CloudBuiltImage, CloudImageBuild
 
 UNTAGGED_IMAGE_DAYS = 14
 TAGGED_IMAGES_KEPT = 200
@@ -20,12 +25,19 @@ IMAGES = {
 }
 
 
-class RegistryStack(Stack):
-    """Training images built from container/ (DockerImageAsset): one per accelerator kind that a
-    fleet without its own `image` runs on, none otherwise; and an ECR repository for images a team
-    pushes itself. Stateful: the repository is retained.
+def _image_name(kind: AcceleratorKind) -> str:
+    """gpu or trainium: the Dockerfile's folder, which starts the image's tag."""
+    return IMAGES[kind][1].split("/")[0]
 
-    Attribute `images`: accelerator kind -> TrainingImage; `image_uri(fleet)` is what a fleet runs."""
+
+class RegistryStack(Stack):
+    """Training images built from container/: one per accelerator kind that a fleet without its own
+    `image` runs on, none otherwise; and the team ECR repository. Images are DockerImageAssets
+    (Docker on the deploying machine), or with imageBuild=cloud built in CodeBuild at deploy and
+    pushed to the team repository under a content tag. Stateful: the repository is retained.
+
+    Attributes `images`: accelerator kind -> TrainingImage or CloudBuiltImage; `cloud_build`
+    (CloudImageBuild or None); `image_uri(fleet)` is what a fleet runs."""
 
     def __init__(
         self,
@@ -33,6 +45,9 @@ class RegistryStack(Stack):
         construct_id: str,
         *,
         fleets: Sequence[FleetSettings],
+        images: ImageSettings,
+        log_retention: logs.RetentionDays,
+        container_dir: Path = CONTAINER_DIR,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, termination_protection=True, **kwargs)
@@ -58,11 +73,34 @@ class RegistryStack(Stack):
                 ),
             ],
         )
-        needed = dict.fromkeys(f.instance.accelerator_kind for f in fleets if not f.image_uri)
-        self.images = {
-            kind: TrainingImage(self, IMAGES[kind][0], dockerfile=IMAGES[kind][1])
-            for kind in sorted(needed, key=list(IMAGES).index)
-        }
+        # Exported whether or not the job definitions use it now: switching imageBuild back to local
+        # must not remove an export that the deployed jobs stack still imports.
+        self.export_value(self.repository.repository_arn)
+        self.export_value(self.repository.repository_name)
+        needed = sorted(
+            dict.fromkeys(f.instance.accelerator_kind for f in fleets if not f.image_uri), key=list(IMAGES).index
+        )
+        self.cloud_build: CloudImageBuild | None = None
+        self.images: dict[AcceleratorKind, TrainingImage | CloudBuiltImage] = {}
+        if images.build == "cloud" and needed:
+            # Imported here: the default synth does not load CodeBuild, Lambda and custom resources.
+            from training_constructs.cloud_image_build import CloudImageBuild
+
+            self.cloud_build = CloudImageBuild(
+                self,
+                "ImageBuild",
+                repository=self.repository,
+                dockerfiles={_image_name(kind): IMAGES[kind][1] for kind in needed},
+                source_dir=container_dir,
+                ngc_secret=images.ngc_secret,
+                log_retention=log_retention,
+            )
+            self.images = {kind: self.cloud_build.images[_image_name(kind)] for kind in needed}
+        else:
+            self.images = {
+                kind: TrainingImage(self, IMAGES[kind][0], dockerfile=IMAGES[kind][1], directory=container_dir)
+                for kind in needed
+            }
 
     def image_uri(self, fleet: FleetSettings) -> str:
         return fleet.image_uri or self.images[fleet.instance.accelerator_kind].image_uri

@@ -18,6 +18,7 @@ import pytest
 SYNTH_FILES = frozenset(
     {
         "test_cfn_lint.py",
+        "test_cloud_build.py",
         "test_compute.py",
         "test_data.py",
         "test_fleet_health.py",

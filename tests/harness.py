@@ -62,6 +62,10 @@ VARIANTS: dict[str, dict[str, str]] = {
         "rootVolumeGib": "500",
         "rootVolumeThroughput": "1000",
         "rootVolumeIops": "8000",
+        # Images built in CodeBuild at deploy, with an NGC key (tests/test_cloud_build.py): no
+        # compute setting depends on it, so it shares this synth instead of adding one.
+        "imageBuild": "cloud",
+        "ngcSecret": "ngc-api-key",
     },
     # The jobs issue's acceptance case, with fair shares, timeout and attempts.
     "p5-four-nodes": {
@@ -100,11 +104,11 @@ class Synth:
     manifest: dict[str, Any]
 
 
-def build(context: dict[str, str], env: cdk.Environment | None = None) -> cdk.App:
-    """An app with every stack added but not yet synthesized."""
+def build(context: dict[str, str], env: cdk.Environment | None = None, **options: Any) -> cdk.App:
+    """An app with every stack added but not yet synthesized; `options` go to app.build_app."""
     app = cdk.App(context={**FEATURE_FLAGS, **context}, outdir=tempfile.mkdtemp(prefix="cdkout-"))
     env = env or cdk.Environment()
-    build_app(app, read_settings(app.node.get_all_context(), region=env.region), env)
+    build_app(app, read_settings(app.node.get_all_context(), region=env.region), env, **options)
     return app
 
 
@@ -120,9 +124,9 @@ def synth(variant: str) -> Synth:
     return _synth(build(VARIANTS[variant]))
 
 
-def synth_with(context: dict[str, str], env: cdk.Environment | None = None) -> Synth:
-    """An uncached synth for one-off contexts."""
-    return _synth(build(context, env))
+def synth_with(context: dict[str, str], env: cdk.Environment | None = None, **options: Any) -> Synth:
+    """An uncached synth for one-off contexts (options: app.build_app's container_dir, nag)."""
+    return _synth(build(context, env, **options))
 
 
 def scrub(value: Any) -> Any:

@@ -13,13 +13,15 @@ CONTAINER_DIR = Path(__file__).resolve().parent.parent / "container"
 class TrainingImage(Construct):
     """Attributes: `image_uri`, `asset`."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, dockerfile: str) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, dockerfile: str, directory: Path = CONTAINER_DIR
+    ) -> None:
         super().__init__(scope, construct_id)
         # Staged at synth (no Docker needed); built and pushed to the bootstrap repository at deploy.
         self.asset = ecr_assets.DockerImageAsset(
             self,
             "Asset",
-            directory=str(CONTAINER_DIR),
+            directory=str(directory),
             file=dockerfile,
             platform=ecr_assets.Platform.LINUX_AMD64,
         )

@@ -1,0 +1,1 @@
+"""Lambda code of the cloud image build: report a finished CodeBuild build to CloudFormation."""
