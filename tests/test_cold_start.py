@@ -119,11 +119,16 @@ def test_launcher_on_ecs_prints_one_line_with_every_number(tmp_path, endpoint):
     efa = tmp_path / "infiniband"
     efa.mkdir()
     (efa / "uverbs0").touch()
+    # The preflight also asks libfabric for its EFA provider (container/preflight.py).
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "fi_info").write_text("#!/bin/sh\necho 'provider: efa'\n")
+    (tools / "fi_info").chmod(0o755)
     Metadata.container_started = rfc3339(time.time() - 3)
     env = clean_env(
         PYTHON=str(fake), COLD_START_PYTHON=sys.executable, NPROC_PER_NODE="1", MASTER_ADDR="127.0.0.1",
         AWS_BATCH_JOB_NUM_NODES="2", AWS_BATCH_JOB_NODE_INDEX="1", AWS_BATCH_JOB_ID="job#1",
-        EFA_DEVICES="1", EFA_DEVICE_DIR=str(efa), TRAINING_FLEET="gpu",
+        EFA_DEVICES="1", EFA_DEVICE_DIR=str(efa), TRAINING_FLEET="gpu", PATH=f"{tools}:{os.environ['PATH']}",
         ECS_CONTAINER_METADATA_URI_V4=f"{endpoint}/v4/abc", AWS_EC2_METADATA_SERVICE_ENDPOINT=endpoint,
     )  # fmt: skip
     result = subprocess.run(
