@@ -40,6 +40,10 @@
 # Exits with the training command's status (1 if it succeeded but the last upload failed).
 set -euo pipefail
 launcher_start="${EPOCHREALTIME:-$(date +%s)}"
+# A stop (SIGTERM) before training starts is remembered: as the container's PID 1, bash would
+# otherwise ignore it, and the node would start training only to be SIGKILLed later.
+stop_requested=0
+trap 'stop_requested=1' TERM INT
 
 readonly NAME="distributed_run.sh"
 # A failed preflight (preflight.py PREFLIGHT_EXIT): the one exit code the job definitions retry.
@@ -204,16 +208,19 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   export CHECKPOINT_DIR="${CHECKPOINT_DIR:-/tmp/checkpoints}"
   mkdir -p "$CHECKPOINT_DIR"
   checkpoint_uri="${CHECKPOINT_URI%/}/$job_id/"
-  # A stop before training runs is remembered (as PID 1, bash would otherwise ignore it).
-  stop_requested=0
-  trap 'stop_requested=1' TERM INT
   state=$(mktemp -d)
   # Each node keeps its own files under node-<Batch node index>; the main node's set is restored
   # on every node too.
   node_args=(--uri "$checkpoint_uri" --node "${index:-0}" --main "${main:-0}" --state-dir "$state")
-  restored=$(checkpoint_sync restore "${node_args[@]}" "$CHECKPOINT_DIR") ||
+  # The count is checkpoint_sync.py's last line: an interpreter wrapper (Isaac Sim's python.sh)
+  # may print before it.
+  restored=$(checkpoint_sync restore "${node_args[@]}" "$CHECKPOINT_DIR" | tail -n 1) ||
     die "cannot restore checkpoints from $checkpoint_uri (see the line above)"
-  if [[ "$restored" -gt 0 && -n "${RESUME_ARGS:-}" ]]; then
+  is_uint "$restored" || die "checkpoint_sync.py restore printed '$restored', not a file count"
+  # RESUME_GLOB (optional): resume only when a restored file matches it, e.g. model_*.pt, so that
+  # an attempt that saved its configuration but no model yet does not make the retry load nothing.
+  if [[ "$restored" -gt 0 && -n "${RESUME_ARGS:-}" ]] &&
+    [[ -z "${RESUME_GLOB:-}" || -n "$(find "$CHECKPOINT_DIR" -name "$RESUME_GLOB" -print -quit)" ]]; then
     read -r -a resume <<<"$RESUME_ARGS"
     script+=("${resume[@]}")
   fi
@@ -233,6 +240,10 @@ if [[ -n "${ECS_CONTAINER_METADATA_URI_V4:-}" ]]; then
     --watch-pid $$ --rendezvous-start "${EPOCHREALTIME:-$(date +%s)}" --rendezvous-timeout "${join_timeout:-60}" &
 fi
 
+if [[ "$stop_requested" -ne 0 ]]; then
+  echo "$NAME: stopped (SIGTERM) before training started" >&2
+  exit 143
+fi
 if [[ -z "${CHECKPOINT_URI:-}" ]]; then
   exec "${runner[@]}" "${args[@]}" "${script[@]}"
 fi
@@ -247,6 +258,7 @@ stop_training() {
   [[ -e "$state/stopping" ]] || echo "$EPOCHREALTIME" >"$state/stopping"
 }
 trap stop_training TERM INT
+# A stop that came between the check above and this trap.
 [[ "$stop_requested" -eq 0 ]] || stop_training
 checkpoint_sync watch "${node_args[@]}" --pid "$training" \
   --sync-seconds "$sync_seconds" --settle-seconds "$settle_seconds" "$CHECKPOINT_DIR" &

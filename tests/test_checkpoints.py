@@ -196,7 +196,7 @@ def test_sigterm_while_a_file_is_half_written_restores_the_previous_checkpoint(s
     before = versions(s3)
 
     # The retry (same job id, empty container) gets the last complete checkpoint.
-    retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2", RESUME_ARGS="--resume"))
+    retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2", RESUME_ARGS="--resume", RESUME_GLOB="model_*.pt"))
     assert retry.returncode == 0, retry.stderr
     assert have(retry) == {"model_1.pt"} and "train.py --resume" in retry.stdout
     restored = tmp_path / "a2/checkpoints/model_1.pt"
@@ -204,6 +204,16 @@ def test_sigterm_while_a_file_is_half_written_restores_the_previous_checkpoint(s
     # Its mtime is the one it was uploaded with, so the retry's syncs found nothing to upload.
     assert restored.stat().st_mtime_ns == (tmp_path / "a1/checkpoints/model_1.pt").stat().st_mtime_ns
     assert versions(s3) == before  # no new object versions, not even of the manifest
+
+    # Through an interpreter wrapper that prints first (Isaac Sim's python.sh can), and with a
+    # RESUME_GLOB that no restored file matches: the files come back, the script does not resume.
+    chatty = tmp_path / "chatty-python"
+    chatty.write_text(f'#!/bin/sh\necho "Isaac Sim python environment"\nexec {COPIER_PYTHON} "$@"\n')
+    chatty.chmod(0o755)
+    env = node_env(s3_endpoint, trainer, tmp_path / "a3", RESUME_ARGS="--resume", RESUME_GLOB="*.ckpt")
+    third = run_node({**env, "CHECKPOINT_PYTHON": str(chatty)})
+    assert third.returncode == 0, third.stderr
+    assert have(third) == {"model_1.pt"} and "--resume" not in third.stdout
 
 
 def test_sigkill_during_an_upload_leaves_the_last_complete_set(s3_endpoint, s3, trainer, tmp_path):

@@ -6,9 +6,11 @@ tests/test_checkpoints.py. Every address is loopback."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -136,6 +138,23 @@ def test_single_node_without_batch_variables(fake_python):
 
 def test_exit_status_is_the_training_commands(fake_python):
     assert run_fake(fake_python, FAKE_STATUS="7", NPROC_PER_NODE="1").returncode == 7
+
+
+def test_a_stop_during_the_preflight_ends_the_node_before_training(fake_python, tmp_path):
+    # A preflight that takes a while (tools answering slowly); the stop arrives meanwhile. As the
+    # container's PID 1, bash would ignore it without a trap and train until the SIGKILL.
+    slow = tmp_path / "slow-python"
+    slow.write_text(f'#!/bin/sh\ntouch "{tmp_path}/preflight"\nsleep 1\nexec {sys.executable} "$@"\n')
+    slow.chmod(0o755)
+    node = launch(base_env(PYTHON=fake_python, PREFLIGHT_PYTHON=str(slow)), "train.py")
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "preflight").exists():
+        assert time.monotonic() < deadline and node.poll() is None
+        time.sleep(0.02)
+    node.send_signal(signal.SIGTERM)
+    stdout, stderr = node.communicate(timeout=30)
+    assert node.returncode == 143 and "ARGS:" not in stdout
+    assert "stopped (SIGTERM) before training started" in stderr
 
 
 def test_preset_master_addr_wins_on_a_child(fake_python):

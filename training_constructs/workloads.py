@@ -109,8 +109,10 @@ def training_workload(instance: InstanceSpec) -> Workload:
             # Omniverse licence terms for the jobs this definition runs (README, "Isaac Lab").
             "ACCEPT_EULA": "Y",
             "PRIVACY_CONSENT": "Y",
-            # Appended to the script's arguments by the launcher when it restored a checkpoint.
+            # Appended to the script's arguments by the launcher when it restored a model: RSL-RL's
+            # resume loads the newest model_<iteration>.pt and fails on a run directory without one.
             "RESUME_ARGS": "agent.resume=True",
+            "RESUME_GLOB": "model_*.pt",
         }
     )
     # Isaac Lab's log directory is the launcher's CHECKPOINT_DIR, which it restores before and

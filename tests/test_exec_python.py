@@ -1,0 +1,93 @@
+"""container/gpu/exec_python.sh, the GPU image's build step that turns Isaac Sim's python.sh into an
+interpreter wrapper that execs: against a stand-in python.sh with the real script's shape (it sets up
+the environment, then runs `$python_exe "$@" $args || error_exit` as a child of its bash)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ROOT
+
+SCRIPT = ROOT / "container" / "gpu" / "exec_python.sh"
+PYTHON_SH = """#!/bin/bash
+error_exit()
+{{
+    echo "There was an error running python"
+    exit 1
+}}
+SCRIPT_DIR="$(cd "$(dirname "${{BASH_SOURCE[0]}}")"; pwd)"
+export ISAAC_PATH=$SCRIPT_DIR
+python_exe=${{PYTHONEXE:-"{python}"}}
+$python_exe "$@" $args || error_exit
+"""
+# On SIGTERM: say so and exit 0, as a trainer that saves and stops would.
+TRAINER = (
+    "import os, signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (print('TERM', flush=True), sys.exit(0)))\n"
+    "print(os.getpid(), os.environ['ISAAC_PATH'], flush=True)\n"
+    "time.sleep(30)\n"
+)
+
+
+@pytest.fixture
+def isaac_sim(tmp_path: Path) -> Path:
+    (tmp_path / "python.sh").write_text(PYTHON_SH.format(python=sys.executable))
+    (tmp_path / "python.sh").chmod(0o755)
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "python.sh")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return tmp_path
+
+
+def test_the_wrapper_becomes_the_interpreter_and_passes_sigterm_on(isaac_sim: Path) -> None:
+    wrapper = subprocess.Popen([str(isaac_sim / "python_exec.sh"), "-c", TRAINER], stdout=subprocess.PIPE, text=True)
+    pid, isaac_path = wrapper.stdout.readline().split()
+    # Same process: the shell exec'd the interpreter, after setting up python.sh's environment.
+    assert int(pid) == wrapper.pid and isaac_path == str(isaac_sim)
+    wrapper.send_signal(signal.SIGTERM)
+    assert wrapper.stdout.readline().strip() == "TERM"
+    assert wrapper.wait(timeout=10) == 0
+
+
+def test_the_original_would_have_kept_the_signal_from_the_trainer(isaac_sim: Path) -> None:
+    # The control: python.sh as shipped runs the interpreter as a child, so the PIDs differ and a
+    # SIGTERM to the wrapper ends the bash, never the trainer.
+    wrapper = subprocess.Popen([str(isaac_sim / "python.sh"), "-c", TRAINER], stdout=subprocess.PIPE, text=True)
+    pid, _ = wrapper.stdout.readline().split()
+    assert int(pid) != wrapper.pid
+    wrapper.send_signal(signal.SIGTERM)
+    wrapper.wait(timeout=10)
+    time.sleep(0.2)
+    trainer = Path(f"/proc/{pid}")
+    assert trainer.exists()  # still running, unsignalled
+    subprocess.run(["kill", "-KILL", pid], check=False)
+
+
+def test_the_exit_status_is_the_interpreters(isaac_sim: Path) -> None:
+    assert subprocess.run([str(isaac_sim / "python_exec.sh"), "-c", "raise SystemExit(7)"]).returncode == 7
+    assert subprocess.run([str(isaac_sim / "python.sh"), "-c", "raise SystemExit(7)"]).returncode == 1
+
+
+def test_a_python_sh_without_that_line_fails_the_build(tmp_path: Path) -> None:
+    (tmp_path / "python.sh").write_text(PYTHON_SH.format(python=sys.executable).replace("|| error_exit", ""))
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "python.sh")], capture_output=True, text=True)
+    assert done.returncode == 1 and "does not end in exactly one" in done.stderr
+    assert not (tmp_path / "python_exec.sh").exists()
+
+
+def test_the_gpu_image_runs_the_launcher_through_the_exec_wrapper() -> None:
+    dockerfile = (ROOT / "container" / "gpu" / "Dockerfile").read_text()
+    assert "RUN bash /tmp/exec_python.sh /workspace/isaaclab/_isaac_sim/python.sh" in dockerfile
+    (python,) = [line for line in dockerfile.splitlines() if line.startswith("ENV PYTHON=")]
+    assert python == "ENV PYTHON=/workspace/isaaclab/_isaac_sim/python_exec.sh"
+
+
+def test_the_build_step_passes_shellcheck() -> None:
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    done = subprocess.run([str(shellcheck), "--severity=style", str(SCRIPT)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
