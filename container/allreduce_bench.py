@@ -395,6 +395,14 @@ def format_table(rows: Sequence[Row], title: str) -> str:
     return "\n".join(lines)
 
 
+SUMMARY_FIELDS = ("world_size", "nodes", "busbw_gbps", "verdict", "failing_nodes", "degraded_nodes", "correct")
+
+
+def summary(report: dict[str, object]) -> dict[str, object]:
+    """The report's verdict fields alone, for the benchmark's last line."""
+    return {"summary": True, **{key: report[key] for key in SUMMARY_FIELDS if key in report}}
+
+
 def metric_line(fleet: str, busbw_gbps: float, word: str) -> str:
     """One CloudWatch embedded-metric-format event (CloudWatch user guide, "Specification: Embedded
     metric format"); CloudWatch Logs extracts it from the job's log stream, no header needed
@@ -585,6 +593,10 @@ def main(argv: list[str]) -> int:
             }
         )
         print(json.dumps(report), flush=True)
+        # Last, a short line with the verdict alone: the full one grows with the sizes and the nodes,
+        # and a container log driver splits lines of over 16 KB (Docker's json-file and awslogs
+        # buffer), which would leave `trainctl check` without a whole verdict line on large fleets.
+        print(json.dumps(summary(report)), flush=True)
     dist.destroy_process_group()
     return 0 if correct else 1
 

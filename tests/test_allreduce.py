@@ -34,8 +34,13 @@ def json_lines(stdout: str) -> list[dict]:
 
 
 def bench_line(stdout: str) -> dict:
-    """The report: the last JSON line with a verdict (what trainctl reads)."""
-    return [x for x in json_lines(stdout) if "verdict" in x][-1]
+    """The full report; it is checked against the short summary line after it, which is the last
+    JSON line with a verdict (what trainctl reads)."""
+    *_, report, last = [x for x in json_lines(stdout) if "verdict" in x]
+    assert stdout.rstrip().splitlines()[-1] == json.dumps(last)
+    assert last.pop("summary") is True and {"verdict", "busbw_gbps", "failing_nodes", "degraded_nodes"} <= set(last)
+    assert all(report[key] == value for key, value in last.items()) and "sizes" not in last
+    return report
 
 
 def table_rows(stdout: str) -> list[list[str]]:
