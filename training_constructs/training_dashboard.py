@@ -209,8 +209,9 @@ class TrainingDashboard(Construct):
             self,
             f"{cid}RunnableAlarm",
             alarm_description=(
-                f"Fleet {name}: jobs became RUNNABLE and none started within {half.to_minutes():.0f} minutes, half "
-                "the queue's RUNNABLE limit; the queue cancels them at the limit. Check that the compute "
+                f"Fleet {name}: in one {half.to_minutes():.0f}-minute window (half the queue's RUNNABLE limit) "
+                "jobs became RUNNABLE and no job started: a window count, not each job's own wait (`trainctl "
+                "why JOB` tells one job's). The queue cancels jobs stuck at the limit. Check that the compute "
                 "environment is VALID and scaling (Batch console), the EC2 quota and capacity for "
                 f"{fleet.instance.name} in the fleet's AZ, and that the job fits one node (README, Jobs that "
                 "cannot run)."
