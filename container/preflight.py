@@ -6,6 +6,9 @@ Checks, each only when its variable asks for it:
   EFA_DEVICES=N              at least N uverbs devices in EFA_DEVICE_DIR (default /dev/infiniband), and
                              libfabric's EFA provider listed by `fi_info -p efa`
   EXPECTED_GPUS=N            at least N GPUs in `nvidia-smi --list-gpus`
+  EXPECT_TORCH_CUDA=1        the training interpreter's PyTorch (PYTHON, else python3) runs a kernel on
+                             GPU 0: an image whose PyTorch was built without this GPU's architecture
+                             (Blackwell needs CUDA 12.8 builds) fails here, not in the first step
   EXPECT_VULKAN=1            NVIDIA_DRIVER_CAPABILITIES includes graphics (or all), and a Vulkan GPU is
                              visible: `vulkaninfo --summary` lists a GPU device, or, without vulkaninfo,
                              an NVIDIA Vulkan ICD file exists in VULKAN_ICD_DIRS
@@ -146,6 +149,28 @@ def check_neuron(environ: Mapping[str, str], expected: int) -> list[str]:
     return []
 
 
+# One kernel launch and a copy back: "no kernel image is available for execution on the device" is
+# how CUDA reports a GPU architecture the PyTorch build lacks (CUDA runtime API, cudaErrorNoKernelImageForDevice).
+TORCH_CUDA_PROBE = (
+    "import torch; major, minor = torch.cuda.get_device_capability(0); "
+    "assert (torch.ones(2, device='cuda') * 2).sum().item() == 4.0; "
+    "print(f'sm_{major}{minor}', torch.__version__, torch.version.cuda)"
+)
+
+
+def check_torch_cuda(environ: Mapping[str, str]) -> list[str]:
+    result = _run([environ.get("PYTHON") or "python3", "-c", TORCH_CUDA_PROBE], environ)
+    if result is None:
+        return [f"a CUDA kernel from PyTorch ({environ.get('PYTHON') or 'python3'}), found no such interpreter"]
+    status, output = result
+    if status != 0:
+        # PyTorch follows the CUDA error with hints (CUDA_LAUNCH_BLOCKING, ...): report the error.
+        errors = [line.strip() for line in output.splitlines() if re.search(r"Error\b|error:", line)]
+        found = errors[-1][:200] if errors else _last_line(output)
+        return [f"a CUDA kernel from the image's PyTorch on GPU 0, found exit {status}: {found}"]
+    return []
+
+
 def check_driver(environ: Mapping[str, str], minimum: str) -> list[str]:
     # driver_check.py sits beside this file in the GPU image (config/catalog.py has the minimums).
     spec = importlib.util.spec_from_file_location("driver_check", Path(__file__).with_name("driver_check.py"))
@@ -176,6 +201,12 @@ def failures(environ: Mapping[str, str]) -> list[str]:
         found += check_gpus(environ, gpus)
     if environ.get("MIN_NVIDIA_DRIVER"):
         found += check_driver(environ, environ["MIN_NVIDIA_DRIVER"])
+    torch_cuda = environ.get("EXPECT_TORCH_CUDA", "")
+    if torch_cuda not in ("", "0", "1"):
+        raise Malformed(f"EXPECT_TORCH_CUDA='{torch_cuda}' is not 0 or 1")
+    # After the driver check: an old driver explains a failed kernel better than the kernel does.
+    if torch_cuda == "1" and not found:
+        found += check_torch_cuda(environ)
     if vulkan == "1":
         found += check_vulkan(environ)
     if neuron is not None:

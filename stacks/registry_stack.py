@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Annotations, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -102,5 +102,25 @@ class RegistryStack(Stack):
                 for kind in needed
             }
 
+        for fleet in fleets:
+            _warn_on_blackwell(self, fleet)
+
     def image_uri(self, fleet: FleetSettings) -> str:
         return fleet.image_uri or self.images[fleet.instance.accelerator_kind].image_uri
+
+
+def _warn_on_blackwell(scope: Construct, fleet: FleetSettings) -> None:
+    """Blackwell GPUs (the catalog gives exactly them a minimum driver) cannot run the GPU image that
+    container/gpu builds: Isaac Lab 2.1.0 pins PyTorch 2.5.1, whose kernels stop at sm_90
+    (HybridRobotics/berkeley-humanoid-lite#43; PyTorch added Blackwell with 2.7 and CUDA 12.8,
+    isaac-sim/IsaacLab#2998), and Isaac Sim 4.5 crashes on RTX Blackwell (isaac-sim/IsaacSim#671).
+    Synth says so; on a node the preflight's EXPECT_TORCH_CUDA check stops the job with the CUDA error."""
+    spec = fleet.instance
+    if fleet.image_uri or spec.accelerator_kind is not AcceleratorKind.NVIDIA_GPU or not spec.min_nvidia_driver:
+        return
+    Annotations.of(scope).add_warning_v2(
+        "training:blackwell-image",
+        f"fleet {fleet.name} ({spec.name}, {spec.accelerator_model}): the GPU image built from container/gpu "
+        "(Isaac Lab 2.1.0, PyTorch 2.5.1) has no kernels for Blackwell GPUs; give the fleet an `image` with PyTorch "
+        "2.7+ built for CUDA 12.8 (Isaac Lab 2.2+ on Isaac Sim 5), or the job preflight stops every node",
+    )

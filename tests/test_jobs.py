@@ -474,6 +474,7 @@ def test_preflight_expectations_match_the_launch_template(instance, kind):
     if spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
         assert int(env["EXPECTED_GPUS"]) == spec.accelerator_count
         assert "EXPECTED_NEURON_DEVICES" not in env
+        assert env["EXPECT_TORCH_CUDA"] == "1"  # the image's PyTorch runs a kernel on this GPU
     else:
         assert "EXPECTED_GPUS" not in env
         # As many Neuron devices as the definition maps into the container.

@@ -174,13 +174,51 @@ def test_a_driver_older_than_the_gpu_needs_is_refused(gpu_node):
     assert preflight.failures({**gpu_node, "NVIDIA_DRIVER_VERSION_FILE": "/nonexistent"}) == []
 
 
+# What PyTorch prints when its build lacks the GPU's architecture, in the form users report it for
+# Blackwell GPUs with PyTorch builds older than CUDA 12.8 (not captured on a node here).
+NO_KERNEL_IMAGE = (
+    ("UserWarning: NVIDIA B200 with CUDA capability sm_100 is not compatible with the current PyTorch installation.\n")
+    + """Traceback (most recent call last):
+  File "<string>", line 1, in <module>
+RuntimeError: CUDA error: no kernel image is available for execution on the device
+CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
+For debugging consider passing CUDA_LAUNCH_BLOCKING=1
+Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
+"""
+)
+
+
+def test_a_pytorch_without_this_gpus_architecture_is_refused(gpu_node, tmp_path):
+    python = tmp_path / "bin" / "trainer-python"
+    python.write_text(f"#!/bin/sh\ncat <<'EOF' >&2\n{NO_KERNEL_IMAGE}EOF\nexit 1\n")
+    python.chmod(0o755)
+    node = {**gpu_node, "EXPECT_TORCH_CUDA": "1", "PYTHON": str(python)}
+    (found,) = preflight.failures(node)
+    assert found == (
+        "a CUDA kernel from the image's PyTorch on GPU 0, found exit 1: "
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    )
+    # A PyTorch that runs the probe passes; the probe is what the interpreter is asked to run.
+    python.write_text('#!/bin/sh\ncase "$2" in *get_device_capability*) echo "sm_90 2.5.1 12.4";; *) exit 3;; esac\n')
+    assert preflight.failures(node) == []
+    assert preflight.failures({**node, "EXPECT_TORCH_CUDA": "0", "PYTHON": "/nonexistent"}) == []
+
+
 def test_every_failure_lands_in_one_list(gpu_node, tmp_path):
     env = {**gpu_node, "EFA_DEVICE_DIR": str(tmp_path / "none"), "EXPECTED_GPUS": "8"}
     assert len(preflight.failures(env)) == 2
 
 
 @pytest.mark.parametrize(
-    "name", ["EFA_DEVICES", "EXPECTED_GPUS", "EXPECTED_NEURON_DEVICES", "EXPECT_VULKAN", "MIN_NVIDIA_DRIVER"]
+    "name",
+    [
+        "EFA_DEVICES",
+        "EXPECTED_GPUS",
+        "EXPECTED_NEURON_DEVICES",
+        "EXPECT_VULKAN",
+        "MIN_NVIDIA_DRIVER",
+        "EXPECT_TORCH_CUDA",
+    ],
 )
 def test_malformed_expectations_are_usage_errors(name, capsys):
     assert preflight.main({name: "four"}) == preflight.USAGE_EXIT

@@ -6,8 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from aws_cdk.assertions import Annotations, Match
 
-from tests.harness import ROOT, VARIANTS, resources, synth, synth_with
+from config.catalog import CATALOG, AcceleratorKind
+from tests.harness import ROOT, VARIANTS, fleet_name, resources, synth, synth_with
 
 STACK = "TrainingRegistry"
 URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/isaaclab-batch:latest"
@@ -129,3 +131,23 @@ def test_gpu_image_puts_both_plugin_layouts_on_the_loader_path_and_fails_without
     assert "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:" in env and "/opt/amazon/ofi-nccl/lib:" in env
     assert "/etc/ld.so.conf.d/" in text and "ldconfig" in text
     assert "grep -q 'libnccl-net'" in text and "exit 1" in text
+
+
+def test_blackwell_fleets_on_the_built_gpu_image_are_warned():
+    # The all-types variant has a fleet of every catalog type, none with an image of its own.
+    stack = synth("all-types").app.node.find_child("TrainingRegistry")
+    warnings = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("no kernels for Blackwell"))
+    warned = {str(w.entry.data).split()[1] for w in warnings}
+    blackwell = {
+        fleet_name(name)
+        for name, spec in CATALOG.items()
+        if spec.efa_supported and spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU and spec.min_nvidia_driver
+    }
+    assert warned == blackwell and {"p6b20048xlarge", "g7e12xlarge"} <= warned
+    # The default deployment (g6.12xlarge, trn1.32xlarge) has no warning at all.
+    assert (
+        Annotations.from_stack(synth("default").app.node.find_child("TrainingRegistry")).find_warning(
+            "*", Match.any_value()
+        )
+        == []
+    )

@@ -72,6 +72,9 @@ def _node_environment(instance: InstanceSpec) -> dict[str, str]:
         environment["EXPECTED_NEURON_DEVICES"] = str(instance.accelerator_count)
     else:
         environment["EXPECTED_GPUS"] = str(instance.accelerator_count)
+        # The image's PyTorch must run a kernel on this GPU (a build without its architecture fails
+        # only at the first CUDA call otherwise; Blackwell needs CUDA 12.8 builds).
+        environment["EXPECT_TORCH_CUDA"] = "1"
         if instance.min_nvidia_driver:
             # container/driver_check.py refuses an older host driver (config/catalog.py cites it).
             environment["MIN_NVIDIA_DRIVER"] = instance.min_nvidia_driver
