@@ -464,15 +464,18 @@ def _decode(values: Sequence[float]) -> str:
 
 
 def node_phase(backend: Backend, args: argparse.Namespace, rank: int) -> list[NodeCheck]:
-    """Every node reduces among its own ranks, all nodes at once; every rank learns every node's
-    result."""
+    """Every node reduces among its own ranks, all nodes at once, before any collective across
+    nodes: a node whose network is broken still measures itself and names its verdict in its own log
+    (one `# node check` line). Then every rank learns every node's result."""
     node, label = node_identity()
-    identities = gather(backend, [float(node), *_encode(label)])
+    local, world = int(os.environ.get("LOCAL_WORLD_SIZE", "0")), dist.get_world_size()
     members: dict[int, list[int]] = {}
-    labels: dict[int, str] = {}
-    for other, identity in enumerate(identities):
-        members.setdefault(int(identity[0]), []).append(other)
-        labels.setdefault(int(identity[0]), _decode(identity[1:]))
+    if local and world % local == 0 and rank // local == node:
+        # torchrun numbers ranks node by node (rank = node rank x local world size + local rank).
+        members = {group: list(range(group * local, (group + 1) * local)) for group in range(world // local)}
+    else:
+        for other, identity in enumerate(gather(backend, [float(node)])):
+            members.setdefault(int(identity[0]), []).append(other)
     # new_group is collective: every rank creates every node's group, in the same order.
     groups = {key: dist.new_group(ranks) for key, ranks in sorted(members.items())}
     rows = sweep(
@@ -487,11 +490,18 @@ def node_phase(backend: Backend, args: argparse.Namespace, rank: int) -> list[No
     )
     # Every rank of a node holds the same (reduced) figures; its first rank reports them.
     average, _ = average_busbw_gbytes(rows)
+    wrong = sum(row.wrong for row in rows)
     leader = rank == members[node][0]
-    results = gather(backend, [average, float(sum(row.wrong for row in rows))] if leader else [0.0, 0.0])
+    if leader:
+        own = node_check(label, len(members[node]), average, wrong, args.node_gbps)
+        print(f"# node check, {own.node}: busbw {own.busbw_gbps} Gbps, {own.verdict}", flush=True)
+    mine = [average, float(wrong), *_encode(label)] if leader else [0.0] * (2 + LABEL_LENGTH)
+    results = gather(backend, mine)
     return [
-        node_check(labels[key], len(ranks), results[ranks[0]][0], int(results[ranks[0]][1]), args.node_gbps)
-        for key, ranks in sorted(members.items())
+        node_check(
+            _decode(results[ranks[0]][2:]), len(ranks), results[ranks[0]][0], int(results[ranks[0]][1]), args.node_gbps
+        )
+        for _, ranks in sorted(members.items())
     ]
 
 

@@ -113,6 +113,11 @@ def test_per_node_check_names_the_slow_node_and_the_fabric_check_follows():
     assert checks["node 0"]["verdict"] == "healthy" and checks["node 1"]["verdict"] == "broken"
     assert checks["node 1"]["fraction"] == pytest.approx(checks["node 1"]["busbw_gbps"] / 0.2, rel=0.01)
     assert [name.split(" (")[0] for name in result["failing_nodes"]] == ["node 1"]
+    # Each node names its own verdict in its own log before any collective across nodes, so a node
+    # whose network is broken is named even if the cross-node phase then hangs.
+    (own,) = [line for line in child_out.splitlines() if line.startswith("# node check")]
+    assert own.startswith("# node check, node 1 (") and own.endswith(", broken")
+    assert "# node check, node 0 (" in main_out
     # Then the fabric: every rank of both nodes, judged against the network figure, not slowed.
     assert result["nodes"] == 2 and result["network_gbps"] == 0.001 and result["node_gbps"] == 0.2
     assert result["fraction_of_network"] == pytest.approx(result["busbw_gbps"] / 0.001, rel=0.01)
