@@ -6,6 +6,7 @@ import pytest
 
 from config import limits
 from config.context import KEYS, ConfigError, read_settings
+from config.settings import FLEET_ID_SUFFIXES, RESERVED_CONSTRUCT_IDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -346,6 +347,34 @@ def test_reserved_fleet_names_are_refused_in_one_line(name):
     message = error(**fleets(**{name: {"instanceType": "g6e.48xlarge"}}))
     assert message.startswith(f"context key fleets={name!r}: {name!r} is taken by the stacks' own ")
     assert "allowed: a fleet name other than (in any case)" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "shared"),
+    [
+        ("gpu", "gpuJobQueue", "GpuJobQueue"),  # a fleet named like another's output
+        ("rl", "rlLogGroup", "RlLogGroup"),
+        ("a", "aHealth", "AHealth"),  # the jobs stack's health construct
+        ("gpuJobQueue", "gpu", "GpuJobQueue"),  # in either order
+        ("x", "XtrainingJobDefinition", "XTrainingJobDefinition"),  # ids compare in any case
+    ],
+)
+def test_fleets_whose_ids_meet_are_refused_naming_both(first, second, shared):
+    fleet = {"instanceType": "g6.12xlarge"}
+    message = error(**fleets(**{first: fleet, second: fleet}))
+    assert message.startswith(f"context key fleets={second!r}: fleets {first!r} and {second!r} both make the ")
+    assert shared.lower() in message.lower() and "JobQueue, TrainingJobDefinition" in message
+    # A name that only starts like another's id is fine.
+    read_settings(fleets(gpu=fleet, gpuJob=fleet, gpuJobQueues=fleet))
+
+
+def test_no_stack_id_is_a_fleet_id_plus_a_suffix():
+    """The reserved check covers a fleet's own id only: a stack id such as `FooHealth` would collide
+    with fleet `foo`'s health construct, so none may look like one."""
+    for reserved in RESERVED_CONSTRUCT_IDS:
+        for suffix in filter(None, FLEET_ID_SUFFIXES):
+            stem = reserved[: -len(suffix)] if reserved.lower().endswith(suffix.lower()) else ""
+            assert not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", stem), f"{reserved} is fleet {stem!r} + {suffix}"
 
 
 @pytest.mark.parametrize("days", [1096, 2192, 2557, 2922, 3288])

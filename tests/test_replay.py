@@ -32,7 +32,7 @@ import pytest
 
 from app import build_app
 from config.context import read_settings
-from config.settings import RESERVED_CONSTRUCT_IDS, fleet_construct_id
+from config.settings import FLEET_ID_SUFFIXES, RESERVED_CONSTRUCT_IDS, fleet_construct_id
 from tests.harness import FEATURE_FLAGS, ROOT
 
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
@@ -403,7 +403,8 @@ def test_the_cli_agrees_with_the_in_process_diff(synthed: dict[str, Synthed], di
 
 def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
     """A fleet named like a stack's own child crashes synth; config.context refuses those names from
-    RESERVED_CONSTRUCT_IDS. Any child added later by any stack must be listed there. The app is built
+    RESERVED_CONSTRUCT_IDS. Any child added later by any stack must be listed there, and any id a
+    stack derives from a fleet's must be the fleet's id plus one of FLEET_ID_SUFFIXES. The app is built
     with every optional part (Slurm in a named AZ, fair share, alerts), not synthesized."""
     context = {"parallelCluster": "true", "availabilityZone": "us-west-2a", "shares": "a:1"}
     context |= {
@@ -419,12 +420,21 @@ def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
     fleet_ids = [fleet_construct_id(f) for f in ("qa", "qb")]
     stacks = [s for s in app.node.children if isinstance(s, cdk.Stack)]
     assert len(stacks) == 7
+    per_fleet: dict[str, set[str]] = {f: set() for f in fleet_ids}
     for stack in stacks:
         for child in stack.node.children:
             name = child.node.id
-            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name) or any(name.startswith(f) for f in fleet_ids):
-                continue  # CDK's own ids with other characters; a fleet's and its outputs
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name):
+                continue  # CDK's own ids with other characters
+            fleet = next((f for f in fleet_ids if name.startswith(f)), None)
+            if fleet:
+                # config.context refuses fleets whose ids meet from FLEET_ID_SUFFIXES.
+                per_fleet[fleet].add(name[len(fleet) :])
+                continue
             assert name.lower() in reserved, f"{stack.node.id}/{name} is not in RESERVED_CONSTRUCT_IDS"
+    # Every stack-level id a fleet makes is its construct id plus a listed suffix, and every listed
+    # suffix is made (so that the list cannot go stale either).
+    assert per_fleet == {f: set(FLEET_ID_SUFFIXES) for f in fleet_ids}
 
 
 def _comment_script() -> Any:
