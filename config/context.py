@@ -434,12 +434,13 @@ def _network(
     named = tuple(dict.fromkeys(f.availability_zone for f in fleets if f.availability_zone not in (None, az)))
     # One CIDR block per named AZ of the fleets, and one for the Slurm cluster's own subnet.
     blocks = len({f.availability_zone or az for f in fleets} - {None}) + (1 if cluster.enabled and az else 0)
-    if blocks >= limits.VPC_CIDR_BLOCKS:
+    if blocks > limits.MAX_NAMED_AZ_BLOCKS:
         problem = (
             f"fleets and the Slurm cluster name {blocks} subnets of their own; a VPC holds "
-            f"{limits.VPC_CIDR_BLOCKS} CIDR blocks, the first for its own subnets"
+            f"{limits.VPC_CIDR_BLOCKS} CIDR blocks, the first for its own subnets, and moving a fleet "
+            "to another AZ needs one more until the old AZ's block is deleted"
         )
-        allowed = f"at most {limits.VPC_CIDR_BLOCKS - 1} named AZs, counting the Slurm cluster's"
+        allowed = f"at most {limits.MAX_NAMED_AZ_BLOCKS} named AZs, counting the Slurm cluster's"
         if az:
             raise _fail("availabilityZone", az, problem, allowed)
         raise _fail("fleets", f"{blocks} AZs", problem, allowed)

@@ -306,22 +306,26 @@ def test_no_fleet_at_all_is_refused():
     assert "leave no fleet" in error(gpuInstanceType="none", trainiumInstanceType="none")
 
 
-def test_fleet_az_must_be_in_the_region_and_the_vpc_holds_four_named_azs():
+def test_fleet_az_must_be_in_the_region_and_at_most_three_named_azs():
     with pytest.raises(ConfigError, match=r"fleets\.rl\.availabilityZone='eu-west-1a': is not in the stack's region"):
         read_settings(fleets(rl={"instanceType": "g6e.48xlarge", "availabilityZone": "eu-west-1a"}), region="us-east-1")
-    per_az = {f"f{az}": {"instanceType": "g6e.48xlarge", "availabilityZone": f"us-east-1{az}"} for az in "bcde"}
-    five = fleets(**per_az, ff={"instanceType": "g6e.48xlarge", "availabilityZone": "us-east-1f"})
-    assert error(**five).startswith("context key fleets='5 AZs': fleets and the Slurm cluster name 5 subnets")
-    # Four named AZs take four CIDR blocks beside the VPC's own: the default quota of five.
+    per_az = {f"f{az}": {"instanceType": "g6e.48xlarge", "availabilityZone": f"us-east-1{az}"} for az in "bcd"}
+    four = fleets(**per_az, fe={"instanceType": "g6e.48xlarge", "availabilityZone": "us-east-1e"})
+    message = error(**four)
+    # A VPC holds five blocks; the primary and three named AZs leave one for a move's new AZ.
+    assert limits.MAX_NAMED_AZ_BLOCKS == 3 and limits.VPC_CIDR_BLOCKS == 5
+    assert message.startswith("context key fleets='4 AZs': fleets and the Slurm cluster name 4 subnets")
+    assert "moving a fleet to another AZ needs one more" in message
+    assert message.endswith("allowed: at most 3 named AZs, counting the Slurm cluster's")
     read_settings(fleets(**per_az))
     read_settings(fleets(**per_az) | {"availabilityZone": "us-east-1b"})
     # An availabilityZone no fleet lands in takes no block; one that a fleet lands in does.
     read_settings(fleets(**per_az) | {"availabilityZone": "us-east-1f"})
-    fifth = fleets(**per_az, g={"instanceType": "g6e.48xlarge"}) | {"availabilityZone": "us-east-1f"}
-    assert "a VPC holds 5 CIDR blocks" in error(**fifth)
-    # The Slurm cluster's own subnet in availabilityZone is a fifth block.
+    fourth = fleets(**per_az, g={"instanceType": "g6e.48xlarge"}) | {"availabilityZone": "us-east-1f"}
+    assert error(**fourth).startswith("context key availabilityZone='us-east-1f': fleets and the Slurm cluster name 4")
+    # The Slurm cluster's own subnet in availabilityZone is a fourth block.
     message = error(**fleets(**per_az) | {"availabilityZone": "us-east-1b", "parallelCluster": "true"})
-    assert message.startswith("context key availabilityZone='us-east-1b': fleets and the Slurm cluster name 5")
+    assert message.startswith("context key availabilityZone='us-east-1b': fleets and the Slurm cluster name 4")
 
 
 def test_every_fleet_naming_its_az_needs_nothing_else():

@@ -11,7 +11,8 @@ What a step must satisfy, stack by stack in CDK's deploy order (exporting stacks
   no bucket, repository or file system is deleted;
 - no export that a deployed stack still imports disappears (CloudFormation refuses that update);
 - no subnet or VPC CIDR block is created while another one holds an overlapping CIDR (CloudFormation
-  creates a replacement before it deletes the old resource).
+  creates a replacement before it deletes the old resource), and the VPC never holds more CIDR
+  blocks than its quota, counting the old blocks that are deleted only after the new ones exist.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import aws_cdk as cdk
 import pytest
 
 from app import build_app
+from config import limits
 from config.context import read_settings
 from config.settings import FLEET_ID_SUFFIXES, RESERVED_CONSTRUCT_IDS, fleet_construct_id
 from tests.harness import FEATURE_FLAGS, ROOT
@@ -89,6 +91,17 @@ CONTEXTS: dict[str, dict[str, str]] = {
         trainium=TRN | {"availabilityZone": "us-west-2b"},
         extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-west-2d"},
     ),
+    # Three named AZs, the most config.context allows; then one fleet moved, then two at once.
+    "third-az-gpu-moved": fleets(
+        gpu=GPU | {"availabilityZone": "us-west-2c"},
+        trainium=TRN | {"availabilityZone": "us-west-2b"},
+        extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-west-2d"},
+    ),
+    "third-az-two-moved": fleets(
+        gpu=GPU | {"availabilityZone": "us-west-2c"},
+        trainium=TRN | {"availabilityZone": "us-west-2e"},
+        extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-west-2d"},
+    ),
 }
 
 
@@ -107,6 +120,8 @@ class Step:
 # sequence cannot pass by changing nothing.
 SEQUENCES: dict[str, list[Step]] = {
     "a fleet moves AZ": [Step("named-azs"), Step("gpu-moved")],
+    # The primary block, three named AZs and the new AZ's block: the quota of five, for a moment.
+    "a fleet moves AZ while three AZs are named": [Step("third-az"), Step("third-az-gpu-moved")],
     "a fleet in a new AZ is added and later removed": [
         Step("named-azs"),
         Step("third-az"),
@@ -128,10 +143,12 @@ SEQUENCES: dict[str, list[Step]] = {
 REFUSED: dict[str, str] = {
     "a fleet removed in one deploy": "removed while a deployed stack imports it",
     "the Slurm cluster moved in place": "moves the Slurm head node",
+    "two fleets move AZ at once while three AZs are named": "6 CIDR blocks at once",
 }
 REFUSED_SEQUENCES: dict[str, list[Step]] = {
     "a fleet removed in one deploy": [Step("named-azs"), Step("third-az"), Step("named-azs")],
     "the Slurm cluster moved in place": [Step("slurm"), Step("slurm-az-a")],
+    "two fleets move AZ at once while three AZs are named": [Step("third-az"), Step("third-az-two-moved")],
 }
 ALL_SEQUENCES = {**SEQUENCES, **REFUSED_SEQUENCES}
 EXPECT: dict[tuple[str, int], set[tuple[str, str, str]]] = {
@@ -139,6 +156,10 @@ EXPECT: dict[tuple[str, int], set[tuple[str, str, str]]] = {
         ("TrainingCompute", "AWS::EC2::Subnet", "WILL_CREATE"),
         ("TrainingCompute", "AWS::EC2::Subnet", "WILL_DESTROY"),
         ("TrainingCompute", "AWS::Batch::ComputeEnvironment", "WILL_UPDATE"),
+    },
+    ("a fleet moves AZ while three AZs are named", 1): {
+        ("TrainingCompute", "AWS::EC2::VPCCidrBlock", "WILL_CREATE"),
+        ("TrainingCompute", "AWS::EC2::VPCCidrBlock", "WILL_DESTROY"),
     },
     ("a fleet in a new AZ is added and later removed", 2): {
         ("TrainingCompute", "AWS::Batch::ComputeEnvironment", "WILL_DESTROY"),
@@ -276,6 +297,13 @@ def _deploy(state: dict[str, dict[str, Any]], stack: str, new: dict[str, Any], c
         for where, kind, other in existing:
             if (kind == "AWS::EC2::Subnet") == is_subnet and net.overlaps(other):
                 problems.append(f"{stack}: creates {key} ({net}) while {where} holds {other}")
+    # CloudFormation deletes what a stack drops or replaces in its cleanup phase, after every create:
+    # for a moment the VPC holds its primary block, every deployed block and every new one.
+    blocks = [k for k in created if new["Resources"][k]["Type"] == "AWS::EC2::VPCCidrBlock"]
+    if blocks:
+        held = 1 + sum(kind == "AWS::EC2::VPCCidrBlock" for _, kind, _ in existing) + len(blocks)
+        if held > limits.VPC_CIDR_BLOCKS:
+            problems.append(f"{stack}: {held} CIDR blocks at once, more than the VPC's {limits.VPC_CIDR_BLOCKS}")
     if _head_node_subnet(old) not in (None, _head_node_subnet(new)):
         # ParallelCluster's HeadNode/Networking/SubnetId has UpdatePolicy.UNSUPPORTED
         # (pcluster/schemas/cluster_schema.py): the provider fails the update.
