@@ -486,6 +486,8 @@ def test_pr_comment_marks_what_a_fleet_removal_deletes(synthed: dict[str, Synthe
         ("TrainingCompute", "Export", "remove"),
         ("TrainingJobs", "AWS::Batch::JobQueue", "destroy"),
     } <= marked
+    (subnet,) = [r for r in script.risks(script.parse(text)) if r.resource_type == "AWS::EC2::Subnet"]
+    assert "orphaned" in subnet.danger  # a failed cleanup delete does not roll the deploy back
     # Job definitions, roles and launch templates of the removed fleet are listed but not marked.
     unmarked = {r.resource_type for r in script.risks(script.parse(text)) if not r.danger}
     assert {"AWS::Batch::JobDefinition", "AWS::EC2::LaunchTemplate", "AWS::IAM::Role"} <= unmarked
