@@ -21,6 +21,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 from config import limits
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec, Profile, types_for
 from config.settings import (
+    FLEET_ID_SUFFIXES,
     RESERVED_CONSTRUCT_IDS,
     AppSettings,
     CapacityReservation,
@@ -384,6 +385,7 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
             if name.lower() in seen:
                 raise _fail("fleets", name, f"names {seen[name.lower()]!r} and {name!r} differ only in case")
             seen[name.lower()] = name
+        _check_fleet_ids(tuple(ctx.fleets))
         return tuple(
             _fleet(name, m, lambda f, n=name: f"fleets.{n}.{f}", _EFA_TYPES, "EFA-capable", region)
             for name, m in ctx.fleets.items()
@@ -404,6 +406,23 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
     return tuple(fleets)
 
 
+def _check_fleet_ids(names: tuple[str, ...]) -> None:
+    """Refuse two fleets whose stack-level ids meet: a fleet's construct id plus any suffix the stacks
+    add (FLEET_ID_SUFFIXES) must not be another fleet's, in any case (like the names themselves).
+    No stack's own id ends in a suffix (tests/test_context.py), so the reserved check covers those."""
+    claimed: dict[str, tuple[str, str]] = {}  # lower-case id -> (fleet, suffix)
+    for name in names:
+        for suffix in FLEET_ID_SUFFIXES:
+            child = fleet_construct_id(name) + suffix
+            other, other_suffix = claimed.setdefault(child.lower(), (name, suffix))
+            if other != name:
+                first, second = (other, other_suffix), (name, suffix)
+                how = " and ".join(f"{f!r}{' + ' + repr(s) if s else ''}" for f, s in (first, second))
+                problem = f"fleets {other!r} and {name!r} both make the construct id {child!r} ({how})"
+                allowed = "fleet names none of which is another's plus " + ", ".join(s for s in FLEET_ID_SUFFIXES if s)
+                raise _fail("fleets", name, problem, allowed)
+
+
 def _network(
     ctx: Any, fleets: tuple[FleetSettings, ...], cluster: ParallelClusterSettings, region: str | None
 ) -> NetworkSettings:
@@ -415,12 +434,13 @@ def _network(
     named = tuple(dict.fromkeys(f.availability_zone for f in fleets if f.availability_zone not in (None, az)))
     # One CIDR block per named AZ of the fleets, and one for the Slurm cluster's own subnet.
     blocks = len({f.availability_zone or az for f in fleets} - {None}) + (1 if cluster.enabled and az else 0)
-    if blocks >= limits.VPC_CIDR_BLOCKS:
+    if blocks > limits.MAX_NAMED_AZ_BLOCKS:
         problem = (
             f"fleets and the Slurm cluster name {blocks} subnets of their own; a VPC holds "
-            f"{limits.VPC_CIDR_BLOCKS} CIDR blocks, the first for its own subnets"
+            f"{limits.VPC_CIDR_BLOCKS} CIDR blocks, the first for its own subnets, and moving a fleet "
+            "to another AZ needs one more until the old AZ's block is deleted"
         )
-        allowed = f"at most {limits.VPC_CIDR_BLOCKS - 1} named AZs, counting the Slurm cluster's"
+        allowed = f"at most {limits.MAX_NAMED_AZ_BLOCKS} named AZs, counting the Slurm cluster's"
         if az:
             raise _fail("availabilityZone", az, problem, allowed)
         raise _fail("fleets", f"{blocks} AZs", problem, allowed)

@@ -14,9 +14,13 @@ MAX_FLEETS = 30
 # and one per AZ the user names, each in a VPC CIDR block of its own (training_constructs/az_subnet.py).
 TRAINING_SUBNET_MASK = 18
 # A VPC holds 5 IPv4 CIDR blocks, the primary one included, unless the quota is raised (up to 50;
-# AWS General Reference, "Amazon VPC endpoints and quotas", IPv4 CIDR blocks per VPC): the primary
-# block and up to four named-AZ subnets.
+# AWS General Reference, "Amazon VPC endpoints and quotas", IPv4 CIDR blocks per VPC).
 VPC_CIDR_BLOCKS = 5
+# Named-AZ subnets (one block each) a deployment may hold: one fewer than the quota leaves after the
+# primary block, because moving a fleet to another AZ creates the new AZ's block before the old one
+# is deleted (CloudFormation deletes removed resources only in its cleanup phase, after every
+# create), so a move needs one block more for a moment. tests/test_replay.py replays that peak.
+MAX_NAMED_AZ_BLOCKS = VPC_CIDR_BLOCKS - 2
 # Private IPv4 addresses a training subnet can hand out: AWS reserves the first four and the last
 # address of every subnet (VPC user guide, "Subnet CIDR blocks").
 TRAINING_SUBNET_ADDRESSES = 2 ** (32 - TRAINING_SUBNET_MASK) - 5

@@ -74,6 +74,14 @@ RESERVED_CONSTRUCT_IDS = frozenset(
 )
 
 
+# What the stacks append to a fleet's construct id for its own stack-level children: the fleet's
+# construct itself (""), the jobs stack's outputs (names the README's commands read) and its
+# health construct. Fleets `gpu` and `gpuJobQueue` would both claim `GpuJobQueue`, so
+# config.context refuses two fleets whose ids plus suffixes meet. tests/test_replay.py walks every
+# stack and fails on a fleet's child id that is not its construct id plus one of these.
+FLEET_ID_SUFFIXES = ("", "JobQueue", "TrainingJobDefinition", "BenchmarkJobDefinition", "LogGroup", "Health")
+
+
 def fleet_construct_id(name: str) -> str:
     """A fleet's name as it starts construct ids and output names: gpu -> Gpu."""
     return name[0].upper() + name[1:]

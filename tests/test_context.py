@@ -6,6 +6,7 @@ import pytest
 
 from config import limits
 from config.context import KEYS, ConfigError, read_settings
+from config.settings import FLEET_ID_SUFFIXES, RESERVED_CONSTRUCT_IDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -305,22 +306,26 @@ def test_no_fleet_at_all_is_refused():
     assert "leave no fleet" in error(gpuInstanceType="none", trainiumInstanceType="none")
 
 
-def test_fleet_az_must_be_in_the_region_and_the_vpc_holds_four_named_azs():
+def test_fleet_az_must_be_in_the_region_and_at_most_three_named_azs():
     with pytest.raises(ConfigError, match=r"fleets\.rl\.availabilityZone='eu-west-1a': is not in the stack's region"):
         read_settings(fleets(rl={"instanceType": "g6e.48xlarge", "availabilityZone": "eu-west-1a"}), region="us-east-1")
-    per_az = {f"f{az}": {"instanceType": "g6e.48xlarge", "availabilityZone": f"us-east-1{az}"} for az in "bcde"}
-    five = fleets(**per_az, ff={"instanceType": "g6e.48xlarge", "availabilityZone": "us-east-1f"})
-    assert error(**five).startswith("context key fleets='5 AZs': fleets and the Slurm cluster name 5 subnets")
-    # Four named AZs take four CIDR blocks beside the VPC's own: the default quota of five.
+    per_az = {f"f{az}": {"instanceType": "g6e.48xlarge", "availabilityZone": f"us-east-1{az}"} for az in "bcd"}
+    four = fleets(**per_az, fe={"instanceType": "g6e.48xlarge", "availabilityZone": "us-east-1e"})
+    message = error(**four)
+    # A VPC holds five blocks; the primary and three named AZs leave one for a move's new AZ.
+    assert limits.MAX_NAMED_AZ_BLOCKS == 3 and limits.VPC_CIDR_BLOCKS == 5
+    assert message.startswith("context key fleets='4 AZs': fleets and the Slurm cluster name 4 subnets")
+    assert "moving a fleet to another AZ needs one more" in message
+    assert message.endswith("allowed: at most 3 named AZs, counting the Slurm cluster's")
     read_settings(fleets(**per_az))
     read_settings(fleets(**per_az) | {"availabilityZone": "us-east-1b"})
     # An availabilityZone no fleet lands in takes no block; one that a fleet lands in does.
     read_settings(fleets(**per_az) | {"availabilityZone": "us-east-1f"})
-    fifth = fleets(**per_az, g={"instanceType": "g6e.48xlarge"}) | {"availabilityZone": "us-east-1f"}
-    assert "a VPC holds 5 CIDR blocks" in error(**fifth)
-    # The Slurm cluster's own subnet in availabilityZone is a fifth block.
+    fourth = fleets(**per_az, g={"instanceType": "g6e.48xlarge"}) | {"availabilityZone": "us-east-1f"}
+    assert error(**fourth).startswith("context key availabilityZone='us-east-1f': fleets and the Slurm cluster name 4")
+    # The Slurm cluster's own subnet in availabilityZone is a fourth block.
     message = error(**fleets(**per_az) | {"availabilityZone": "us-east-1b", "parallelCluster": "true"})
-    assert message.startswith("context key availabilityZone='us-east-1b': fleets and the Slurm cluster name 5")
+    assert message.startswith("context key availabilityZone='us-east-1b': fleets and the Slurm cluster name 4")
 
 
 def test_every_fleet_naming_its_az_needs_nothing_else():
@@ -346,6 +351,34 @@ def test_reserved_fleet_names_are_refused_in_one_line(name):
     message = error(**fleets(**{name: {"instanceType": "g6e.48xlarge"}}))
     assert message.startswith(f"context key fleets={name!r}: {name!r} is taken by the stacks' own ")
     assert "allowed: a fleet name other than (in any case)" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "shared"),
+    [
+        ("gpu", "gpuJobQueue", "GpuJobQueue"),  # a fleet named like another's output
+        ("rl", "rlLogGroup", "RlLogGroup"),
+        ("a", "aHealth", "AHealth"),  # the jobs stack's health construct
+        ("gpuJobQueue", "gpu", "GpuJobQueue"),  # in either order
+        ("x", "XtrainingJobDefinition", "XTrainingJobDefinition"),  # ids compare in any case
+    ],
+)
+def test_fleets_whose_ids_meet_are_refused_naming_both(first, second, shared):
+    fleet = {"instanceType": "g6.12xlarge"}
+    message = error(**fleets(**{first: fleet, second: fleet}))
+    assert message.startswith(f"context key fleets={second!r}: fleets {first!r} and {second!r} both make the ")
+    assert shared.lower() in message.lower() and "JobQueue, TrainingJobDefinition" in message
+    # A name that only starts like another's id is fine.
+    read_settings(fleets(gpu=fleet, gpuJob=fleet, gpuJobQueues=fleet))
+
+
+def test_no_stack_id_is_a_fleet_id_plus_a_suffix():
+    """The reserved check covers a fleet's own id only: a stack id such as `FooHealth` would collide
+    with fleet `foo`'s health construct, so none may look like one."""
+    for reserved in RESERVED_CONSTRUCT_IDS:
+        for suffix in filter(None, FLEET_ID_SUFFIXES):
+            stem = reserved[: -len(suffix)] if reserved.lower().endswith(suffix.lower()) else ""
+            assert not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", stem), f"{reserved} is fleet {stem!r} + {suffix}"
 
 
 @pytest.mark.parametrize("days", [1096, 2192, 2557, 2922, 3288])

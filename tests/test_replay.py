@@ -11,7 +11,8 @@ What a step must satisfy, stack by stack in CDK's deploy order (exporting stacks
   no bucket, repository or file system is deleted;
 - no export that a deployed stack still imports disappears (CloudFormation refuses that update);
 - no subnet or VPC CIDR block is created while another one holds an overlapping CIDR (CloudFormation
-  creates a replacement before it deletes the old resource).
+  creates a replacement before it deletes the old resource), and the VPC never holds more CIDR
+  blocks than its quota, counting the old blocks that are deleted only after the new ones exist.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ import aws_cdk as cdk
 import pytest
 
 from app import build_app
+from config import limits
 from config.context import read_settings
-from config.settings import RESERVED_CONSTRUCT_IDS, fleet_construct_id
+from config.settings import FLEET_ID_SUFFIXES, RESERVED_CONSTRUCT_IDS, fleet_construct_id
 from tests.harness import FEATURE_FLAGS, ROOT
 
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
@@ -89,6 +91,17 @@ CONTEXTS: dict[str, dict[str, str]] = {
         trainium=TRN | {"availabilityZone": "us-west-2b"},
         extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-west-2d"},
     ),
+    # Three named AZs, the most config.context allows; then one fleet moved, then two at once.
+    "third-az-gpu-moved": fleets(
+        gpu=GPU | {"availabilityZone": "us-west-2c"},
+        trainium=TRN | {"availabilityZone": "us-west-2b"},
+        extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-west-2d"},
+    ),
+    "third-az-two-moved": fleets(
+        gpu=GPU | {"availabilityZone": "us-west-2c"},
+        trainium=TRN | {"availabilityZone": "us-west-2e"},
+        extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-west-2d"},
+    ),
 }
 
 
@@ -107,6 +120,8 @@ class Step:
 # sequence cannot pass by changing nothing.
 SEQUENCES: dict[str, list[Step]] = {
     "a fleet moves AZ": [Step("named-azs"), Step("gpu-moved")],
+    # The primary block, three named AZs and the new AZ's block: the quota of five, for a moment.
+    "a fleet moves AZ while three AZs are named": [Step("third-az"), Step("third-az-gpu-moved")],
     "a fleet in a new AZ is added and later removed": [
         Step("named-azs"),
         Step("third-az"),
@@ -128,10 +143,12 @@ SEQUENCES: dict[str, list[Step]] = {
 REFUSED: dict[str, str] = {
     "a fleet removed in one deploy": "removed while a deployed stack imports it",
     "the Slurm cluster moved in place": "moves the Slurm head node",
+    "two fleets move AZ at once while three AZs are named": "6 CIDR blocks at once",
 }
 REFUSED_SEQUENCES: dict[str, list[Step]] = {
     "a fleet removed in one deploy": [Step("named-azs"), Step("third-az"), Step("named-azs")],
     "the Slurm cluster moved in place": [Step("slurm"), Step("slurm-az-a")],
+    "two fleets move AZ at once while three AZs are named": [Step("third-az"), Step("third-az-two-moved")],
 }
 ALL_SEQUENCES = {**SEQUENCES, **REFUSED_SEQUENCES}
 EXPECT: dict[tuple[str, int], set[tuple[str, str, str]]] = {
@@ -139,6 +156,10 @@ EXPECT: dict[tuple[str, int], set[tuple[str, str, str]]] = {
         ("TrainingCompute", "AWS::EC2::Subnet", "WILL_CREATE"),
         ("TrainingCompute", "AWS::EC2::Subnet", "WILL_DESTROY"),
         ("TrainingCompute", "AWS::Batch::ComputeEnvironment", "WILL_UPDATE"),
+    },
+    ("a fleet moves AZ while three AZs are named", 1): {
+        ("TrainingCompute", "AWS::EC2::VPCCidrBlock", "WILL_CREATE"),
+        ("TrainingCompute", "AWS::EC2::VPCCidrBlock", "WILL_DESTROY"),
     },
     ("a fleet in a new AZ is added and later removed", 2): {
         ("TrainingCompute", "AWS::Batch::ComputeEnvironment", "WILL_DESTROY"),
@@ -276,6 +297,13 @@ def _deploy(state: dict[str, dict[str, Any]], stack: str, new: dict[str, Any], c
         for where, kind, other in existing:
             if (kind == "AWS::EC2::Subnet") == is_subnet and net.overlaps(other):
                 problems.append(f"{stack}: creates {key} ({net}) while {where} holds {other}")
+    # CloudFormation deletes what a stack drops or replaces in its cleanup phase, after every create:
+    # for a moment the VPC holds its primary block, every deployed block and every new one.
+    blocks = [k for k in created if new["Resources"][k]["Type"] == "AWS::EC2::VPCCidrBlock"]
+    if blocks:
+        held = 1 + sum(kind == "AWS::EC2::VPCCidrBlock" for _, kind, _ in existing) + len(blocks)
+        if held > limits.VPC_CIDR_BLOCKS:
+            problems.append(f"{stack}: {held} CIDR blocks at once, more than the VPC's {limits.VPC_CIDR_BLOCKS}")
     if _head_node_subnet(old) not in (None, _head_node_subnet(new)):
         # ParallelCluster's HeadNode/Networking/SubnetId has UpdatePolicy.UNSUPPORTED
         # (pcluster/schemas/cluster_schema.py): the provider fails the update.
@@ -403,7 +431,8 @@ def test_the_cli_agrees_with_the_in_process_diff(synthed: dict[str, Synthed], di
 
 def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
     """A fleet named like a stack's own child crashes synth; config.context refuses those names from
-    RESERVED_CONSTRUCT_IDS. Any child added later by any stack must be listed there. The app is built
+    RESERVED_CONSTRUCT_IDS. Any child added later by any stack must be listed there, and any id a
+    stack derives from a fleet's must be the fleet's id plus one of FLEET_ID_SUFFIXES. The app is built
     with every optional part (Slurm in a named AZ, fair share, alerts), not synthesized."""
     context = {"parallelCluster": "true", "availabilityZone": "us-west-2a", "shares": "a:1"}
     context |= {
@@ -419,12 +448,21 @@ def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
     fleet_ids = [fleet_construct_id(f) for f in ("qa", "qb")]
     stacks = [s for s in app.node.children if isinstance(s, cdk.Stack)]
     assert len(stacks) == 7
+    per_fleet: dict[str, set[str]] = {f: set() for f in fleet_ids}
     for stack in stacks:
         for child in stack.node.children:
             name = child.node.id
-            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name) or any(name.startswith(f) for f in fleet_ids):
-                continue  # CDK's own ids with other characters; a fleet's and its outputs
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name):
+                continue  # CDK's own ids with other characters
+            fleet = next((f for f in fleet_ids if name.startswith(f)), None)
+            if fleet:
+                # config.context refuses fleets whose ids meet from FLEET_ID_SUFFIXES.
+                per_fleet[fleet].add(name[len(fleet) :])
+                continue
             assert name.lower() in reserved, f"{stack.node.id}/{name} is not in RESERVED_CONSTRUCT_IDS"
+    # Every stack-level id a fleet makes is its construct id plus a listed suffix, and every listed
+    # suffix is made (so that the list cannot go stale either).
+    assert per_fleet == {f: set(FLEET_ID_SUFFIXES) for f in fleet_ids}
 
 
 def _comment_script() -> Any:
@@ -448,6 +486,8 @@ def test_pr_comment_marks_what_a_fleet_removal_deletes(synthed: dict[str, Synthe
         ("TrainingCompute", "Export", "remove"),
         ("TrainingJobs", "AWS::Batch::JobQueue", "destroy"),
     } <= marked
+    (subnet,) = [r for r in script.risks(script.parse(text)) if r.resource_type == "AWS::EC2::Subnet"]
+    assert "orphaned" in subnet.danger  # a failed cleanup delete does not roll the deploy back
     # Job definitions, roles and launch templates of the removed fleet are listed but not marked.
     unmarked = {r.resource_type for r in script.risks(script.parse(text)) if not r.danger}
     assert {"AWS::Batch::JobDefinition", "AWS::EC2::LaunchTemplate", "AWS::IAM::Role"} <= unmarked

@@ -111,3 +111,35 @@ def test_make_deploy_can_skip_the_approval_prompt():
     )
     # Without APPROVAL the CLI's own default (ask before broadening permissions) stays.
     assert "--require-approval" not in make_dry_run("deploy")
+
+
+def _readme_section(title: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index(f"\n### {title}\n") if f"\n### {title}\n" in readme else readme.index(f"\n#### {title}\n")
+    level = readme[start + 1 :].split(" ", 1)[0]
+    end = re.search(rf"\n#{{2,{len(level)}}} ", readme[start + 1 :])
+    return readme[start : start + 1 + end.start()] if end else readme[start:]
+
+
+def test_readme_says_a_failed_subnet_delete_does_not_roll_back():
+    """CloudFormation deletes a moved fleet's old subnet in the cleanup phase; a failed delete there
+    leaves the stack UPDATE_COMPLETE and the subnet and its block orphaned (CloudFormation User Guide,
+    Troubleshooting, "Resource removed from stack but not deleted")."""
+    changing = _readme_section("Changing a deployed fleet")
+    (row,) = [line for line in changing.splitlines() if line.startswith("| a fleet's AZ")]
+    assert "rolls back" not in row.replace("nothing rolls back", "")
+    assert "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS" in row and "`UPDATE_COMPLETE`" in row
+    assert "#moving-a-fleet-to-another-az" in row
+    moving = _readme_section("Moving a fleet to another AZ")
+    assert moving.index("**Drain**") < moving.index("**Deploy**") < moving.index("**Check**")
+    for command in ("ec2 describe-subnets", "ec2 delete-subnet", "ec2 disassociate-vpc-cidr-block"):
+        assert f"aws {command}" in moving, command
+
+
+def test_readme_explains_upgrading_a_deployment_that_named_an_az():
+    upgrading = _readme_section("Upgrading an existing deployment")
+    assert "`availabilityZone` set" in upgrading and "a fleet's `availabilityZone` set" in upgrading
+    # The old release cannot unset the key either: it moves the same subnets on the same CIDRs.
+    assert "Unsetting `availabilityZone` on the old release first does not help" in upgrading
+    assert "npx cdk destroy TrainingNetwork" in upgrading and "What is lost" in upgrading
+    assert "buckets" in upgrading and "ECR" in upgrading and "retained" in upgrading

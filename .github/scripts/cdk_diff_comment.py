@@ -38,9 +38,15 @@ STATEFUL_TYPES = frozenset(
 FAILS_WHEN_REPLACED = {
     "AWS::EC2::Subnet": (
         "the new subnet is created first and collides on the CIDR",
-        "fails while instances still have interfaces in it",
+        # Deletes run in the cleanup phase: a failed one leaves the update UPDATE_COMPLETE and the
+        # subnet orphaned (CloudFormation User Guide, Troubleshooting, "Resource removed from stack
+        # but not deleted").
+        "left orphaned, outside any stack, while instances still have interfaces in it: drain first (README)",
     ),
-    "AWS::EC2::VPCCidrBlock": ("the new block is associated first and overlaps", "fails while a subnet uses it"),
+    "AWS::EC2::VPCCidrBlock": (
+        "the new block is associated first and overlaps",
+        "left orphaned while a subnet uses it; the AZ's block cannot be created again until it is removed",
+    ),
     "AWS::Batch::ComputeEnvironment": (
         "new ARN; queues that use the old one block its deletion",
         "fails while a job queue uses it: deploy TrainingJobs first (README)",
