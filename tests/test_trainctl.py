@@ -296,21 +296,79 @@ def test_cancel_terminates_a_queued_job(world: World, trainctl: Any) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints
-def test_checkpoints_lists_and_downloads_the_jobs_prefix(world: World, trainctl: Any, tmp_path: Path) -> None:
+def _checkpoint_sync() -> Any:
+    """container/checkpoint_sync.py, which writes the layout trainctl reads (it imports its neighbour)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "container"))
+    try:
+        import checkpoint_sync
+    finally:
+        sys.path.pop(0)
+    return checkpoint_sync
+
+
+def test_checkpoints_list_and_download_what_each_nodes_manifest_names(
+    world: World, trainctl: Any, tmp_path: Path
+) -> None:
+    sync = _checkpoint_sync()
     job_id = world.submit("gpu", name="with-checkpoints")
     s3 = world.client("s3")
-    files = {"model_100.pt": b"weights", "params/agent.yaml": b"lr: 0.001"}
-    for name, body in files.items():
-        s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}/{name}", Body=body)
-    s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}-other/model_1.pt", Body=b"another job")
+    s3.put_bucket_versioning(Bucket=CHECKPOINT_BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    uri = f"s3://{CHECKPOINT_BUCKET}/gpu/{job_id}"
+    local = tmp_path / "trainer"
+    written = {0: {"model_100.pt": b"weights", "params/agent.yaml": b"lr: 0.001"}, 1: {"model_100.pt": b"node one"}}
+    mtimes: dict[tuple[int, str], int] = {}
+    for node, files in written.items():
+        # The way checkpoint_sync.py's watcher uploads: each file, then the node's manifest.
+        store = sync.NodeStore(s3, uri, node)
+        manifest = {}
+        for name, body in files.items():
+            path = local / str(node) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(body)
+            when = 1_700_000_000_123_456_789 + node
+            os.utime(path, ns=(when, when))
+            mtimes[(node, name)] = when
+            manifest[name] = store.upload(path, name)
+        store.write_manifest(manifest)
+    # After node 0's manifest: a newer version of a named file and a file it does not name (an upload
+    # that a kill cut short), and another job's prefix.
+    s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}/node-0/model_100.pt", Body=b"half-written")
+    s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}/node-0/model_200.pt", Body=b"cut short")
+    s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}-other/node-0.manifest.json", Body=b"{}")
 
-    listed = ok_json(trainctl("--json", "checkpoints", job_id, "--download", str(tmp_path / "out")))
+    out = tmp_path / "out"
+    listed = ok_json(trainctl("--json", "checkpoints", job_id, "--download", str(out)))
 
     assert listed["uri"] == f"s3://{CHECKPOINT_BUCKET}/gpu/{job_id}/"
-    assert sorted(o["key"] for o in listed["objects"]) == sorted(files)
-    for name, body in files.items():
-        assert (tmp_path / "out" / name).read_bytes() == body
-    assert not (tmp_path / "out" / "model_1.pt").exists()
+    assert sorted((f["node"], f["file"], f["bytes"]) for f in listed["files"]) == [
+        (0, "model_100.pt", 7),
+        (0, "params/agent.yaml", 9),
+        (1, "model_100.pt", 8),
+    ]
+    assert all(f["version_id"] for f in listed["files"])
+    for node, files in written.items():
+        for name, body in files.items():
+            target = out / f"node-{node}" / name
+            # The manifest's version, not the newer half-written one; the mtime restore would set.
+            assert target.read_bytes() == body
+            assert target.stat().st_mtime_ns == mtimes[(node, name)]
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "node-0/model_100.pt",
+        "node-0/params/agent.yaml",
+        "node-1/model_100.pt",
+    ]
+    table = trainctl("checkpoints", job_id)
+    assert table.exit_code == 0, table.output
+    assert "params/agent.yaml" in table.stdout and "manifest.json" not in table.stdout
+
+    # A manifest entry that climbs out of its node's directory is refused; nothing is written.
+    evil = sync.NodeStore(s3, uri, 2)
+    evil.write_manifest({"../../escaped.pt": sync.Entry(4, 0, None)})
+    s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}/escaped.pt", Body=b"evil")
+    refused = tmp_path / "refused"
+    line = one_error_line(trainctl("checkpoints", job_id, "--download", str(refused / "in")), ExitCode.USAGE)
+    assert "refusing to write manifest entry '../../escaped.pt' of node 2" in line
+    assert not (refused / "escaped.pt").exists() and not (tmp_path / "escaped.pt").exists()
 
 
 # ----------------------------------------------------------------------------------------------- check
