@@ -36,7 +36,7 @@ from trainctl.requests import (
     submit_request,
 )
 from trainctl.status import fleet_status
-from trainctl.verdict import HEALTHY, last_verdict
+from trainctl.verdict import HEALTHY, last_verdict, verdict_summary
 from trainctl.why import explain
 
 EXIT_CODES_HELP = (
@@ -489,13 +489,18 @@ def check(
     _note(f"benchmark job {job_id} submitted to fleet {fleet.name}")
     job = _follow(state, job_id, poll_seconds)
     result: dict[str, Any] = {"jobId": job_id, "fleet": fleet.name, "status": job.get("status")}
-    if job.get("status") != "SUCCEEDED":
+    failed = job.get("status") != "SUCCEEDED"
+    if failed:
         result["statusReason"] = job.get("statusReason")
-        _finish_check(state, result, f"benchmark job {job_id} FAILED: {job.get('statusReason')}", ExitCode.JOB_FAILED)
+    # Read even when the job FAILED: the benchmark exits 1 after a wrong result, verdict printed.
     main = main_node(job)
     streams = node_streams(state.batch, job, [main], fleet.log_group)
     verdict = last_verdict(line.message for line in StreamReader(state.aws.client("logs"), streams[0]).read())
     if verdict is None:
+        if failed:
+            _finish_check(
+                state, result, f"benchmark job {job_id} FAILED: {job.get('statusReason')}", ExitCode.JOB_FAILED
+            )
         _finish_check(
             state,
             result,
@@ -503,13 +508,17 @@ def check(
             ExitCode.UNHEALTHY,
         )
         return
-    result.update(verdict=verdict.get("verdict"), busbw_gbps=verdict.get("busbw_gbps"), result=verdict)
-    summary = (
-        f"fleet {fleet.name}: {verdict.get('verdict')} (bus bandwidth {verdict.get('busbw_gbps')} Gbps"
-        + (f", {verdict['fraction_of_network']:.0%} of the network" if verdict.get("fraction_of_network") else "")
-        + ")"
+    result.update(
+        verdict=verdict.get("verdict"),
+        busbw_gbps=verdict.get("busbw_gbps"),
+        failing_nodes=list(verdict.get("failing_nodes") or []),
+        degraded_nodes=list(verdict.get("degraded_nodes") or []),
+        result=verdict,
     )
-    healthy = verdict.get("verdict") == HEALTHY
+    summary = f"fleet {fleet.name}: {verdict_summary(verdict)}" + (
+        f"; benchmark job {job_id} FAILED: {job.get('statusReason')}" if failed else ""
+    )
+    healthy = verdict.get("verdict") == HEALTHY and not failed
     _finish_check(state, result, summary, ExitCode.OK if healthy else ExitCode.UNHEALTHY)
 
 
