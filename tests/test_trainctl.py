@@ -520,6 +520,17 @@ def test_cost_is_node_hours_times_the_price(world: World, trainctl: Any) -> None
     ):
         job_id = world.submit("trainium", name=name, shareIdentifier=share)
         world.set_job(job_id, "SUCCEEDED", created=start, started=start, stopped=start + timedelta(hours=hours))
+    # Retried after a lost host: attempts of 1 h and 30 min, both billed; the job's own times span the last.
+    retried = world.submit("trainium", name="vision-retried", shareIdentifier="vision")
+    hour = timedelta(hours=1)
+    world.set_job(
+        retried,
+        "SUCCEEDED",
+        created=start,
+        started=start + 2 * hour,
+        stopped=start + 2.5 * hour,
+        attempts=[(start, start + hour), (start + 2 * hour, start + 2.5 * hour)],
+    )
     waiting = world.submit("trainium", name="still-waiting", shareIdentifier="llama")
     world.set_job(waiting, "RUNNABLE", created=start)
     old = world.submit("trainium", name="last-year", shareIdentifier="llama")
@@ -529,10 +540,10 @@ def test_cost_is_node_hours_times_the_price(world: World, trainctl: Any) -> None
 
     by_queue = ok_json(trainctl("--json", "cost", "--since", "2026-03-01", "--by", "queue"))
     trainium = next(r for r in by_queue["rows"] if r["key"] == "trainium")
-    # 2 nodes each: (1.5 + 0.25 + 0.5) h x 2 = 4.5 node-hours of trn1.32xlarge at $21.50.
-    assert trainium["node_hours"] == pytest.approx(4.5)
-    assert trainium["usd"] == pytest.approx(4.5 * 21.50, abs=0.01)
-    assert trainium["jobs"] == 3
+    # 2 nodes each: (1.5 + 0.25 + 0.5 + 1 + 0.5) h x 2 = 7.5 node-hours of trn1.32xlarge at $21.50.
+    assert trainium["node_hours"] == pytest.approx(7.5)
+    assert trainium["usd"] == pytest.approx(7.5 * 21.50, abs=0.01)
+    assert trainium["jobs"] == 4
     assert by_queue["estimate"] is True
 
     by_share = ok_json(
@@ -541,7 +552,7 @@ def test_cost_is_node_hours_times_the_price(world: World, trainctl: Any) -> None
     shares = {r["key"]: r for r in by_share["rows"]}
     assert shares["llama"]["node_hours"] == pytest.approx(4.0)
     assert shares["llama"]["usd"] == pytest.approx(40.0)
-    assert shares["vision"]["usd"] == pytest.approx(5.0)
+    assert shares["vision"]["usd"] == pytest.approx(5.0 + 30.0)
 
     table = trainctl("cost", "--since", "2026-03-01", "--by", "name")
     assert table.exit_code == 0, table.output
