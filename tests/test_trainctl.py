@@ -4,10 +4,14 @@ console script."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import types
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -296,56 +300,214 @@ def test_cancel_terminates_a_queued_job(world: World, trainctl: Any) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints
-def test_checkpoints_lists_and_downloads_the_jobs_prefix(world: World, trainctl: Any, tmp_path: Path) -> None:
+def _checkpoint_sync() -> Any:
+    """container/checkpoint_sync.py, which writes the layout trainctl reads (it imports its neighbour)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "container"))
+    try:
+        import checkpoint_sync
+    finally:
+        sys.path.pop(0)
+    return checkpoint_sync
+
+
+def test_checkpoints_list_and_download_what_each_nodes_manifest_names(
+    world: World, trainctl: Any, tmp_path: Path
+) -> None:
+    sync = _checkpoint_sync()
     job_id = world.submit("gpu", name="with-checkpoints")
     s3 = world.client("s3")
-    files = {"model_100.pt": b"weights", "params/agent.yaml": b"lr: 0.001"}
-    for name, body in files.items():
-        s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}/{name}", Body=body)
-    s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}-other/model_1.pt", Body=b"another job")
+    s3.put_bucket_versioning(Bucket=CHECKPOINT_BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    uri = f"s3://{CHECKPOINT_BUCKET}/gpu/{job_id}"
+    local = tmp_path / "trainer"
+    written = {0: {"model_100.pt": b"weights", "params/agent.yaml": b"lr: 0.001"}, 1: {"model_100.pt": b"node one"}}
+    mtimes: dict[tuple[int, str], int] = {}
+    for node, files in written.items():
+        # The way checkpoint_sync.py's watcher uploads: each file, then the node's manifest.
+        store = sync.NodeStore(s3, uri, node)
+        manifest = {}
+        for name, body in files.items():
+            path = local / str(node) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(body)
+            when = 1_700_000_000_123_456_789 + node
+            os.utime(path, ns=(when, when))
+            mtimes[(node, name)] = when
+            manifest[name] = store.upload(path, name)
+        store.write_manifest(manifest)
+    # After node 0's manifest: a newer version of a named file and a file it does not name (an upload
+    # that a kill cut short), and another job's prefix.
+    s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}/node-0/model_100.pt", Body=b"half-written")
+    s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}/node-0/model_200.pt", Body=b"cut short")
+    s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}-other/node-0.manifest.json", Body=b"{}")
 
-    listed = ok_json(trainctl("--json", "checkpoints", job_id, "--download", str(tmp_path / "out")))
+    out = tmp_path / "out"
+    listed = ok_json(trainctl("--json", "checkpoints", job_id, "--download", str(out)))
 
     assert listed["uri"] == f"s3://{CHECKPOINT_BUCKET}/gpu/{job_id}/"
-    assert sorted(o["key"] for o in listed["objects"]) == sorted(files)
-    for name, body in files.items():
-        assert (tmp_path / "out" / name).read_bytes() == body
-    assert not (tmp_path / "out" / "model_1.pt").exists()
+    assert sorted((f["node"], f["file"], f["bytes"]) for f in listed["files"]) == [
+        (0, "model_100.pt", 7),
+        (0, "params/agent.yaml", 9),
+        (1, "model_100.pt", 8),
+    ]
+    assert all(f["version_id"] for f in listed["files"])
+    for node, files in written.items():
+        for name, body in files.items():
+            target = out / f"node-{node}" / name
+            # The manifest's version, not the newer half-written one; the mtime restore would set.
+            assert target.read_bytes() == body
+            assert target.stat().st_mtime_ns == mtimes[(node, name)]
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "node-0/model_100.pt",
+        "node-0/params/agent.yaml",
+        "node-1/model_100.pt",
+    ]
+    table = trainctl("checkpoints", job_id)
+    assert table.exit_code == 0, table.output
+    assert "params/agent.yaml" in table.stdout and "manifest.json" not in table.stdout
+
+    # A manifest entry that climbs out of its node's directory is refused; nothing is written.
+    evil = sync.NodeStore(s3, uri, 2)
+    evil.write_manifest({"../../escaped.pt": sync.Entry(4, 0, None)})
+    s3.put_object(Bucket=CHECKPOINT_BUCKET, Key=f"gpu/{job_id}/escaped.pt", Body=b"evil")
+    refused = tmp_path / "refused"
+    line = one_error_line(trainctl("checkpoints", job_id, "--download", str(refused / "in")), ExitCode.USAGE)
+    assert "refusing to write manifest entry '../../escaped.pt' of node 2" in line
+    assert not (refused / "escaped.pt").exists() and not (tmp_path / "escaped.pt").exists()
 
 
 # ----------------------------------------------------------------------------------------------- check
-BENCHMARK_LINE = {"world_size": 8, "busbw_gbps": 31.5, "network_gbps": 40, "fraction_of_network": 0.788}
+@functools.cache
+def _allreduce_bench() -> Any:
+    """container/allreduce_bench.py, imported by path as tests/test_allreduce.py does, with stand-ins for
+    torch: its verdict, node-check and metric functions do not use torch, and importing it costs seconds."""
+    torch = types.ModuleType("torch")
+    distributed = types.ModuleType("torch.distributed")
+    torch.Tensor = torch.device = distributed.ProcessGroup = type("Unused", (), {})  # type: ignore[attr-defined]
+    distributed.ReduceOp = types.SimpleNamespace(SUM="sum", MAX="max")  # type: ignore[attr-defined]
+    torch.distributed = distributed  # type: ignore[attr-defined]
+    spec = importlib.util.spec_from_file_location(
+        "allreduce_bench", Path(__file__).parents[1] / "container/allreduce_bench.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    stand_ins = {"torch": torch, "torch.distributed": distributed, "allreduce_bench": module}
+    saved = {name: sys.modules.get(name) for name in stand_ins}
+    sys.modules.update(stand_ins)  # dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                del sys.modules[name]
+            else:
+                sys.modules[name] = value
+    return module
+
+
+NETWORK_GBPS = 40.0  # g6.12xlarge
+NODE_GBPS = 400.0
+
+
+def bench_output(fabric_gbps: float, node_gbytes: dict[str, float], wrong: dict[str, int] | None = None) -> list[str]:
+    """What rank 0 of allreduce_bench.py --per-node prints after its table, made with its own functions:
+    the node checks (node label -> average busbw in GB/s within that node), the embedded-metric line,
+    the full report and, last, the short line {"verdict", "busbw_gbps", "failing_nodes",
+    "degraded_nodes"} that keeps the result whole where Docker splits the full one at 16 KB."""
+    bench = _allreduce_bench()
+    checks = [
+        bench.node_check(label, 4, gbytes, (wrong or {}).get(label, 0), NODE_GBPS)
+        for label, gbytes in node_gbytes.items()
+    ]
+    fraction, word = bench.verdict(fabric_gbps, NETWORK_GBPS)
+    final = bench.worst([word, *(check.verdict for check in checks)])
+    short = {
+        "verdict": final,
+        "busbw_gbps": round(fabric_gbps, 3),
+        "failing_nodes": [c.node for c in checks if c.verdict in ("broken", "wrong-result")],
+        "degraded_nodes": [c.node for c in checks if c.verdict == "degraded"],
+    }
+    full = {
+        **short,
+        "world_size": 4 * len(checks),
+        "network_gbps": NETWORK_GBPS,
+        "fraction_of_network": fraction,
+        "node_checks": [dataclasses.asdict(check) for check in checks],
+    }
+    return [
+        "# per node (all nodes at once, each its own world)",
+        *(f"#   {c.node}: {c.ranks} ranks, avg busbw {c.busbw_gbps:.3f} Gbps, {c.verdict}" for c in checks),
+        bench.metric_line("gpu", fabric_gbps, final),
+        json.dumps(full),
+        json.dumps(short),
+    ]
+
+
+HEALTHY_NODES = {"node 0 (ip-10-0-0-5)": 30.0, "node 1 (ip-10-0-1-7)": 31.0}
 
 
 @pytest.mark.parametrize(
-    ("lines", "code", "says"),
+    ("lines", "fail", "code", "says"),
     [
-        (["NCCL INFO NET/OFI Selected provider is efa", json.dumps({**BENCHMARK_LINE, "verdict": "healthy"})], 0,
-         "gpu: healthy (bus bandwidth 31.5 Gbps, 79% of the network)"),
-        ([json.dumps({**BENCHMARK_LINE, "busbw_gbps": 2.1, "verdict": "broken"})], ExitCode.UNHEALTHY, "gpu: broken"),
-        (["NCCL WARN NET/Plugin: Could not find: libnccl-net.so"], ExitCode.UNHEALTHY, "printed no verdict line"),
+        (["NCCL INFO NET/OFI Selected provider is efa", *bench_output(31.5, HEALTHY_NODES)], False, 0,
+         "fleet gpu: healthy (bus bandwidth 31.5 Gbps, 79% of the network)"),
+        (bench_output(2.1, HEALTHY_NODES), False, ExitCode.UNHEALTHY, "fleet gpu: broken (bus bandwidth 2.1 Gbps, 5%"),
+        (["NCCL WARN NET/Plugin: Could not find: libnccl-net.so"], False, ExitCode.UNHEALTHY,
+         "printed no verdict line"),
+        (["torch.distributed.DistNetworkError: connection refused"], True, ExitCode.JOB_FAILED, "FAILED"),
     ],
 )  # fmt: skip
 def test_check_runs_the_benchmark_and_exits_on_its_verdict(
-    world: World, trainctl: Any, lines: list[str], code: int, says: str
+    world: World, trainctl: Any, lines: list[str], fail: bool, code: int, says: str
 ) -> None:
+    failing = {"MOTO_SIMPLE_BATCH_FAIL_AFTER": "0"} if fail else None
     with world.benchmark_prints("gpu", lines) as submitted:
-        result = trainctl("check", "gpu", "--poll-seconds", "0")
+        result = trainctl("check", "gpu", "--poll-seconds", "0", env=failing)
 
     assert result.exit_code == code, result.output
     assert says in result.stdout
     assert world.job(submitted[0]).job_definition.arn == world.benchmark["gpu"]
 
 
+def test_check_names_the_failing_and_degraded_nodes(world: World, trainctl: Any) -> None:
+    # Node 1 reaches 1% of its GPUs' interconnect (broken), node 2 a fifth (degraded).
+    nodes = {"node 0 (ip-10-0-0-5)": 30.0, "node 1 (ip-10-0-1-7)": 0.5, "node 2 (ip-10-0-2-9)": 10.0}
+    with world.benchmark_prints("gpu", bench_output(31.5, nodes)):
+        table = trainctl("check", "gpu", "--poll-seconds", "0")
+        result = json.loads(trainctl("--json", "check", "gpu", "--poll-seconds", "0").stdout)
+
+    assert table.exit_code == ExitCode.UNHEALTHY, table.output
+    assert table.stdout.strip() == (
+        "fleet gpu: broken (bus bandwidth 31.5 Gbps, 79% of the network; failing: node 1 (ip-10-0-1-7); "
+        "degraded: node 2 (ip-10-0-2-9))"
+    )
+    assert result["verdict"] == "broken"
+    assert result["failing_nodes"] == ["node 1 (ip-10-0-1-7)"]
+    assert result["degraded_nodes"] == ["node 2 (ip-10-0-2-9)"]
+
+
+def test_check_reports_the_verdict_of_a_benchmark_that_failed(world: World, trainctl: Any) -> None:
+    # allreduce_bench exits 1 after a wrong result, verdict printed: the job ends FAILED.
+    nodes = {"node 0 (ip-10-0-0-5)": 30.0, "node 1 (ip-10-0-1-7)": 31.0}
+    lines = bench_output(31.5, nodes, wrong={"node 1 (ip-10-0-1-7)": 3})
+    with world.benchmark_prints("gpu", lines):
+        result = trainctl("check", "gpu", "--poll-seconds", "0", env={"MOTO_SIMPLE_BATCH_FAIL_AFTER": "0"})
+
+    assert result.exit_code == ExitCode.UNHEALTHY, result.output
+    assert "fleet gpu: wrong-result (" in result.stdout
+    assert "failing: node 1 (ip-10-0-1-7)" in result.stdout
+    assert " FAILED" in result.stdout
+
+
 def test_check_reads_the_last_verdict_line_among_others(world: World, trainctl: Any) -> None:
     lines = [
         json.dumps({"verdict": "degraded", "busbw_gbps": 5.0}),
         "[default0]:" + json.dumps({"metric": "cold_start", "seconds": 40}),
-        "[default0]:" + json.dumps({**BENCHMARK_LINE, "verdict": "healthy", "per_node": {"verdict": "healthy"}}),
+        *("[default0]:" + line for line in bench_output(31.5, HEALTHY_NODES)),
     ]
     with world.benchmark_prints("gpu", lines):
         result = ok_json(trainctl("--json", "check", "gpu", "--poll-seconds", "0"))
     assert (result["verdict"], result["busbw_gbps"]) == ("healthy", 31.5)
+    assert result["failing_nodes"] == result["degraded_nodes"] == []
 
 
 # ----------------------------------------------------------------------------------------------- cost
@@ -358,6 +520,17 @@ def test_cost_is_node_hours_times_the_price(world: World, trainctl: Any) -> None
     ):
         job_id = world.submit("trainium", name=name, shareIdentifier=share)
         world.set_job(job_id, "SUCCEEDED", created=start, started=start, stopped=start + timedelta(hours=hours))
+    # Retried after a lost host: attempts of 1 h and 30 min, both billed; the job's own times span the last.
+    retried = world.submit("trainium", name="vision-retried", shareIdentifier="vision")
+    hour = timedelta(hours=1)
+    world.set_job(
+        retried,
+        "SUCCEEDED",
+        created=start,
+        started=start + 2 * hour,
+        stopped=start + 2.5 * hour,
+        attempts=[(start, start + hour), (start + 2 * hour, start + 2.5 * hour)],
+    )
     waiting = world.submit("trainium", name="still-waiting", shareIdentifier="llama")
     world.set_job(waiting, "RUNNABLE", created=start)
     old = world.submit("trainium", name="last-year", shareIdentifier="llama")
@@ -367,10 +540,10 @@ def test_cost_is_node_hours_times_the_price(world: World, trainctl: Any) -> None
 
     by_queue = ok_json(trainctl("--json", "cost", "--since", "2026-03-01", "--by", "queue"))
     trainium = next(r for r in by_queue["rows"] if r["key"] == "trainium")
-    # 2 nodes each: (1.5 + 0.25 + 0.5) h x 2 = 4.5 node-hours of trn1.32xlarge at $21.50.
-    assert trainium["node_hours"] == pytest.approx(4.5)
-    assert trainium["usd"] == pytest.approx(4.5 * 21.50, abs=0.01)
-    assert trainium["jobs"] == 3
+    # 2 nodes each: (1.5 + 0.25 + 0.5 + 1 + 0.5) h x 2 = 7.5 node-hours of trn1.32xlarge at $21.50.
+    assert trainium["node_hours"] == pytest.approx(7.5)
+    assert trainium["usd"] == pytest.approx(7.5 * 21.50, abs=0.01)
+    assert trainium["jobs"] == 4
     assert by_queue["estimate"] is True
 
     by_share = ok_json(
@@ -379,7 +552,7 @@ def test_cost_is_node_hours_times_the_price(world: World, trainctl: Any) -> None
     shares = {r["key"]: r for r in by_share["rows"]}
     assert shares["llama"]["node_hours"] == pytest.approx(4.0)
     assert shares["llama"]["usd"] == pytest.approx(40.0)
-    assert shares["vision"]["usd"] == pytest.approx(5.0)
+    assert shares["vision"]["usd"] == pytest.approx(5.0 + 30.0)
 
     table = trainctl("cost", "--since", "2026-03-01", "--by", "name")
     assert table.exit_code == 0, table.output

@@ -9,19 +9,22 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import boto3
 import botocore.exceptions
 import pytest
+from botocore.stub import Stubber
 
 from config.catalog import CATALOG
 from config.prices import NOT_PUBLISHED, PRICES
 from tests.harness import ROOT
 from trainctl.aws import aws_errors
-from trainctl.checkpoints import checkpoint_location, download
+from trainctl.checkpoints import CheckpointFile, checkpoint_location, download
 from trainctl.cost import JobUsage, summarize, usage_of
 from trainctl.deployment import _FLEET_OUTPUTS, JOBS_STACK, Deployment, Fleet, fleets_from_outputs
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.logs import LogLine, interleave, parse_nodes
+from trainctl.logs import LogLine, NodeStream, StreamReader, interleave, parse_nodes
 from trainctl.requests import grid_points, parse_grid, point_name, submit_request
 from trainctl.verdict import last_verdict
 from trainctl.why import explain
@@ -81,8 +84,7 @@ def usage(name: str, instance_type: str, nodes: int, hours: float, share: str = 
         share=share,
         instance_type=instance_type,
         nodes=nodes,
-        started_ms=0,
-        stopped_ms=int(hours * 3_600_000),
+        run_ms=int(hours * 3_600_000),
     )
 
 
@@ -109,6 +111,24 @@ def test_a_job_that_never_started_costs_nothing() -> None:
         instance_type="g6.12xlarge",
     )
     assert counted is not None and counted.node_hours == pytest.approx(1.5)
+
+
+def test_a_retried_job_costs_every_attempt() -> None:
+    # Two attempts of 1 h and 30 min (a host lost mid-run, then the retry); the job's own startedAt and
+    # stoppedAt span only the last one. An attempt that never ran has no start time.
+    job = {
+        "jobId": "z",
+        "startedAt": 7_200_000,
+        "stoppedAt": 9_000_000,
+        "nodeProperties": {"numNodes": 2},
+        "attempts": [
+            {"startedAt": 0, "stoppedAt": 3_600_000},
+            {"stoppedAt": 3_700_000},
+            {"startedAt": 7_200_000, "stoppedAt": 9_000_000},
+        ],
+    }
+    usage = usage_of(job, fleet="gpu", instance_type="g6.12xlarge")
+    assert usage is not None and usage.node_hours == pytest.approx(2 * 1.5)
 
 
 # ----------------------------------------------------------------------------------------------- requests
@@ -149,6 +169,34 @@ def test_interleave_orders_by_time_then_node() -> None:
         ]
     )
     assert [line.render() for line in lines] == ["[n0] a", "[n1] b", "[n1] x", "[n0] c"]
+
+
+def test_stream_reader_reads_past_an_empty_page_until_the_token_repeats() -> None:
+    # GetLogEvents may return an empty page with more events behind it; only a forward token equal to
+    # the one passed in ends the stream (CloudWatch Logs API Reference, GetLogEvents). moto never
+    # returns such a page, so botocore's Stubber plays the service.
+    logs = boto3.client("logs", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")  # noqa: S106
+    stream = {"logGroupName": "/training/gpu", "logStreamName": "training/default/j1-node0", "startFromHead": True}
+
+    def event(ms: int, message: str) -> dict[str, Any]:
+        return {"timestamp": ms, "message": message, "ingestionTime": ms}
+
+    with Stubber(logs) as stub:
+        stub.add_response("get_log_events", {"events": [event(1, "first")], "nextForwardToken": "f/1"}, stream)
+        stub.add_response("get_log_events", {"events": [], "nextForwardToken": "f/2"}, {**stream, "nextToken": "f/1"})
+        stub.add_response(
+            "get_log_events",
+            {"events": [event(3, "after the gap")], "nextForwardToken": "f/3"},
+            {**stream, "nextToken": "f/2"},
+        )
+        stub.add_response("get_log_events", {"events": [], "nextForwardToken": "f/3"}, {**stream, "nextToken": "f/3"})
+        reader = StreamReader(logs, NodeStream(0, stream["logGroupName"], stream["logStreamName"]))
+        assert [line.message for line in reader.read()] == ["first", "after the gap"]
+        stub.assert_no_pending_responses()
+        # The next read goes on from the last token: nothing new, one call.
+        stub.add_response("get_log_events", {"events": [], "nextForwardToken": "f/3"}, {**stream, "nextToken": "f/3"})
+        assert reader.read() == []
+        stub.assert_no_pending_responses()
 
 
 def test_parse_nodes() -> None:
@@ -235,11 +283,13 @@ def test_checkpoints_follow_the_jobs_uri_or_the_data_stacks_bucket() -> None:
     assert checkpoint_location({"jobId": "j2"}, FLEET, deployment) == ("ckpt", "gpu/j2/")
 
 
-def test_download_never_writes_outside_the_directory(tmp_path: Path) -> None:
-    escaping = [{"Key": "gpu/j1/../../../outside.pt"}]
+@pytest.mark.parametrize("name", ["../../../outside.pt", "../node-1/model.pt", "/etc/cron.d/x", "."])
+def test_download_never_writes_outside_the_nodes_directory(tmp_path: Path, name: str) -> None:
+    # A manifest entry that climbs out of node-0/ (even into another node's directory) is refused
+    # before anything is fetched (no S3 client here).
     with pytest.raises(TrainctlError, match="outside"):
-        download(None, "ckpt", "gpu/j1/", escaping, tmp_path / "out")
-    assert not (tmp_path / "outside.pt").exists()
+        download(None, "ckpt", "gpu/j1/", [CheckpointFile(0, name, 4, 0, None)], tmp_path / "out")
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 # ----------------------------------------------------------------------------------------------- AWS errors

@@ -107,7 +107,12 @@ class World:
         started: datetime | None = None,
         stopped: datetime | None = None,
         reason: str | None = None,
+        attempts: list[tuple[datetime, datetime]] | None = None,
     ) -> None:
+        """Put a job in a state; `started`/`stopped` also make its one attempt (as Batch lists them in
+        attempts[]) unless `attempts` gives each attempt's (start, stop)."""
+        from moto.batch.models import datetime2int_milliseconds
+
         job = self.job(job_id)
         job.status = status
         job.job_stopped = status in ("SUCCEEDED", "FAILED")
@@ -118,6 +123,14 @@ class World:
             job.job_started_at = started
         if stopped:
             job.job_stopped_at = stopped
+        if attempts is None and started and stopped:
+            attempts = [(started, stopped)]
+        if attempts is not None:
+            # moto's docker-less Batch records one attempt stamped at submission; replace it.
+            job.attempts = [
+                {"startedAt": datetime2int_milliseconds(a), "stoppedAt": datetime2int_milliseconds(b)}
+                for a, b in attempts
+            ]
 
     def add_node_streams(self, job_id: str, fleet: str, events: dict[int, list[tuple[int, str]]]) -> None:
         """Give each node `<job>#<i>` of a job a log stream with these (ms, message) events, as Batch and

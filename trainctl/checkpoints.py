@@ -1,8 +1,16 @@
-"""A training job's checkpoints: the launcher keeps them under <CHECKPOINT_URI>/<job id>/
-(container/distributed_run.sh); CHECKPOINT_URI is s3://<checkpoint bucket>/<fleet> by default."""
+"""A training job's checkpoints, in container/checkpoint_sync.py's layout: under
+<CHECKPOINT_URI>/<job id>/ node I keeps its files under `node-I/` and, written after them, the manifest
+`node-I.manifest.json` ({"format": 1, "files": {name: {size, mtime_ns, version_id}}}) naming every
+complete file and the S3 version that holds it. Only what a manifest names is a checkpoint: other
+objects under `node-I/` are uploads a kill cut short or files deleted since. CHECKPOINT_URI is
+s3://<checkpoint bucket>/<fleet> by default."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +18,24 @@ from trainctl.aws import aws_errors
 from trainctl.deployment import Deployment, Fleet
 from trainctl.errors import TrainctlError
 from trainctl.jobs import job_environment
+
+# checkpoint_sync.py's MANIFEST_FORMAT and manifest name.
+MANIFEST_FORMAT = 1
+_MANIFEST = re.compile(r"node-(\d+)\.manifest\.json")
+_PARTIAL_SUFFIX = ".partial"
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    node: int
+    name: str  # the path below node-<i>/, as the manifest names it
+    size: int
+    mtime_ns: int
+    version_id: str | None  # None where the bucket is not versioned
+
+    @property
+    def path(self) -> str:
+        return f"node-{self.node}/{self.name}"
 
 
 def checkpoint_location(job: dict[str, Any], fleet: Fleet, deployment: Deployment) -> tuple[str, str]:
@@ -28,21 +54,53 @@ def checkpoint_location(job: dict[str, Any], fleet: Fleet, deployment: Deploymen
     return bucket, f"{prefix}/{job['jobId']}/" if prefix else f"{job['jobId']}/"
 
 
-def list_checkpoints(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
-    objects: list[dict[str, Any]] = []
+def list_checkpoints(s3: Any, bucket: str, prefix: str) -> list[CheckpointFile]:
+    """Every file the nodes' manifests name, by node then name."""
+    files: list[CheckpointFile] = []
     with aws_errors():
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            objects += page.get("Contents", [])
-    return objects
+        manifests = []
+        # The manifests sit directly under the prefix; "/" keeps the node-<i>/ files out of the listing.
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+            for item in page.get("Contents", []):
+                match = _MANIFEST.fullmatch(str(item["Key"])[len(prefix) :])
+                if match:
+                    manifests.append((int(match.group(1)), str(item["Key"])))
+        for node, key in sorted(manifests):
+            files += _manifest_files(node, key, s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    return files
 
 
-def download(s3: Any, bucket: str, prefix: str, objects: list[dict[str, Any]], directory: Path) -> None:
-    """Copy every object into `directory`, keeping the paths below the prefix; never outside it."""
+def _manifest_files(node: int, key: str, body: bytes) -> list[CheckpointFile]:
+    try:
+        document = json.loads(body)
+        if document.get("format") != MANIFEST_FORMAT:
+            raise TrainctlError(f"{key}: manifest format {document.get('format')!r}; this trainctl reads format 1")
+        return [
+            CheckpointFile(node, str(name), int(e["size"]), int(e["mtime_ns"]), e.get("version_id"))
+            for name, e in sorted(document["files"].items())
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise TrainctlError(f"{key} is not a checkpoint manifest (container/checkpoint_sync.py writes them)") from None
+
+
+def download(s3: Any, bucket: str, prefix: str, files: list[CheckpointFile], directory: Path) -> None:
+    """Fetch exactly the versions the manifests name into directory/node-<i>/<name>, with the mtime the
+    file had when uploaded (as checkpoint_sync.py's restore does); never outside directory/node-<i>."""
     root = directory.resolve()
-    for item in objects:
-        target = (root / item["Key"][len(prefix) :]).resolve()
-        if not target.is_relative_to(root):
-            raise TrainctlError(f"refusing to write {item['Key']!r} outside {root}")
+    for item in files:
+        node_root = root / f"node-{item.node}"
+        target = (node_root / item.name).resolve()
+        if not target.is_relative_to(node_root) or target == node_root:
+            raise TrainctlError(
+                f"refusing to write manifest entry {item.name!r} of node {item.node} outside {node_root}"
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + _PARTIAL_SUFFIX)
+        extra = {"VersionId": item.version_id} if item.version_id else None
         with aws_errors():
-            s3.download_file(bucket, item["Key"], str(target))
+            s3.download_file(bucket, f"{prefix}{item.path}", str(partial), ExtraArgs=extra)
+        if partial.stat().st_size != item.size:
+            partial.unlink()
+            raise TrainctlError(f"s3://{bucket}/{prefix}{item.path}: {item.size} bytes expected as the manifest says")
+        os.utime(partial, ns=(item.mtime_ns, item.mtime_ns))
+        partial.replace(target)

@@ -36,7 +36,7 @@ from trainctl.requests import (
     submit_request,
 )
 from trainctl.status import fleet_status
-from trainctl.verdict import HEALTHY, last_verdict
+from trainctl.verdict import HEALTHY, last_verdict, verdict_summary
 from trainctl.why import explain
 
 EXIT_CODES_HELP = (
@@ -421,37 +421,48 @@ def checkpoints(
     ctx: typer.Context,
     job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")],
     download: Annotated[
-        Path | None, typer.Option(metavar="DIR", help="Copy every checkpoint file into DIR.", file_okay=False)
+        Path | None,
+        typer.Option(metavar="DIR", help="Copy the versions the manifests name into DIR/node-<i>/.", file_okay=False),
     ] = None,
 ) -> None:
-    """List (or download) the checkpoints a training job uploaded."""
+    """List (or download) per node the checkpoint files a training job's manifests name."""
     state = _state(ctx)
     deployment = state.deployment()
     job, fleet = owned_job(state.batch, deployment, job_id)
     bucket, prefix = checkpoint_location(job, fleet, deployment)
     s3 = state.aws.client("s3")
-    objects = list_checkpoints(s3, bucket, prefix)
-    if not objects:
+    files = list_checkpoints(s3, bucket, prefix)
+    if not files:
         _note(
-            f"no checkpoints under s3://{bucket}/{prefix} yet: the launcher uploads them while and after the job runs"
+            f"no checkpoint manifests under s3://{bucket}/{prefix} yet: the launcher uploads them while and after "
+            "the job runs"
         )
     if download is not None:
-        download_checkpoints(s3, bucket, prefix, objects, download)
+        download_checkpoints(s3, bucket, prefix, files, download)
     rows = [
-        {"key": o["Key"][len(prefix) :], "bytes": int(o["Size"]), "modified": str(o["LastModified"])} for o in objects
+        {
+            "node": f.node,
+            "file": f.name,
+            "bytes": f.size,
+            "modified": datetime.fromtimestamp(f.mtime_ns / 1e9, UTC).isoformat(timespec="seconds"),
+            "version_id": f.version_id,
+        }
+        for f in files
     ]
     if state.json:
         copied_to = str(download) if download else None
-        state.out({"uri": f"s3://{bucket}/{prefix}", "objects": rows, "downloaded_to": copied_to})
+        state.out({"uri": f"s3://{bucket}/{prefix}", "files": rows, "downloaded_to": copied_to})
         return
-    table = Table(title=f"s3://{bucket}/{prefix}")
-    for column in ("file", "bytes", "modified"):
+    table = Table(title=f"s3://{bucket}/{prefix} (what each node's manifest names)")
+    for column in ("node", "file", "bytes", "modified", "version"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row["key"], str(row["bytes"]), row["modified"])
+        table.add_row(
+            str(row["node"]), str(row["file"]), str(row["bytes"]), str(row["modified"]), str(row["version_id"] or "-")
+        )
     _console().print(table)
     if download is not None:
-        typer.echo(f"{len(rows)} files copied into {download}")
+        typer.echo(f"{len(rows)} files copied into {download}/node-<i>/")
 
 
 # ----------------------------------------------------------------------------------------------- check
@@ -478,13 +489,18 @@ def check(
     _note(f"benchmark job {job_id} submitted to fleet {fleet.name}")
     job = _follow(state, job_id, poll_seconds)
     result: dict[str, Any] = {"jobId": job_id, "fleet": fleet.name, "status": job.get("status")}
-    if job.get("status") != "SUCCEEDED":
+    failed = job.get("status") != "SUCCEEDED"
+    if failed:
         result["statusReason"] = job.get("statusReason")
-        _finish_check(state, result, f"benchmark job {job_id} FAILED: {job.get('statusReason')}", ExitCode.JOB_FAILED)
+    # Read even when the job FAILED: the benchmark exits 1 after a wrong result, verdict printed.
     main = main_node(job)
     streams = node_streams(state.batch, job, [main], fleet.log_group)
     verdict = last_verdict(line.message for line in StreamReader(state.aws.client("logs"), streams[0]).read())
     if verdict is None:
+        if failed:
+            _finish_check(
+                state, result, f"benchmark job {job_id} FAILED: {job.get('statusReason')}", ExitCode.JOB_FAILED
+            )
         _finish_check(
             state,
             result,
@@ -492,13 +508,17 @@ def check(
             ExitCode.UNHEALTHY,
         )
         return
-    result.update(verdict=verdict.get("verdict"), busbw_gbps=verdict.get("busbw_gbps"), result=verdict)
-    summary = (
-        f"fleet {fleet.name}: {verdict.get('verdict')} (bus bandwidth {verdict.get('busbw_gbps')} Gbps"
-        + (f", {verdict['fraction_of_network']:.0%} of the network" if verdict.get("fraction_of_network") else "")
-        + ")"
+    result.update(
+        verdict=verdict.get("verdict"),
+        busbw_gbps=verdict.get("busbw_gbps"),
+        failing_nodes=list(verdict.get("failing_nodes") or []),
+        degraded_nodes=list(verdict.get("degraded_nodes") or []),
+        result=verdict,
     )
-    healthy = verdict.get("verdict") == HEALTHY
+    summary = f"fleet {fleet.name}: {verdict_summary(verdict)}" + (
+        f"; benchmark job {job_id} FAILED: {job.get('statusReason')}" if failed else ""
+    )
+    healthy = verdict.get("verdict") == HEALTHY and not failed
     _finish_check(state, result, summary, ExitCode.OK if healthy else ExitCode.UNHEALTHY)
 
 

@@ -1,8 +1,10 @@
 """What finished jobs cost: node-hours times the on-demand price per instance-hour (config.prices).
 
-An estimate. A multi-node job is counted from its main node's start to its end, on every node: child
-nodes start a little later, and instances also run (and bill) while they boot and pull the image before
-a job starts and until the compute environment scales them in after it ends.
+An estimate. A job is counted from each attempt's start to its end (a retried job ran, and billed, every
+attempt), on every node: child nodes start a little later, and instances also run (and bill) while they
+boot and pull the image before an attempt starts and until the compute environment scales them in after
+it ends. Jobs are priced at the instance type their definition names, else the fleet's type now: a job
+that ran before the fleet changed type is priced at the new one.
 """
 
 from __future__ import annotations
@@ -30,17 +32,29 @@ class JobUsage:
     share: str
     instance_type: str
     nodes: int
-    started_ms: int
-    stopped_ms: int
+    # Milliseconds run, summed over the job's attempts.
+    run_ms: int
 
     @property
     def node_hours(self) -> float:
-        return self.nodes * max(0, self.stopped_ms - self.started_ms) / MS_PER_HOUR
+        return self.nodes * self.run_ms / MS_PER_HOUR
+
+
+def _spans(job: dict[str, Any]) -> list[tuple[int, int]]:
+    """(start, stop) in ms of every attempt that ran: DescribeJobs' attempts[] (AttemptDetail startedAt,
+    stoppedAt: RUNNING to a terminal state); the job's own startedAt/stoppedAt where it lists none."""
+    attempts = [a for a in job.get("attempts") or [] if "startedAt" in a and "stoppedAt" in a]
+    if attempts:
+        return [(int(a["startedAt"]), int(a["stoppedAt"])) for a in attempts]
+    if "startedAt" in job and "stoppedAt" in job:
+        return [(int(job["startedAt"]), int(job["stoppedAt"]))]
+    return []
 
 
 def usage_of(job: dict[str, Any], *, fleet: str, instance_type: str) -> JobUsage | None:
-    """A finished job's usage; None for one that never ran (no start or stop time)."""
-    if "startedAt" not in job or "stoppedAt" not in job:
+    """A finished job's usage; None for one that never ran (no attempt with a start and stop time)."""
+    spans = _spans(job)
+    if not spans:
         return None
     ranges = job.get("nodeProperties", {}).get("nodeRangeProperties", [])
     named_type = next((r.get("container", {}).get("instanceType") for r in ranges if r.get("container")), None)
@@ -51,8 +65,7 @@ def usage_of(job: dict[str, Any], *, fleet: str, instance_type: str) -> JobUsage
         share=str(job.get("shareIdentifier") or "(none)"),
         instance_type=str(named_type or instance_type),
         nodes=int(job.get("nodeProperties", {}).get("numNodes") or 1),
-        started_ms=int(job["startedAt"]),
-        stopped_ms=int(job["stoppedAt"]),
+        run_ms=sum(max(0, stop - start) for start, stop in spans),
     )
 
 

@@ -87,8 +87,9 @@ class StreamReader:
             events = response.get("events", [])
             lines += [LogLine(int(e["timestamp"]), self.source.node, str(e["message"]).rstrip("\n")) for e in events]
             token = response.get("nextForwardToken")
-            # GetLogEvents returns the same forward token once the end of the stream is reached.
-            done = token == self._token or not events
+            # A page may be partly full or empty with more events behind it; the end is a forward token
+            # equal to the one passed in (CloudWatch Logs API Reference, GetLogEvents).
+            done = token == self._token
             self._token = token
             if done:
                 return lines

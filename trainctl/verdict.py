@@ -1,6 +1,8 @@
-"""The all-reduce benchmark's result: rank 0 prints one JSON line with "verdict" and "busbw_gbps"
-(container/allreduce_bench.py) into the main node's log stream. Other keys may be added to that line,
-and other lines may be JSON too, so the result is the last JSON object that has a "verdict"."""
+"""The all-reduce benchmark's result: rank 0 prints JSON lines with "verdict", "busbw_gbps",
+"failing_nodes" and "degraded_nodes" (container/allreduce_bench.py) into the main node's log stream;
+the last is short, since the full report can exceed the 16 KB at which Docker splits a log line. Other
+keys may be added, and other lines may be JSON too, so the result is the last JSON object that has a
+"verdict", with the details (fraction_of_network, node_checks) of the full line before it."""
 
 from __future__ import annotations
 
@@ -22,5 +24,20 @@ def last_verdict(messages: Iterable[str]) -> dict[str, Any] | None:
         except ValueError:
             continue
         if isinstance(value, dict) and "verdict" in value:
-            found = value
+            # The short last line repeats the full report's figures; keep that report's details too.
+            same = found is not None and all(found.get(k) == value.get(k) for k in ("verdict", "busbw_gbps"))
+            found = {**found, **value} if found is not None and same else value
     return found
+
+
+def verdict_summary(result: dict[str, Any]) -> str:
+    """`broken (bus bandwidth 2.1 Gbps, 5% of the network; failing: node 1 (ip-..); degraded: ...)`."""
+    details = [f"bus bandwidth {result.get('busbw_gbps')} Gbps"]
+    fraction = result.get("fraction_of_network")
+    if isinstance(fraction, (int, float)) and fraction:
+        details[0] += f", {fraction:.0%} of the network"
+    for field, word in (("failing_nodes", "failing"), ("degraded_nodes", "degraded")):
+        nodes = result.get(field) or []
+        if nodes:
+            details.append(f"{word}: {', '.join(str(n) for n in nodes)}")
+    return f"{result.get('verdict')} ({'; '.join(details)})"
