@@ -176,7 +176,14 @@ def test_readme_catalog_table_lists_every_efa_type_with_its_figures():
 def test_isaac_sim_exactly_on_rt_core_gpus():
     isaac = {n for n, s in CATALOG.items() if s.runs_isaac_sim and s.efa_supported}
     assert {n.split(".")[0] for n in isaac} == {"g4dn", "g5", "g6", "gr6", "g6e", "g7", "g7e"}
-    for name in ("p3dn.24xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "p5.4xlarge", "p5en.48xlarge", "trn2.48xlarge"):
+    for name in (
+        "p3dn.24xlarge",
+        "p6-b200.48xlarge",
+        "p6-b300.48xlarge",
+        "p5.4xlarge",
+        "p5en.48xlarge",
+        "trn2.48xlarge",
+    ):
         assert not CATALOG[name].runs_isaac_sim
 
 
