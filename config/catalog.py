@@ -14,13 +14,16 @@ the card without EFA (the rule the pinned aws-parallelcluster applies, templates
 "MaximumEfaInterfaces < MaximumNetworkCards -> NCI-0 does NOT support EFA (e.g., B300, GB200)";
 EC2 user guide, efa-acc-inst-types: "If the network card index 0 supports EFA ...").
 
-Isaac Sim needs an NVIDIA RTX GPU with RT cores; A100, H100 and H200 have none and are listed as
+Isaac Sim needs an NVIDIA RTX GPU with RT cores; V100, A100, H100 and H200 have none and are listed as
 unsupported (Isaac Sim documentation, "Isaac Sim Requirements": GPUs without RT cores are not
-supported). L4, L40S and A10G are RTX-class data-centre GPUs with RT cores, and so is the RTX PRO
-6000 Blackwell Server Edition of g7e (NVIDIA's ovrtx/Omniverse RTX hardware requirements name
+supported). L4, L40S and A10G are RTX-class data-centre GPUs with RT cores, and so are the RTX PRO
+4500 of g7 and the RTX PRO 6000 Blackwell Server Edition of g7e (NVIDIA's ovrtx/Omniverse RTX hardware requirements name
 "8 x RTX Pro 6000 Blackwell Server Edition" as the recommended server). B200 and B300 are compute
 GPUs without the RTX ray-tracing features (same page: Shader Execution Reordering, Opacity
-Micro-Map and Motion BVH "No" on "Blackwell B200/B300").
+Micro-Map and Motion BVH "No" on "Blackwell B200/B300"). T4 (Turing) has RT cores and Isaac
+Sim's own cloud-deployment guides run it on a single T4 (isaac-sim/IsaacSim issue 311), but it is
+below the lowest GPU NVIDIA tests a release on; NVIDIA: such GPUs are not refused, only untested
+(isaac-sim/IsaacSim discussion 423). It counts as able to run Isaac Sim, at the user's risk.
 """
 
 from __future__ import annotations
@@ -122,7 +125,7 @@ class InstanceSpec:
 
 
 # GPU models with RT cores (Isaac Sim requirements; see the module docstring).
-RT_CORE_GPUS = frozenset({"A10G", "L4", "L40S", "RTX PRO 6000"})
+RT_CORE_GPUS = frozenset({"A10G", "L4", "L40S", "RTX PRO 6000", "RTX PRO 4500", "T4"})
 
 # The oldest NVIDIA driver documented for each Blackwell GPU; older drivers do not know the GPU.
 # The ECS AL2023 GPU AMI pins its driver per release (aws/amazon-ecs-ami NVIDIA_DRIVER_VERSION:
@@ -136,7 +139,14 @@ RT_CORE_GPUS = frozenset({"A10G", "L4", "L40S", "RTX PRO 6000"})
 # - RTX PRO 6000 Blackwell Server Edition: 575.57.08 for CUDA (GPU Operator platform support note),
 #   580.95.05 for Omniverse RTX, which Isaac Sim is (Omniverse "Technical Requirements", Blackwell,
 #   Data Center, R580); the Isaac Sim figure is the binding one on g7e.
-MIN_NVIDIA_DRIVER = {"B200": "570.133.20", "B300": "580.95.05", "RTX PRO 6000": "580.95.05"}
+# - RTX PRO 4500 Blackwell Server Edition (g7): a Blackwell RTX GPU like the RTX PRO 6000, so the
+#   same Omniverse RTX figure (Omniverse "Technical Requirements", Blackwell, Data Center, R580).
+MIN_NVIDIA_DRIVER = {
+    "B200": "570.133.20",
+    "B300": "580.95.05",
+    "RTX PRO 6000": "580.95.05",
+    "RTX PRO 4500": "580.95.05",
+}
 
 
 def _gpu(
@@ -189,7 +199,16 @@ def _cards(count: int, interfaces: int) -> tuple[int, ...]:
 
 
 _SPECS: tuple[InstanceSpec, ...] = (
-    # G5 (NVIDIA A10G).
+    # G4dn (NVIDIA T4, Turing sm_75, 16 GB): EFA on 8xlarge and larger and the bare-metal size.
+    _gpu("g4dn.8xlarge", 32, 128, "T4", 1, _cards(1, 4), 1, 50),
+    _gpu("g4dn.12xlarge", 48, 192, "T4", 4, _cards(1, 8), 1, 50),
+    _gpu("g4dn.16xlarge", 64, 256, "T4", 1, _cards(1, 4), 1, 50),
+    _gpu("g4dn.metal", 96, 384, "T4", 8, _cards(1, 15), 1, 100),
+    # G5 (NVIDIA A10G): EFA on 8xlarge and larger.
+    _gpu("g5.8xlarge", 32, 128, "A10G", 1, _cards(1, 8), 1, 25),
+    _gpu("g5.12xlarge", 48, 192, "A10G", 4, _cards(1, 15), 1, 40),
+    _gpu("g5.16xlarge", 64, 256, "A10G", 1, _cards(1, 8), 1, 25),
+    _gpu("g5.24xlarge", 96, 384, "A10G", 4, _cards(1, 15), 1, 50),
     _gpu("g5.48xlarge", 192, 768, "A10G", 8, _cards(1, 7), 1, 100),
     # G6 (NVIDIA L4): EFA on 8xlarge and larger, one network card each.
     _gpu("g6.8xlarge", 32, 128, "L4", 1, _cards(1, 8), 1, 25),
@@ -200,6 +219,8 @@ _SPECS: tuple[InstanceSpec, ...] = (
     # A type without EFA, listed so that asking for it is refused with a reason rather than
     # "unknown type" (in G5, G6, G6e and G7e, EFA starts at the 8xlarge size). 10 Gbps baseline.
     _gpu("g6.4xlarge", 16, 64, "L4", 1, _cards(1, 8), 0, 10),
+    # Gr6 (NVIDIA L4, 1:8 vCPU:memory): EFA on the 8xlarge only.
+    _gpu("gr6.8xlarge", 32, 256, "L4", 1, _cards(1, 8), 1, 25),
     # G6e (NVIDIA L40S): up to four network cards / 400 Gbps on the 48xlarge
     # (EC2 user guide, efa-acc-inst-types: "G6e instances support up to four network cards").
     _gpu("g6e.8xlarge", 32, 256, "L40S", 1, _cards(1, 8), 1, 25),
@@ -213,6 +234,15 @@ _SPECS: tuple[InstanceSpec, ...] = (
     _gpu("g7e.12xlarge", 48, 512, "RTX PRO 6000", 2, _cards(1, 10), 1, 400),
     _gpu("g7e.24xlarge", 96, 1024, "RTX PRO 6000", 4, _cards(2, 10), 2, 800),
     _gpu("g7e.48xlarge", 192, 2048, "RTX PRO 6000", 8, _cards(4, 10), 4, 1600),
+    # G7 (NVIDIA RTX PRO 4500 Blackwell Server Edition, 32 GB): EFA from the 8xlarge size; one
+    # network card up to the 24xlarge, two on the 48xlarge (EFA on both).
+    _gpu("g7.8xlarge", 32, 128, "RTX PRO 4500", 1, _cards(1, 10), 1, 80),
+    _gpu("g7.12xlarge", 48, 192, "RTX PRO 4500", 2, _cards(1, 12), 1, 175),
+    _gpu("g7.24xlarge", 96, 384, "RTX PRO 4500", 4, _cards(1, 24), 1, 350),
+    _gpu("g7.48xlarge", 192, 768, "RTX PRO 4500", 8, _cards(2, 12), 2, 700),
+    # P3dn (NVIDIA V100 32 GB, Volta sm_70): one network card, 100 Gbps. The GPU image's PyTorch
+    # (Isaac Lab 2.1 on Isaac Sim 4.5: PyTorch 2.5, CUDA 11.8/12.x builds) still ships sm_70 kernels.
+    _gpu("p3dn.24xlarge", 96, 768, "V100", 8, _cards(1, 15), 1, 100),
     # P4d / P4de (NVIDIA A100 40 GB / 80 GB): four network cards, 400 Gbps.
     _gpu("p4d.24xlarge", 96, 1152, "A100", 8, _cards(4, 15), 4, 400),
     _gpu("p4de.24xlarge", 96, 1152, "A100", 8, _cards(4, 15), 4, 400),

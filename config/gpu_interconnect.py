@@ -44,6 +44,9 @@ _H100 = "NVIDIA H100 datasheet (SXM): NVLink 4, 900 GB/s per GPU both directions
 _H200 = "NVIDIA H200 datasheet (SXM): NVLink 4, 900 GB/s per GPU both directions; EC2 P5e/P5en: NVSwitch"
 _B200 = "NVIDIA HGX B200 datasheet: NVLink 5, 1.8 TB/s per GPU both directions (NVSwitch)"
 _B300 = "NVIDIA HGX B300 datasheet: NVLink 5, 1.8 TB/s per GPU both directions (NVSwitch)"
+_T4 = "NVIDIA T4 datasheet: PCIe Gen3 x16, 32 GB/s both directions"
+_V100 = "NVIDIA V100 datasheet (SXM2): NVLink 2, 300 GB/s per GPU both directions; EC2 P3dn: hybrid cube-mesh"
+_RTX_PRO_4500 = "NVIDIA RTX PRO 4500 Blackwell Server Edition datasheet: PCIe Gen5 x16, 128 GB/s both directions"
 _ONE_GPU = "one GPU per instance (EC2 instance-type specifications): no intra-node all-reduce"
 
 
@@ -56,6 +59,22 @@ def _one_gpu() -> GpuInterconnect:
 
 
 INTRA_NODE: dict[str, GpuInterconnect] = {
+    "g4dn.8xlarge": _one_gpu(),
+    "g4dn.12xlarge": GpuInterconnect(link="PCIe Gen3 x16", gbytes_per_second=16, source=_T4),
+    "g4dn.16xlarge": _one_gpu(),
+    "g4dn.metal": GpuInterconnect(link="PCIe Gen3 x16", gbytes_per_second=16, source=_T4),
+    "g5.8xlarge": _one_gpu(),
+    "g5.12xlarge": _pcie4(_A10G),
+    "g5.16xlarge": _one_gpu(),
+    "g5.24xlarge": _pcie4(_A10G),
+    "gr6.8xlarge": _one_gpu(),
+    # G7 (NVIDIA RTX PRO 4500 Blackwell Server Edition): 1, 2, 4 and 8 GPUs.
+    "g7.8xlarge": _one_gpu(),
+    "g7.12xlarge": GpuInterconnect(link="PCIe Gen5 x16", gbytes_per_second=64, source=_RTX_PRO_4500),
+    "g7.24xlarge": GpuInterconnect(link="PCIe Gen5 x16", gbytes_per_second=64, source=_RTX_PRO_4500),
+    "g7.48xlarge": GpuInterconnect(link="PCIe Gen5 x16", gbytes_per_second=64, source=_RTX_PRO_4500),
+    # V100 NVLink is a hybrid cube-mesh, not a switch: not every GPU pair has a direct link.
+    "p3dn.24xlarge": GpuInterconnect(link="NVLink 2 (hybrid cube-mesh)", gbytes_per_second=150, source=_V100),
     "g5.48xlarge": _pcie4(_A10G),
     "g6.4xlarge": _one_gpu(),
     "g6.8xlarge": _one_gpu(),

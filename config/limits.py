@@ -6,10 +6,11 @@ MAX_NODES = 1000
 # A multi-node job needs at least two nodes; a single node is an ordinary Batch job.
 MIN_NODES = 2
 # CloudFormation allows 500 resources and 200 outputs per stack; a fleet adds 5 resources to the
-# compute stack and 4 outputs to the jobs stack (26 fleets, the all-types synth: 130 resources,
-# 105 outputs; tests/test_compute.py extrapolates the synth to this limit). 30 holds every
-# EFA-capable catalog type as its own fleet with room for what later stacks add per fleet.
-MAX_FLEETS = 30
+# compute stack and 4 outputs to the jobs stack (40 fleets, the all-types synth: compute 280
+# resources, jobs 254 resources and 164 outputs; tests/test_compute.py extrapolates the synth to
+# this limit, so the jobs stack's outputs cap it at 48). 40 holds every EFA-capable catalog type as
+# its own fleet, with 36 outputs to spare for what later stacks add.
+MAX_FLEETS = 40
 # Training subnets are /18: the VPC's two (10.0.64.0/18 and 10.0.128.0/18 in its first two AZs),
 # and one per AZ the user names, each in a VPC CIDR block of its own (training_constructs/az_subnet.py).
 TRAINING_SUBNET_MASK = 18

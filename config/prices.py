@@ -22,6 +22,9 @@ PRICE_TABLES = "AWS on-demand list price, us-east-1 Linux, as kept in public pri
 # against Cost Explorer.
 G7E_TABLE = "AWS on-demand list price, us-east-1 Linux, as kept in a public price table (4 decimals)"
 NOT_PUBLISHED = "no on-demand SKU in AWS's us-east-1 price list (Capacity Blocks only); pass --price"
+# Types with an on-demand SKU whose us-east-1 figure this release could not find in any source it
+# trusts (no Price List quote, fewer than two agreeing tables): reported unpriced, like NOT_PUBLISHED.
+NOT_FOUND = "no us-east-1 on-demand figure found in a source this release trusts (read 2026-11); pass --price"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +43,10 @@ def _listed(usd: float, source: str) -> HourlyPrice:
 
 def _unpublished() -> HourlyPrice:
     return HourlyPrice(usd=None, source=NOT_PUBLISHED, as_of="2026-07")
+
+
+def _not_found() -> HourlyPrice:
+    return HourlyPrice(usd=None, source=NOT_FOUND, as_of="2026-11")
 
 
 PRICES: dict[str, HourlyPrice] = {
@@ -73,4 +80,21 @@ PRICES: dict[str, HourlyPrice] = {
     "g7e.12xlarge": _listed(8.2861, G7E_TABLE),
     "g7e.24xlarge": _listed(16.57216, G7E_TABLE),
     "g7e.48xlarge": _listed(33.14432, PRICE_LIST),
+    # The rest of the EFA-capable NVIDIA types (issue 23 follow-up). G4dn, G5 and P3dn: list prices
+    # unchanged for years (g5.24xlarge is half of g5.48xlarge, as the list has it).
+    "g4dn.8xlarge": _listed(2.176, PRICE_TABLES),
+    "g4dn.12xlarge": _listed(3.912, PRICE_TABLES),
+    "g4dn.16xlarge": _listed(4.352, PRICE_TABLES),
+    "g4dn.metal": _listed(7.824, PRICE_TABLES),
+    "g5.8xlarge": _listed(2.448, PRICE_TABLES),
+    "g5.12xlarge": _listed(5.672, PRICE_TABLES),
+    "g5.16xlarge": _listed(4.096, PRICE_TABLES),
+    "g5.24xlarge": _listed(8.144, PRICE_TABLES),
+    "p3dn.24xlarge": _listed(31.212, PRICE_TABLES),
+    # G7 (new in 2026) and Gr6: no figure found that two sources agree on.
+    "gr6.8xlarge": _not_found(),
+    "g7.8xlarge": _not_found(),
+    "g7.12xlarge": _not_found(),
+    "g7.24xlarge": _not_found(),
+    "g7.48xlarge": _not_found(),
 }

@@ -29,6 +29,12 @@ KNOWN = {
     "g7e.12xlarge": (48, 512, 2, 1, 400),
     "g7e.24xlarge": (96, 1024, 4, 2, 800),
     "g7e.48xlarge": (192, 2048, 8, 4, 1600),
+    "g4dn.metal": (96, 384, 8, 1, 100),
+    "g5.24xlarge": (96, 384, 4, 1, 50),
+    "gr6.8xlarge": (32, 256, 1, 1, 25),
+    "g7.8xlarge": (32, 128, 1, 1, 80),
+    "g7.48xlarge": (192, 768, 8, 2, 700),
+    "p3dn.24xlarge": (96, 768, 8, 1, 100),
 }
 
 REQUIRED = (
@@ -39,6 +45,11 @@ REQUIRED = (
     + ["trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge"]
     + ["p5.4xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge"]
     + [f"g7e.{s}" for s in ("8xlarge", "12xlarge", "24xlarge", "48xlarge")]
+    # Every other EFA-capable NVIDIA type in the karpenter reference (issue 23 follow-up).
+    + [f"g7.{s}" for s in ("8xlarge", "12xlarge", "24xlarge", "48xlarge")]
+    + [f"g5.{s}" for s in ("8xlarge", "12xlarge", "16xlarge", "24xlarge")]
+    + [f"g4dn.{s}" for s in ("8xlarge", "12xlarge", "16xlarge", "metal")]
+    + ["p3dn.24xlarge", "gr6.8xlarge"]
 )
 
 
@@ -164,8 +175,15 @@ def test_readme_catalog_table_lists_every_efa_type_with_its_figures():
 
 def test_isaac_sim_exactly_on_rt_core_gpus():
     isaac = {n for n, s in CATALOG.items() if s.runs_isaac_sim and s.efa_supported}
-    assert {n.split(".")[0] for n in isaac} == {"g5", "g6", "g6e", "g7e"}
-    for name in ("p6-b200.48xlarge", "p6-b300.48xlarge", "p5.4xlarge", "p5en.48xlarge", "trn2.48xlarge"):
+    assert {n.split(".")[0] for n in isaac} == {"g4dn", "g5", "g6", "gr6", "g6e", "g7", "g7e"}
+    for name in (
+        "p3dn.24xlarge",
+        "p6-b200.48xlarge",
+        "p6-b300.48xlarge",
+        "p5.4xlarge",
+        "p5en.48xlarge",
+        "trn2.48xlarge",
+    ):
         assert not CATALOG[name].runs_isaac_sim
 
 

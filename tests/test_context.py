@@ -284,8 +284,8 @@ def test_none_leaves_a_default_fleet_out():
             ["'rl' and 'RL' differ only in case"],
         ),
         (
-            fleets(**{f"f{i}": {"instanceType": "g6.12xlarge"} for i in range(31)}),
-            ["fleets='31 fleets'", "at most 30"],
+            fleets(**{f"f{i}": {"instanceType": "g6.12xlarge"} for i in range(41)}),
+            ["fleets='41 fleets'", "at most 40"],
         ),
     ],
 )

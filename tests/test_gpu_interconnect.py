@@ -50,6 +50,9 @@ def test_no_figure_for_an_unknown_type():
         ("g6.12xlarge", 32),  # L4 PCIe Gen4 x16: 64 GB/s
         ("g6e.48xlarge", 32),  # L40S PCIe Gen4 x16: 64 GB/s
         ("g7e.48xlarge", 64),  # RTX PRO 6000 PCIe Gen5 x16: 128 GB/s
+        ("g7.48xlarge", 64),  # RTX PRO 4500 PCIe Gen5 x16: 128 GB/s
+        ("g4dn.metal", 16),  # T4 PCIe Gen3 x16: 32 GB/s
+        ("p3dn.24xlarge", 150),  # V100 NVLink 2: 300 GB/s
     ],
 )
 def test_published_figures_per_direction(name, gbytes):

@@ -514,9 +514,11 @@ def test_isaac_lab_only_where_the_gpu_can_run_isaac_sim(instance):
 
 
 def test_isaac_lab_exactly_on_the_rt_core_fleets_of_all_types():
-    # Written out: the families whose GPU has RT cores (A10G, L4, L40S, RTX PRO 6000 Blackwell).
+    # Written out: the families whose GPU has RT cores (T4, A10G, L4, L40S, RTX PRO 4500 and 6000
+    # Blackwell); V100 (p3dn) has none.
     isaac = {i for i in EFA_TYPES if "rsl_rl/train.py" in json.dumps(container(of_type(i, "TrainingJob"))["Command"])}
-    assert isaac == {i for i in EFA_TYPES if i.split(".")[0] in ("g5", "g6", "g6e", "g7e")}
+    assert isaac == {i for i in EFA_TYPES if i.split(".")[0] in ("g4dn", "g5", "g6", "gr6", "g6e", "g7", "g7e")}
+    assert "p3dn.24xlarge" not in isaac
     assert {"g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge", "g7e.48xlarge"} <= isaac
     for p6 in ("p6-b200.48xlarge", "p6-b300.48xlarge"):
         assert '"$TRAIN_SCRIPT"' in container(of_type(p6, "TrainingJob"))["Command"][2]  # generic PyTorch

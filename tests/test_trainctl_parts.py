@@ -17,7 +17,7 @@ import pytest
 from botocore.stub import Stubber
 
 from config.catalog import CATALOG
-from config.prices import NOT_PUBLISHED, PRICES
+from config.prices import NOT_FOUND, NOT_PUBLISHED, PRICES
 from tests.harness import ROOT
 from trainctl.aws import aws_errors
 from trainctl.checkpoints import CheckpointFile, checkpoint_location, download
@@ -47,8 +47,8 @@ def test_every_catalog_type_has_a_price_with_source_and_date(name: str) -> None:
     price = PRICES[name]
     assert re.fullmatch(r"20\d\d-(0[1-9]|1[0-2])", price.as_of)
     assert price.source
-    # Either a positive figure or an explicit "not published", never a silent zero.
-    assert (price.usd is None) == (price.source == NOT_PUBLISHED)
+    # Either a positive figure or an explicit "not published" / "not found", never a silent zero.
+    assert (price.usd is None) == (price.source in (NOT_PUBLISHED, NOT_FOUND))
     assert price.usd is None or price.usd > 0
 
 
@@ -67,6 +67,8 @@ def test_prices_match_the_price_list_and_capacity_block_only_types_have_none() -
     # Sold in us-east-1 only through Capacity Blocks: no on-demand SKU.
     assert PRICES["p5e.48xlarge"].usd is None
     assert PRICES["trn2.48xlarge"].usd is None
+    # Sold on demand, but no figure two sources agree on: unpriced, and saying why.
+    assert PRICES["g7.48xlarge"].usd is None and PRICES["g7.48xlarge"].source == NOT_FOUND
 
 
 def test_prices_are_labelled_as_estimates() -> None:
