@@ -389,21 +389,6 @@ def test_log_retention_parallelcluster_refuses_is_refused_with_it(days):
     assert "allowed: with parallelCluster=true one of 1, 3, 5," in message and "1827, 3653" in message
 
 
-def test_log_retention_list_is_parallelclusters_own():
-    """The list is 3.16.1's CloudWatchLogsSchema, read from the installed package where it exists,
-    less 0 (ParallelCluster's "never expire", which CloudWatch's own list has no value for)."""
-    schema = next(
-        Path(ROOT, ".venv", "pcluster").glob("lib/python3*/site-packages/pcluster/schemas/cluster_schema.py"), None
-    )
-    if schema is None:
-        pytest.skip("the ParallelCluster environment is not installed")
-    text = schema.read_text()
-    block = text[text.index("class CloudWatchLogsSchema") :]
-    listed = re.search(r"retention_in_days = fields\.Int\(\s*validate=validate\.OneOf\(\[([\d, ]+)\]", block)
-    assert listed, "CloudWatchLogsSchema.retention_in_days moved"
-    assert tuple(int(v) for v in listed[1].split(",") if int(v)) == limits.PCLUSTER_LOG_RETENTION_DAYS
-
-
 def test_fleets_sharing_a_subnet_must_fit_its_addresses():
     # p5.48xlarge: 32 EFA interfaces + 1 task ENI = 33 addresses per node; a /18 has 16379.
     assert read_settings(fleets(big={"instanceType": "p5.48xlarge", "maxNodes": 496})).fleet("big").max_nodes == 496

@@ -4,11 +4,14 @@ these tests run beside the synthesizing ones (tests/conftest.py)."""
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from config import limits
 from tests.harness import ROOT
 from tests.test_parallelcluster import configuration
 
@@ -104,3 +107,16 @@ def test_parallelcluster_accepts_the_generated_configuration(pcluster_errors, na
 def test_the_check_catches_what_parallelcluster_refuses(pcluster_errors, name):
     _, expected = REFUSED[name]
     assert any(expected in e for e in pcluster_errors[name]), pcluster_errors[name]
+
+
+def test_log_retention_list_is_parallelclusters_own(pcluster_python):
+    """config/limits.py's list is 3.16.1's CloudWatchLogsSchema, read from the installed package, less
+    0 (ParallelCluster's "never expire", which CloudWatch's own list has no value for)."""
+    (schema,) = Path(pcluster_python).parent.parent.glob(
+        "lib/python3*/site-packages/pcluster/schemas/cluster_schema.py"
+    )
+    text = schema.read_text()
+    block = text[text.index("class CloudWatchLogsSchema") :]
+    listed = re.search(r"retention_in_days = fields\.Int\(\s*validate=validate\.OneOf\(\[([\d, ]+)\]", block)
+    assert listed, "CloudWatchLogsSchema.retention_in_days moved"
+    assert tuple(int(v) for v in listed[1].split(",") if int(v)) == limits.PCLUSTER_LOG_RETENTION_DAYS
