@@ -9,16 +9,6 @@ from config.catalog import CATALOG, AcceleratorKind
 from config.gpu_interconnect import INTRA_NODE
 
 GPU_TYPES = sorted(name for name, spec in CATALOG.items() if spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU)
-# Rows the catalog issue (23) adds in the same release; the table already covers them.
-CATALOG_ISSUE_23 = {
-    "p6-b200.48xlarge",
-    "p6-b300.48xlarge",
-    "g7e.8xlarge",
-    "g7e.12xlarge",
-    "g7e.24xlarge",
-    "g7e.48xlarge",
-    "p5.4xlarge",
-}
 
 
 @pytest.mark.parametrize("name", GPU_TYPES)
@@ -35,8 +25,8 @@ def test_every_gpu_type_has_a_figure_with_its_source(name):
 
 
 def test_no_figure_for_an_unknown_type():
-    assert set(INTRA_NODE) <= set(CATALOG) | CATALOG_ISSUE_23
-    assert all(CATALOG[name].accelerator_kind is AcceleratorKind.NVIDIA_GPU for name in set(INTRA_NODE) & set(CATALOG))
+    assert set(INTRA_NODE) <= set(CATALOG)
+    assert all(CATALOG[name].accelerator_kind is AcceleratorKind.NVIDIA_GPU for name in INTRA_NODE)
 
 
 @pytest.mark.parametrize(

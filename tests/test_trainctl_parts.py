@@ -29,20 +29,9 @@ from trainctl.requests import grid_points, parse_grid, point_name, submit_reques
 from trainctl.verdict import last_verdict
 from trainctl.why import explain
 
-# The types issue 23 adds to the catalog: their prices are here before their rows.
-INCOMING_TYPES = (
-    "p6-b200.48xlarge",
-    "p6-b300.48xlarge",
-    "g7e.8xlarge",
-    "g7e.12xlarge",
-    "g7e.24xlarge",
-    "g7e.48xlarge",
-    "p5.4xlarge",
-)
-
 
 # ----------------------------------------------------------------------------------------------- prices
-@pytest.mark.parametrize("name", sorted(set(CATALOG) | set(INCOMING_TYPES)))
+@pytest.mark.parametrize("name", sorted(CATALOG))
 def test_every_catalog_type_has_a_price_with_source_and_date(name: str) -> None:
     price = PRICES[name]
     assert re.fullmatch(r"20\d\d-(0[1-9]|1[0-2])", price.as_of)
@@ -59,6 +48,10 @@ PRICE_LIST_FIGURES = {
     "trn1.32xlarge": 21.50,
     "p6-b200.48xlarge": 113.9328,
 }
+
+
+def test_prices_name_only_catalog_types() -> None:
+    assert set(PRICES) == set(CATALOG)
 
 
 def test_prices_match_the_price_list_and_capacity_block_only_types_have_none() -> None:
