@@ -48,6 +48,8 @@ trap 'stop_requested=1' TERM INT
 readonly NAME="distributed_run.sh"
 # A failed preflight (preflight.py PREFLIGHT_EXIT): the one exit code the job definitions retry.
 readonly PREFLIGHT_EXIT=75
+# The fleet's AMI or image cannot train on this GPU (preflight.py IMAGE_EXIT): not retried.
+readonly IMAGE_EXIT=78
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly HERE
 
@@ -102,7 +104,7 @@ preflight() {
   fi
   output=$("$python" "$HERE/preflight.py") || status=$?
   # preflight.py printed the line: a failed check, or (2) a malformed variable.
-  [[ "$status" -ne "$PREFLIGHT_EXIT" && "$status" -ne 2 ]] || exit "$status"
+  [[ "$status" -ne "$PREFLIGHT_EXIT" && "$status" -ne "$IMAGE_EXIT" && "$status" -ne 2 ]] || exit "$status"
   [[ "$status" -eq 0 ]] || die "preflight.py could not check this node (exit $status, see above)"
   # Only its own line counts: an interpreter's wrapper may print more.
   socket_interface=$(sed -n 's/^socket_interface=//p' <<<"$output" | tail -n 1)
@@ -217,12 +219,21 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   restored=$(checkpoint_sync restore "${node_args[@]}" "$CHECKPOINT_DIR" | tail -n 1) ||
     die "cannot restore checkpoints from $checkpoint_uri (see the line above)"
   is_uint "$restored" || die "checkpoint_sync.py restore printed '$restored', not a file count"
-  # RESUME_GLOB (optional): resume only when a restored file matches it, e.g. model_*.pt, so that
-  # an attempt that saved its configuration but no model yet does not make the retry load nothing.
-  if [[ "$restored" -gt 0 && -n "${RESUME_ARGS:-}" ]] &&
-    [[ -z "${RESUME_GLOB:-}" || -n "$(find "$CHECKPOINT_DIR" -name "$RESUME_GLOB" -print -quit)" ]]; then
-    read -r -a resume <<<"$RESUME_ARGS"
-    script+=("${resume[@]}")
+  # RESUME_GLOB (optional, a file-name pattern): resume only when a restored file matches it, e.g.
+  # model_*.pt, and put the folder of the newest match (by its restored mtime) where RESUME_ARGS says
+  # {resume_dir}. Isaac Lab's resume otherwise takes the newest run folder by name, which may hold
+  # only the configuration another rank wrote, and fails on it.
+  if [[ "$restored" -gt 0 && -n "${RESUME_ARGS:-}" ]]; then
+    resume_args="$RESUME_ARGS"
+    if [[ -n "${RESUME_GLOB:-}" ]]; then
+      [[ "$RESUME_GLOB" != */* ]] || die "RESUME_GLOB='$RESUME_GLOB' is a file-name pattern; it cannot name a folder"
+      newest=$(find "$CHECKPOINT_DIR" -name "$RESUME_GLOB" -type f -printf '%T@ %h\n' | sort -n | tail -n 1)
+      resume_args=${newest:+${resume_args//\{resume_dir\}/$(basename "${newest#* }")}}
+    fi
+    if [[ -n "$resume_args" ]]; then
+      read -r -a resume <<<"$resume_args"
+      script+=("${resume[@]}")
+    fi
   fi
 fi
 

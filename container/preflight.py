@@ -17,7 +17,9 @@ Checks, each only when its variable asks for it:
   EXPECTED_NEURON_DEVICES=N  at least N /dev/neuron* devices in NEURON_DEVICE_DIR (default /dev), and
                              `neuron-ls --json-output` (the Neuron driver and runtime tools) lists N
 A failed check prints ONE line to stderr, naming the node, what was expected and what was found, and
-exits PREFLIGHT_EXIT (75). A malformed variable exits 2. Stdlib only; runs on Python 3.10.
+exits PREFLIGHT_EXIT (75; the job definitions retry it), or IMAGE_EXIT (78; not retried) when only
+MIN_NVIDIA_DRIVER or EXPECT_TORCH_CUDA failed, which every node of the fleet shares. A malformed
+variable exits 2. Stdlib only; runs on Python 3.10.
 
 Socket interface: inside an ECS task in awsvpc mode (AWS Batch multi-node jobs), `eth0` is the task
 ENI, and ecs-eth0 (the ECS credentials bridge) is unreachable from peers (NVIDIA/nccl#859). ECS sets
@@ -45,6 +47,9 @@ from pathlib import Path
 # EX_TEMPFAIL (sysexits.h): "temporary failure, the user is invited to retry". The job definitions'
 # retry strategy retries this code; every other non-zero exit is the application's.
 PREFLIGHT_EXIT = 75
+# EX_CONFIG (sysexits.h): the fleet's AMI or image cannot train on this GPU. Not retried: every node
+# of the fleet would fail the same way.
+IMAGE_EXIT = 78
 USAGE_EXIT = 2
 NVIDIA_ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
 COMMAND_TIMEOUT_SECONDS = 60
@@ -199,18 +204,25 @@ def failures(environ: Mapping[str, str]) -> list[str]:
         found += check_efa(environ, efa)
     if gpus is not None:
         found += check_gpus(environ, gpus)
-    if environ.get("MIN_NVIDIA_DRIVER"):
-        found += check_driver(environ, environ["MIN_NVIDIA_DRIVER"])
-    torch_cuda = environ.get("EXPECT_TORCH_CUDA", "")
-    if torch_cuda not in ("", "0", "1"):
-        raise Malformed(f"EXPECT_TORCH_CUDA='{torch_cuda}' is not 0 or 1")
-    # After the driver check: an old driver explains a failed kernel better than the kernel does.
-    if torch_cuda == "1" and not found:
-        found += check_torch_cuda(environ)
     if vulkan == "1":
         found += check_vulkan(environ)
     if neuron is not None:
         found += check_neuron(environ, neuron)
+    return found
+
+
+def image_failures(environ: Mapping[str, str]) -> list[str]:
+    """What no retry can fix, because every node of the fleet has it: a host driver older than the
+    GPU needs (the fleet's AMI), an image whose PyTorch cannot run a kernel on the GPU."""
+    torch_cuda = environ.get("EXPECT_TORCH_CUDA", "")
+    if torch_cuda not in ("", "0", "1"):
+        raise Malformed(f"EXPECT_TORCH_CUDA='{torch_cuda}' is not 0 or 1")
+    found: list[str] = []
+    if environ.get("MIN_NVIDIA_DRIVER"):
+        found += check_driver(environ, environ["MIN_NVIDIA_DRIVER"])
+    # After the driver check: an old driver explains a failed kernel better than the kernel does.
+    if torch_cuda == "1" and not found:
+        found += check_torch_cuda(environ)
     return found
 
 
@@ -245,15 +257,20 @@ def node_name(environ: Mapping[str, str]) -> str:
 def main(environ: Mapping[str, str]) -> int:
     try:
         missing = failures(environ)
+        # Only on an otherwise sound node: the PyTorch probe takes seconds, and a node fault comes first.
+        unfixable = [] if missing else image_failures(environ)
     except Malformed as error:
         print(f"preflight.py: {error}", file=sys.stderr)
         return USAGE_EXIT
     interface = socket_interface(environ)
     if interface:
         print(f"socket_interface={interface}")
-    if missing:
-        print(f"preflight failed on {node_name(environ)}: expected " + "; expected ".join(missing), file=sys.stderr)
-        return PREFLIGHT_EXIT
+    if missing or unfixable:
+        print(
+            f"preflight failed on {node_name(environ)}: expected " + "; expected ".join(missing or unfixable),
+            file=sys.stderr,
+        )
+        return PREFLIGHT_EXIT if missing else IMAGE_EXIT
     return 0
 
 

@@ -46,6 +46,8 @@ for step in filter(None, os.environ.get("TRAIN_PLAN", "").split(";")):
     verb, _, rest = step.partition(":")
     name, _, text = rest.partition(":")
     target = os.path.join(directory, name)
+    if verb in ("put", "swap", "slow"):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
     if verb == "put":
         with open(target, "w") as f:
             f.write(text)
@@ -214,6 +216,21 @@ def test_sigterm_while_a_file_is_half_written_restores_the_previous_checkpoint(s
     third = run_node({**env, "CHECKPOINT_PYTHON": str(chatty)})
     assert third.returncode == 0, third.stderr
     assert have(third) == {"model_1.pt"} and "--resume" not in third.stdout
+
+
+def test_resume_names_the_run_folder_of_the_newest_model(s3_endpoint, s3, trainer, tmp_path):
+    # As Isaac Lab writes them: every rank a run folder of its own (named by the second it started),
+    # the model only in rank 0's. The newest folder by name holds no model.
+    plan = "swap:2026-11-23_10-00-01/model_1.pt:weights 1;swap:2026-11-23_10-00-02/params/agent.yaml:cfg"
+    first = run_node(node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN=plan))
+    assert first.returncode == 0, first.stderr
+    resume = {"RESUME_ARGS": "--resume --load_run={resume_dir}", "RESUME_GLOB": "model_*.pt"}
+    retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2", **resume))
+    assert retry.returncode == 0, retry.stderr
+    assert "train.py --resume --load_run=2026-11-23_10-00-01" in retry.stdout
+    # A folder in the pattern would never match a file name: refused, not silently never resuming.
+    bad = run_node(node_env(s3_endpoint, trainer, tmp_path / "a3", **resume | {"RESUME_GLOB": "*/model_*.pt"}))
+    assert bad.returncode == 2 and "is a file-name pattern" in bad.stderr
 
 
 def test_sigkill_during_an_upload_leaves_the_last_complete_set(s3_endpoint, s3, trainer, tmp_path):

@@ -551,7 +551,7 @@ def test_training_checkpoints_go_to_the_fleets_prefix_of_the_checkpoint_bucket(i
 
 def test_isaac_lab_resumes_from_a_restored_checkpoint():
     env = environment(container(job_definition("default", "Gpu", "TrainingJob")))
-    assert env["RESUME_ARGS"] == "agent.resume=True"
+    assert env["RESUME_ARGS"] == "agent.resume=True agent.load_run={resume_dir}"
     # Only when a model came back: RSL-RL's resume fails on a run directory without model_<n>.pt.
     assert env["RESUME_GLOB"] == "model_*.pt"
 

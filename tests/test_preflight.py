@@ -167,11 +167,11 @@ def test_a_driver_older_than_the_gpu_needs_is_refused(gpu_node):
     # The H100 node's real /proc/driver/nvidia/version: driver 580.159.04.
     node = {**gpu_node, "NVIDIA_DRIVER_VERSION_FILE": fixture("proc-driver-nvidia-version.txt")}
     # B300's minimum (config/catalog.py) is met; a newer one is not, and the line names both.
-    assert preflight.failures({**node, "MIN_NVIDIA_DRIVER": "580.95.05"}) == []
-    (found,) = preflight.failures({**node, "MIN_NVIDIA_DRIVER": "590.1"})
+    assert preflight.image_failures({**node, "MIN_NVIDIA_DRIVER": "580.95.05"}) == []
+    (found,) = preflight.image_failures({**node, "MIN_NVIDIA_DRIVER": "590.1"})
     assert found.startswith("an NVIDIA driver of at least 590.1, found: ") and "580.159.04" in found
     # No minimum set: the driver is not read at all.
-    assert preflight.failures({**gpu_node, "NVIDIA_DRIVER_VERSION_FILE": "/nonexistent"}) == []
+    assert preflight.image_failures({**gpu_node, "NVIDIA_DRIVER_VERSION_FILE": "/nonexistent"}) == []
 
 
 # What PyTorch prints when its build lacks the GPU's architecture, in the form users report it for
@@ -193,15 +193,26 @@ def test_a_pytorch_without_this_gpus_architecture_is_refused(gpu_node, tmp_path)
     python.write_text(f"#!/bin/sh\ncat <<'EOF' >&2\n{NO_KERNEL_IMAGE}EOF\nexit 1\n")
     python.chmod(0o755)
     node = {**gpu_node, "EXPECT_TORCH_CUDA": "1", "PYTHON": str(python)}
-    (found,) = preflight.failures(node)
+    (found,) = preflight.image_failures(node)
     assert found == (
         "a CUDA kernel from the image's PyTorch on GPU 0, found exit 1: "
         "RuntimeError: CUDA error: no kernel image is available for execution on the device"
     )
     # A PyTorch that runs the probe passes; the probe is what the interpreter is asked to run.
     python.write_text('#!/bin/sh\ncase "$2" in *get_device_capability*) echo "sm_90 2.5.1 12.4";; *) exit 3;; esac\n')
-    assert preflight.failures(node) == []
-    assert preflight.failures({**node, "EXPECT_TORCH_CUDA": "0", "PYTHON": "/nonexistent"}) == []
+    assert preflight.image_failures(node) == []
+    assert preflight.image_failures({**node, "EXPECT_TORCH_CUDA": "0", "PYTHON": "/nonexistent"}) == []
+
+
+def test_what_every_node_of_the_fleet_shares_exits_78_and_a_node_fault_75(gpu_node, tmp_path, capsys):
+    # An old driver (the fleet's AMI) or an image without this GPU's kernels: no retry helps.
+    old_driver = {**gpu_node, "NVIDIA_DRIVER_VERSION_FILE": fixture("proc-driver-nvidia-version.txt")}
+    old_driver["MIN_NVIDIA_DRIVER"] = "590.1"
+    assert preflight.main(old_driver) == preflight.IMAGE_EXIT == 78
+    assert "expected an NVIDIA driver of at least 590.1" in capsys.readouterr().err
+    # With a node fault as well, the node fault decides (retried) and is the line.
+    assert preflight.main({**old_driver, "EXPECTED_GPUS": "8"}) == preflight.PREFLIGHT_EXIT == 75
+    assert "expected 8 GPUs" in capsys.readouterr().err
 
 
 def test_every_failure_lands_in_one_list(gpu_node, tmp_path):

@@ -455,7 +455,8 @@ HEALTHY_NODES = {"node 0 (ip-10-0-0-5)": 30.0, "node 1 (ip-10-0-1-7)": 31.0}
         (bench_output(2.1, HEALTHY_NODES), False, ExitCode.UNHEALTHY, "fleet gpu: broken (bus bandwidth 2.1 Gbps, 5%"),
         (["NCCL WARN NET/Plugin: Could not find: libnccl-net.so"], False, ExitCode.UNHEALTHY,
          "printed no verdict line"),
-        (["torch.distributed.DistNetworkError: connection refused"], True, ExitCode.JOB_FAILED, "FAILED"),
+        (["torch.distributed.DistNetworkError: connection refused"], True, ExitCode.JOB_FAILED,
+         "--node all`"),
     ],
 )  # fmt: skip
 def test_check_runs_the_benchmark_and_exits_on_its_verdict(

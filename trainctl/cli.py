@@ -498,9 +498,11 @@ def check(
     verdict = last_verdict(line.message for line in StreamReader(state.aws.client("logs"), streams[0]).read())
     if verdict is None:
         if failed:
-            _finish_check(
-                state, result, f"benchmark job {job_id} FAILED: {job.get('statusReason')}", ExitCode.JOB_FAILED
-            )
+            # A broken network can stop the cross-node phase before any verdict; each node named its
+            # own verdict in its log first ("# node check" lines).
+            reason = job.get("statusReason")
+            message = f"benchmark job {job_id} FAILED: {reason}; per-node verdicts: `trainctl logs {job_id} --node all`"
+            _finish_check(state, result, message, ExitCode.JOB_FAILED)
         _finish_check(
             state,
             result,

@@ -112,9 +112,11 @@ def training_workload(instance: InstanceSpec) -> Workload:
             # Omniverse licence terms for the jobs this definition runs (README, "Isaac Lab").
             "ACCEPT_EULA": "Y",
             "PRIVACY_CONSENT": "Y",
-            # Appended to the script's arguments by the launcher when it restored a model: RSL-RL's
-            # resume loads the newest model_<iteration>.pt and fails on a run directory without one.
-            "RESUME_ARGS": "agent.resume=True",
+            # Appended to the script's arguments by the launcher when it restored a model. Isaac Lab's
+            # resume alone takes the newest run folder by name, which can be one where another rank
+            # wrote only its configuration; load_run names the folder of the newest restored model
+            # (the launcher fills in {resume_dir}).
+            "RESUME_ARGS": "agent.resume=True agent.load_run={resume_dir}",
             "RESUME_GLOB": "model_*.pt",
         }
     )
