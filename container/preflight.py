@@ -53,6 +53,7 @@ IMAGE_EXIT = 78
 USAGE_EXIT = 2
 NVIDIA_ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
 COMMAND_TIMEOUT_SECONDS = 60
+TORCH_PROBE_SECONDS = 300
 # fi_info lives here in images built with the EFA installer, which may not be on PATH.
 EFA_BIN = "/opt/amazon/efa/bin"
 
@@ -70,7 +71,9 @@ def _count(environ: Mapping[str, str], name: str) -> int | None:
     return int(raw)
 
 
-def _run(command: Sequence[str], environ: Mapping[str, str]) -> tuple[int, str] | None:
+def _run(
+    command: Sequence[str], environ: Mapping[str, str], timeout: int = COMMAND_TIMEOUT_SECONDS
+) -> tuple[int, str] | None:
     """Exit status and output of a command found on PATH (or the EFA bin dir); None when absent."""
     path = environ.get("PATH", os.defpath) + os.pathsep + EFA_BIN
     tool = shutil.which(command[0], path=path)
@@ -81,12 +84,12 @@ def _run(command: Sequence[str], environ: Mapping[str, str]) -> tuple[int, str] 
             [tool, *command[1:]],
             capture_output=True,
             text=True,
-            timeout=COMMAND_TIMEOUT_SECONDS,
+            timeout=timeout,
             env=dict(environ),
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return 124, f"timed out after {COMMAND_TIMEOUT_SECONDS} s"
+        return 124, f"timed out after {timeout} s"
     return done.returncode, done.stdout + done.stderr
 
 
@@ -164,7 +167,8 @@ TORCH_CUDA_PROBE = (
 
 
 def check_torch_cuda(environ: Mapping[str, str]) -> list[str]:
-    result = _run([environ.get("PYTHON") or "python3", "-c", TORCH_CUDA_PROBE], environ)
+    # Its own, longer limit: Isaac Sim's python.sh sets up its environment, then torch and CUDA start.
+    result = _run([environ.get("PYTHON") or "python3", "-c", TORCH_CUDA_PROBE], environ, TORCH_PROBE_SECONDS)
     if result is None:
         return [f"a CUDA kernel from PyTorch ({environ.get('PYTHON') or 'python3'}), found no such interpreter"]
     status, output = result
