@@ -54,6 +54,10 @@ def _pcie4(source: str) -> GpuInterconnect:
     return GpuInterconnect(link="PCIe Gen4 x16", gbytes_per_second=32, source=source)
 
 
+def _pcie5(source: str) -> GpuInterconnect:
+    return GpuInterconnect(link="PCIe Gen5 x16", gbytes_per_second=64, source=source)
+
+
 def _one_gpu() -> GpuInterconnect:
     return GpuInterconnect(link="none", gbytes_per_second=0, source=_ONE_GPU)
 
@@ -70,9 +74,9 @@ INTRA_NODE: dict[str, GpuInterconnect] = {
     "gr6.8xlarge": _one_gpu(),
     # G7 (NVIDIA RTX PRO 4500 Blackwell Server Edition): 1, 2, 4 and 8 GPUs.
     "g7.8xlarge": _one_gpu(),
-    "g7.12xlarge": GpuInterconnect(link="PCIe Gen5 x16", gbytes_per_second=64, source=_RTX_PRO_4500),
-    "g7.24xlarge": GpuInterconnect(link="PCIe Gen5 x16", gbytes_per_second=64, source=_RTX_PRO_4500),
-    "g7.48xlarge": GpuInterconnect(link="PCIe Gen5 x16", gbytes_per_second=64, source=_RTX_PRO_4500),
+    "g7.12xlarge": _pcie5(_RTX_PRO_4500),
+    "g7.24xlarge": _pcie5(_RTX_PRO_4500),
+    "g7.48xlarge": _pcie5(_RTX_PRO_4500),
     # V100 NVLink is a hybrid cube-mesh, not a switch: not every GPU pair has a direct link.
     "p3dn.24xlarge": GpuInterconnect(link="NVLink 2 (hybrid cube-mesh)", gbytes_per_second=150, source=_V100),
     "g5.48xlarge": _pcie4(_A10G),
@@ -89,9 +93,9 @@ INTRA_NODE: dict[str, GpuInterconnect] = {
     "g6e.48xlarge": _pcie4(_L40S),
     # G7e (NVIDIA RTX PRO 6000 Blackwell Server Edition): 1, 2, 4 and 8 GPUs.
     "g7e.8xlarge": _one_gpu(),
-    "g7e.12xlarge": GpuInterconnect(link="PCIe Gen5 x16", gbytes_per_second=64, source=_RTX_PRO_6000),
-    "g7e.24xlarge": GpuInterconnect(link="PCIe Gen5 x16", gbytes_per_second=64, source=_RTX_PRO_6000),
-    "g7e.48xlarge": GpuInterconnect(link="PCIe Gen5 x16", gbytes_per_second=64, source=_RTX_PRO_6000),
+    "g7e.12xlarge": _pcie5(_RTX_PRO_6000),
+    "g7e.24xlarge": _pcie5(_RTX_PRO_6000),
+    "g7e.48xlarge": _pcie5(_RTX_PRO_6000),
     "p4d.24xlarge": GpuInterconnect(link="NVLink 3 (NVSwitch)", gbytes_per_second=300, source=_A100),
     "p4de.24xlarge": GpuInterconnect(link="NVLink 3 (NVSwitch)", gbytes_per_second=300, source=_A100),
     "p5.4xlarge": _one_gpu(),

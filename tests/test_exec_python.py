@@ -85,9 +85,3 @@ def test_the_gpu_image_runs_the_launcher_through_the_exec_wrapper() -> None:
     assert "RUN bash /tmp/exec_python.sh /workspace/isaaclab/_isaac_sim/python.sh" in dockerfile
     (python,) = [line for line in dockerfile.splitlines() if line.startswith("ENV PYTHON=")]
     assert python == "ENV PYTHON=/workspace/isaaclab/_isaac_sim/python_exec.sh"
-
-
-def test_the_build_step_passes_shellcheck() -> None:
-    shellcheck = Path(sys.executable).parent / "shellcheck"
-    done = subprocess.run([str(shellcheck), "--severity=style", str(SCRIPT)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout

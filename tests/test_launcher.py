@@ -206,16 +206,6 @@ def test_no_script_is_a_usage_error():
     assert result.returncode == 2 and "usage: distributed_run.sh SCRIPT" in result.stderr
 
 
-def test_shellcheck_is_clean():
-    shellcheck = Path(sys.executable).parent / "shellcheck"
-    if not shellcheck.exists():
-        pytest.skip("shellcheck is installed by `make test` (requirements-test.txt)")
-    result = subprocess.run(
-        [str(shellcheck), "--severity=style", str(LAUNCHER)], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stdout
-
-
 @pytest.fixture
 def env_probe(tmp_path):
     """A PYTHON that prints the launcher's arguments and the socket settings it was given."""
