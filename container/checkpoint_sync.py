@@ -43,11 +43,13 @@ from typing import Any
 from urllib.parse import urlparse
 
 import boto3
+from boto3.exceptions import Boto3Error
 from botocore.exceptions import BotoCoreError, ClientError
 from checkpoint_commit import PARTIAL_SUFFIX, ArrivalWatch, Rule, open_for_writing, process_tree
 
 MANIFEST_FORMAT = 1
-ERRORS = (BotoCoreError, ClientError, OSError, ValueError)
+# boto3's transfers wrap refusals in their own errors (S3UploadFailedError, RetriesExceededError).
+ERRORS = (BotoCoreError, ClientError, Boto3Error, OSError, ValueError)
 TICK_SECONDS = 0.1
 
 
@@ -62,6 +64,15 @@ class Entry:
 
 
 Manifest = dict[str, Entry]
+
+
+def entries(files: object, where: str) -> Manifest:
+    """A manifest's files, or ValueError naming where it came from: a manifest another release (or a
+    person) wrote with other fields must stop with one line, not a traceback."""
+    try:
+        return {str(name): Entry(**fields) for name, fields in files.items()}  # type: ignore[attr-defined]
+    except (AttributeError, TypeError) as error:
+        raise ValueError(f"{where}: not a list of files this release can read ({error})") from error
 
 
 class NodeStore:
@@ -86,9 +97,9 @@ class NodeStore:
                 return {}
             raise
         document = json.loads(body)
-        if document.get("format") != MANIFEST_FORMAT:
-            raise ValueError(f"{self.manifest_key}: unknown manifest format {document.get('format')!r}")
-        return {name: Entry(**fields) for name, fields in document["files"].items()}
+        if not isinstance(document, dict) or document.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"{self.manifest_key}: not a format-{MANIFEST_FORMAT} manifest")
+        return entries(document.get("files"), self.manifest_key)
 
     def write_manifest(self, manifest: Manifest) -> None:
         document = {"format": MANIFEST_FORMAT, "files": {name: asdict(e) for name, e in sorted(manifest.items())}}
@@ -173,7 +184,7 @@ class Watcher:
             restored = json.loads((state_dir / RESTORED).read_text())
         except FileNotFoundError:
             restored = {}
-        self.restored: Manifest = {name: Entry(**fields) for name, fields in restored.items()}
+        self.restored: Manifest = entries(restored, str(state_dir / RESTORED))
         self.arrivals = ArrivalWatch(self.directory)
         self.stopped_at: float | None = None
         self.settles_at: float | None = None  # when the next closed file settles

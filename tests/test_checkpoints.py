@@ -15,11 +15,13 @@ from pathlib import Path
 
 import boto3
 import pytest
+from boto3.exceptions import S3UploadFailedError
 
 from tests.harness import ROOT
 from tests.test_launcher import LAUNCHER, base_env, free_port
 
 sys.path.insert(0, str(ROOT / "container"))
+import checkpoint_sync
 from checkpoint_commit import ArrivalWatch, Rule, open_for_writing, process_tree
 
 BUCKET = "checkpoints"
@@ -410,3 +412,25 @@ def test_the_settle_time_counts_back_from_the_stop(tmp_path):
     assert stopped.complete(stat, open_now=False, whole=True, now=written + 3600)
     assert Rule(settle_seconds=30, stopped_at=written + 31).complete(stat, open_now=False, whole=False, now=0)
     assert Rule(settle_seconds=30, clean_exit=True).complete(stat, open_now=True, whole=False, now=written)
+
+
+def test_a_manifest_this_release_cannot_read_is_one_line_not_a_traceback(
+    s3_endpoint, s3, tmp_path, monkeypatch, capsys
+):
+    import checkpoint_sync
+
+    for name, value in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    args = ["restore", "--uri", f"{URI}/job42/", "--node", "0", "--main", "0", "--state-dir", str(tmp_path)]
+    for document in ({"format": 1, "files": {"model_1.pt": {"size": 1, "sha256": "x"}}}, {"format": 1}, [1]):
+        s3.put_object(Bucket=BUCKET, Key=f"{JOB}/node-0.manifest.json", Body=json.dumps(document).encode())
+        assert checkpoint_sync.main([*args, str(tmp_path / "restore")]) == 1
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("checkpoint_sync: restore failed: ") and "manifest" in line
+
+
+def test_a_refused_upload_is_an_error_the_copier_handles():
+    # boto3's transfers wrap a refused upload in S3UploadFailedError, which is no botocore error.
+    assert issubclass(S3UploadFailedError, checkpoint_sync.ERRORS)
