@@ -529,6 +529,10 @@ def _health_check_schedule(raw: str) -> HealthCheckSchedule | None:
     # The missing-verdict alarm needs a bounded gap between runs: a cron that runs every day.
     if fields[2] not in ("*", "?") or fields[3] != "*" or fields[4] not in ("*", "?"):
         raise _fail("healthCheckSchedule", raw, "a cron schedule must run every day (day fields * or ?)")
+    # EventBridge takes a value or * in only one of day-of-month and day-of-week, and ? in the other
+    # (EventBridge user guide, "Schedule expressions for rules", cron expressions).
+    if sorted((fields[2], fields[4])) != ["*", "?"]:
+        raise _fail("healthCheckSchedule", raw, "one of day-of-month and day-of-week must be ?, the other *")
     return HealthCheckSchedule(expression=text, interval_seconds=86400)
 
 

@@ -153,6 +153,8 @@ def test_schedule_expressions_that_are_accepted(expression, interval):
         ("cron(0 3 ? * MON *)", "must run every day"),
         ("cron(0 3 1 * ? *)", "must run every day"),
         ("cron(0 3 * * ? *;)", "malformed cron field"),
+        ("cron(0 3 * * * *)", "one of day-of-month and day-of-week must be ?"),
+        ("cron(0 3 ? * ? *)", "one of day-of-month and day-of-week must be ?"),
     ],
 )
 def test_bad_schedules_name_the_key_and_what_is_allowed(expression, problem):
