@@ -29,7 +29,10 @@ def context_from(arguments: Sequence[str], root: Path = ROOT) -> dict[str, Any]:
     for name in ("cdk.json", "cdk.context.json"):
         path = root / name
         if path.exists():
-            data = json.loads(path.read_text())
+            try:
+                data = json.loads(path.read_text())
+            except json.JSONDecodeError as error:
+                raise SystemExit(f"error: {path.name} is not JSON ({error}); fix it before deploying") from error
             context.update(data.get("context", {}) if name == "cdk.json" else data)
     pending = False
     for argument in arguments:
@@ -69,6 +72,8 @@ def docker_problem() -> str | None:
         )
     except subprocess.TimeoutExpired:
         return f"docker info did not answer within {DOCKER_TIMEOUT_SECONDS} s"
+    except OSError as error:
+        return f"{docker} cannot be run ({error.strerror or error})"
     if result.returncode != 0:
         detail = next((line.strip() for line in result.stderr.splitlines() if line.strip()), "no message")
         return f"docker cannot reach an engine ({detail})"

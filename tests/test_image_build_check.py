@@ -96,3 +96,20 @@ def test_make_deploy_checks_before_cdk_deploy():
     check_line = next(i for i, line in enumerate(recipe) if "-m config.image_build_check -c imageBuild=cloud" in line)
     deploy_line = next(i for i, line in enumerate(recipe) if " deploy --all" in line)
     assert check_line < deploy_line
+
+
+def test_a_docker_that_cannot_be_run_stops_the_deploy(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text("not a program")
+    (bin_dir / "docker").chmod(0o755)
+    result, _ = check(f"{bin_dir}:/usr/bin:/bin")
+    assert_stops(result, "cannot be run")
+
+
+def test_a_context_file_that_is_not_json_is_one_line(tmp_path):
+    from config import image_build_check
+
+    (tmp_path / "cdk.context.json").write_text("{not json")
+    with pytest.raises(SystemExit, match=r"cdk\.context\.json is not JSON"):
+        image_build_check.context_from([], root=tmp_path)

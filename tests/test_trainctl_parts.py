@@ -197,8 +197,9 @@ def test_stream_reader_reads_past_an_empty_page_until_the_token_repeats() -> Non
 def test_parse_nodes() -> None:
     assert parse_nodes("all", 3) == [0, 1, 2]
     assert parse_nodes("2,0,2", 3) == [0, 2]
-    with pytest.raises(TrainctlError):
-        parse_nodes("one", 3)
+    for bad in ("one", "\u00b2", "3"):  # a word, a superscript digit (isdigit, not int), out of range
+        with pytest.raises(TrainctlError):
+            parse_nodes(bad, 3)
 
 
 # ----------------------------------------------------------------------------------------------- verdict
@@ -276,6 +277,12 @@ def test_checkpoints_follow_the_jobs_uri_or_the_data_stacks_bucket() -> None:
     }
     assert checkpoint_location(with_uri, FLEET, deployment) == ("team", "runs/gpu/j1/")
     assert checkpoint_location({"jobId": "j2"}, FLEET, deployment) == ("ckpt", "gpu/j2/")
+
+
+def test_download_into_a_place_that_cannot_be_written_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(TrainctlError, match="cannot write under"):
+        download(None, "ckpt", "gpu/j1/", [CheckpointFile(0, "model.pt", 4, 0, None)], tmp_path / "file" / "out")
 
 
 @pytest.mark.parametrize("name", ["../../../outside.pt", "../node-1/model.pt", "/etc/cron.d/x", "."])

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import boto3
+import boto3.exceptions
 import botocore.exceptions
 import botocore.loaders
 import botocore.session
@@ -107,3 +108,6 @@ def aws_errors() -> Iterator[None]:
         raise TrainctlError(f"AWS {error.operation_name} failed: {text}", ExitCode.AWS) from error
     except botocore.exceptions.BotoCoreError as error:
         raise TrainctlError(f"AWS call failed: {error}", ExitCode.AWS) from error
+    except boto3.exceptions.Boto3Error as error:
+        # boto3's transfers (download_file) wrap what they could not do in their own errors.
+        raise TrainctlError(f"AWS transfer failed: {error}", ExitCode.AWS) from error

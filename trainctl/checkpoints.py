@@ -87,6 +87,13 @@ def download(s3: Any, bucket: str, prefix: str, files: list[CheckpointFile], dir
     """Fetch exactly the versions the manifests name into directory/node-<i>/<name>, with the mtime the
     file had when uploaded (as checkpoint_sync.py's restore does); never outside directory/node-<i>."""
     root = directory.resolve()
+    try:
+        _download_all(s3, bucket, prefix, files, root)
+    except OSError as error:
+        raise TrainctlError(f"cannot write under {directory}: {error.strerror or error}") from error
+
+
+def _download_all(s3: Any, bucket: str, prefix: str, files: list[CheckpointFile], root: Path) -> None:
     for item in files:
         node_root = root / f"node-{item.node}"
         target = (node_root / item.name).resolve()

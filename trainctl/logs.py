@@ -29,7 +29,7 @@ def parse_nodes(spec: str, nodes: int) -> list[int]:
         return list(range(nodes))
     chosen: list[int] = []
     for part in spec.split(","):
-        if not part.strip().isdigit() or int(part) >= nodes:
+        if not part.strip().isdecimal() or not part.strip().isascii() or int(part) >= nodes:
             raise TrainctlError(f"--node {spec!r}: give 'all' or node indexes 0..{nodes - 1} separated by commas")
         chosen.append(int(part))
     return sorted(set(chosen))
