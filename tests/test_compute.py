@@ -3,6 +3,7 @@ scale to zero, in-place updates, images and the AMI policy."""
 
 import base64
 import email
+import re
 
 import pytest
 from aws_cdk.assertions import Annotations, Match
@@ -212,7 +213,9 @@ def test_user_data_blocks_instance_metadata_for_job_containers(instance):
     assert "ECS_AWSVPC_BLOCK_IMDS=true" in script and "/etc/ecs/ecs.config" in script
     # Nothing is fetched at boot but one package, the CloudWatch agent, from the AMI release's own
     # locked repository (no --releasever=latest). The packed host check is read in tests/test_host_check.py.
-    readable = "\n".join(line for line in script.splitlines() if not line.startswith("echo '"))
+    packed = re.compile(r"echo 'H4sI[A-Za-z0-9+/=]+' \| base64 -d \| gunzip > \S+")
+    readable = "\n".join(line for line in script.splitlines() if not packed.fullmatch(line))
+    assert len(readable.splitlines()) < len(script.splitlines())  # the packed scripts were there
     installs = [line for line in readable.splitlines() if "dnf" in line]
     assert len(installs) == 1 and "dnf install -y amazon-cloudwatch-agent &&" in installs[0]
     assert "releasever" not in readable

@@ -68,4 +68,5 @@ def test_blackwell_types_carry_their_documented_minimum():
     assert CATALOG["p6-b300.48xlarge"].min_nvidia_driver == "580.95.05"
     for size in ("8xlarge", "12xlarge", "24xlarge", "48xlarge"):
         assert CATALOG[f"g7e.{size}"].min_nvidia_driver == "580.95.05"
+        assert CATALOG[f"g7.{size}"].min_nvidia_driver == "580.95.05"
     assert all(s.min_nvidia_driver is None for s in CATALOG.values() if s.accelerator_model in ("H100", "L4", "A100"))

@@ -228,15 +228,15 @@ def test_alarms_of_every_fleet_go_to_the_job_alert_topic_and_say_what_to_do():
         assert len(alarm["AlarmDescription"]) > 80
 
 
-@pytest.mark.parametrize(("variant", "half_seconds"), [("default", 1800), ("three-fleets", 900)])
-def test_runnable_alarm_fires_at_half_the_queue_limit(variant, half_seconds):
-    (runnable, *_) = [a for k, a in alarms(variant).items() if "RunnableAlarm" in k]
-    metrics = {m["Id"]: m for m in runnable["Metrics"]}
-    assert {metrics[i]["MetricStat"]["Metric"]["MetricName"] for i in ("runnable", "started")} == {
-        JOB_STATE_METRICS["RUNNABLE"],
-        JOB_STATE_METRICS["STARTING"],
-    }
-    assert all(metrics[i]["MetricStat"]["Period"] == half_seconds for i in ("runnable", "started"))
+@pytest.mark.parametrize(("variant", "half_seconds", "fleets"), [("default", 1800, 2), ("three-fleets", 900, 3)])
+def test_runnable_alarm_fires_at_half_the_queue_limit(variant, half_seconds, fleets):
+    found = [a for k, a in alarms(variant).items() if "RunnableAlarm" in k]
+    assert len(found) == fleets
+    for runnable in found:
+        metrics = {m["Id"]: m for m in runnable["Metrics"]}
+        names = {metrics[i]["MetricStat"]["Metric"]["MetricName"] for i in ("runnable", "started")}
+        assert names == {"JobsRunnable", "JobsStarting"}
+        assert all(metrics[i]["MetricStat"]["Period"] == half_seconds for i in ("runnable", "started"))
 
 
 def test_fault_alarms_sum_the_fleets_nodes_with_metrics_insights():

@@ -20,7 +20,6 @@ from training_constructs.node_metrics import (
     COLLECTOR,
     INSTALL_DIR,
     agent_config,
-    collector_metric_names,
     node_metrics_commands,
 )
 from training_constructs.node_metrics import collector as c
@@ -157,11 +156,18 @@ def test_agent_publishes_in_our_namespace_with_fleet_and_instance_only(gpu):
     collected = config["metrics_collected"]
     assert set(collected) == ({"statsd", "nvidia_gpu"} if gpu else {"statsd"})
     # Only the node roll-ups are published: every original series (per GPU, per StatsD line) dropped.
-    assert collected["statsd"]["drop_original_metrics"] == collector_metric_names(gpu=gpu)
+    efa = ["EfaTxBytes", "EfaRxBytes", "EfaRdmaReadBytes", "EfaRdmaWriteBytes", "EfaRetransmittedPackets"]
+    efa += ["EfaRetransmitTimeouts", "EfaRxDrops", "EfaUnresponsiveRemoteEvents", "EfaImpairedRemoteConnections"]
+    expected = [*efa, "NodeHeartbeat", *(["GpuXidErrors", "GpuPowerDrawWatts"] if gpu else [])]
+    assert collected["statsd"]["drop_original_metrics"] == expected
     if gpu:
         nvidia = collected["nvidia_gpu"]
         assert nvidia["append_dimensions"] == {"Fleet": "rl"}
-        assert nvidia["drop_original_metrics"] == [f"nvidia_smi_{m}" for m in metrics.GPU_MEASUREMENTS]
+        assert nvidia["drop_original_metrics"] == [
+            "nvidia_smi_utilization_gpu",
+            "nvidia_smi_memory_used",
+            "nvidia_smi_temperature_gpu",
+        ]
         assert metrics.GPU_UTILIZATION in nvidia["drop_original_metrics"]
 
 

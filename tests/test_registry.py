@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from aws_cdk.assertions import Annotations, Match
 
-from config.catalog import CATALOG, AcceleratorKind
 from tests.harness import ROOT, VARIANTS, fleet_name, resources, synth, synth_with
 
 STACK = "TrainingRegistry"
@@ -138,12 +137,12 @@ def test_blackwell_fleets_on_the_built_gpu_image_are_warned():
     stack = synth("all-types").app.node.find_child("TrainingRegistry")
     warnings = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("no kernels for Blackwell"))
     warned = {str(w.entry.data).split()[1] for w in warnings}
-    blackwell = {
-        fleet_name(name)
-        for name, spec in CATALOG.items()
-        if spec.efa_supported and spec.accelerator_kind is AcceleratorKind.NVIDIA_GPU and spec.min_nvidia_driver
+    # B200, B300, RTX PRO 6000 (g7e) and RTX PRO 4500 (g7): every Blackwell type of the catalog.
+    blackwell = {"p6-b200.48xlarge", "p6-b300.48xlarge"}
+    blackwell |= {
+        f"{family}.{size}" for family in ("g7e", "g7") for size in ("8xlarge", "12xlarge", "24xlarge", "48xlarge")
     }
-    assert warned == blackwell and {"p6b20048xlarge", "g7e12xlarge"} <= warned
+    assert warned == {fleet_name(name) for name in blackwell}
     # The default deployment (g6.12xlarge, trn1.32xlarge) has no warning at all.
     assert (
         Annotations.from_stack(synth("default").app.node.find_child("TrainingRegistry")).find_warning(
