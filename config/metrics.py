@@ -1,6 +1,7 @@
 """CloudWatch names shared by what emits metrics (the launcher, the benchmark, node scripts) and what
-reads them (dashboard, alarms, trainctl). Container scripts cannot import this package; they repeat
-the strings, and tests pin them to these constants."""
+reads them (the dashboard and alarms). Some are emitted for people to graph and read nothing here:
+the benchmark's bus bandwidth, GPU power and the cold-start seconds. Container scripts cannot import
+this package; they repeat the strings, and tests pin them to these constants."""
 
 # One custom namespace for everything this app emits.
 NAMESPACE = "TrainingPlatform"

@@ -266,7 +266,7 @@ FLEET = Fleet(name="gpu", job_queue="q", training_definition="t", benchmark_defi
 
 
 def test_checkpoints_follow_the_jobs_uri_or_the_data_stacks_bucket() -> None:
-    deployment = Deployment(region="us-east-1", fleets={"gpu": FLEET}, alert_topic=None, checkpoint_bucket="ckpt")
+    deployment = Deployment(region="us-east-1", fleets={"gpu": FLEET}, checkpoint_bucket="ckpt")
     with_uri = {
         "jobId": "j1",
         "nodeProperties": {

@@ -35,7 +35,6 @@ class Fleet:
 class Deployment:
     region: str
     fleets: dict[str, Fleet]
-    alert_topic: str | None
     checkpoint_bucket: str | None
 
     def fleet(self, name: str) -> Fleet:
@@ -110,6 +109,5 @@ def load_deployment(cloudformation: Any, region: str) -> Deployment:
     return Deployment(
         region=region,
         fleets=fleets,
-        alert_topic=jobs.get("AlertTopic"),
         checkpoint_bucket=data.get("CheckpointBucket"),
     )

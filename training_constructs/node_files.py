@@ -11,9 +11,6 @@ from __future__ import annotations
 import base64
 import gzip
 
-# Every packed file starts with this (the base64 of gzip's magic bytes and deflate method).
-PACKED_PREFIX = "H4sI"
-
 
 def pack(content: bytes) -> str:
     return base64.b64encode(gzip.compress(content, mtime=0)).decode()

@@ -47,7 +47,9 @@ def search(metric: str, fleet: str, statistic: str, period: Duration = ONE_MINUT
 
 
 def insights_sum(metric: str, fleet: str) -> str:
-    """A Metrics Insights query (alarms cannot use SEARCH): the fleet's total of `metric`."""
+    """A Metrics Insights query: the fleet's total of `metric`. Alarms take Metrics Insights queries
+    but not SEARCH expressions (CloudWatch user guide, "Alarming on metric math expressions" and
+    "Create alarms on Metrics Insights queries")."""
     # Names come from config.metrics and validated fleet names (letters and digits), never user text.
     return f"SELECT SUM({metric}) FROM \"{NAMESPACE}\" WHERE {FLEET_DIMENSION} = '{fleet}'"  # noqa: S608
 
@@ -194,7 +196,8 @@ class TrainingDashboard(Construct):
     def _fleet_alarms(self, fleet: FleetSettings, runnable_timeout: Duration) -> list[cw.Alarm]:
         name = fleet.name
         cid = fleet.construct_id
-        # Half the queue's RUNNABLE limit, as whole minutes (an alarm period is a multiple of 60 s).
+        # Half the queue's RUNNABLE limit, as whole minutes: an alarm's period is 10, 20 or 30 s or a
+        # multiple of 60 s (CloudWatch API PutMetricAlarm, Period).
         half = Duration.minutes(max(1, int(runnable_timeout.to_minutes() // 2)))
         waiting = cw.MathExpression(
             expression="IF(FILL(runnable, 0) > 0 AND FILL(started, 0) == 0, 1, 0)",
