@@ -21,6 +21,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from training_constructs.build_reporter import report_build
+from training_constructs.nag_names import nag_name
 
 REPORTER_DIR = Path(report_build.__file__).resolve().parent
 # BUILD_GENERAL1_2XLARGE: 144 GiB memory, 72 vCPUs, 824 GB SSD, "Docker images up to 100 GB
@@ -232,8 +233,11 @@ class CloudImageBuild(Construct):
                 reason="the project has no artifacts; its only output is the image, encrypted at rest by ECR",
             ),
         )
-        project = Stack.of(self).get_logical_id(self.project.node.default_child)  # type: ignore[arg-type]
-        arn, where = "arn:<AWS::Partition>", "<AWS::Region>:<AWS::AccountId>"
+        stack = Stack.of(self)
+        project = stack.get_logical_id(self.project.node.default_child)  # type: ignore[arg-type]
+        # Literals when the stack is bound to a region (`cdk synth` on a machine with a default
+        # region), pseudo parameters otherwise: cdk-nag's finding ids follow the template.
+        arn, where = nag_name(stack, f"arn:{stack.partition}"), nag_name(stack, f"{stack.region}:{stack.account}")
         findings = {
             # ECR API reference, GetAuthorizationToken: the action takes no resource; pushes are scoped
             # to the team repository by the statement beside it.

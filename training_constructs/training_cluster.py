@@ -14,6 +14,7 @@ from constructs import Construct
 
 from config.settings import ParallelClusterSettings
 from training_constructs.cluster_config import PCLUSTER_VERSION, ClusterInputs, cluster_configuration
+from training_constructs.nag_names import nag_name
 
 PYXIS_SCRIPT = Path(__file__).resolve().parent / "pcluster" / "enable_pyxis.sh"
 # The provider template AWS publishes for each release (ParallelCluster user guide,
@@ -115,7 +116,7 @@ class TrainingCluster(Construct):
             policy,
             {
                 "Resource::*": "ecr:GetAuthorizationToken cannot be scoped to a resource",
-                f"Resource::{_nag_name(stack, repositories)}": (
+                f"Resource::{nag_name(stack, repositories)}": (
                     "pull only, from the repositories of this account and region: the training images"
                 ),
             },
@@ -165,39 +166,19 @@ class TrainingCluster(Construct):
             "Action::s3:List*": "head_bucket validation and FSx linking, on the dataset and checkpoint buckets only",
         }
         for bucket in buckets:
-            findings[f"Resource::{_nag_name(stack, bucket.arn_for_objects('*'))}"] = (
+            findings[f"Resource::{nag_name(stack, bucket.arn_for_objects('*'))}"] = (
                 "objects of a bucket FSx links to /fsx"
             )
         _acknowledge(
             policy,
             {
                 **findings,
-                f"Resource::{_nag_name(stack, fsx_role)}": (
+                f"Resource::{nag_name(stack, fsx_role)}": (
                     "only FSx for Lustre's S3 service-linked role, which FSx needs for data repository associations"
                 ),
             },
         )
         return policy
-
-
-def _nag_name(stack: Stack, value: str) -> str:
-    """A resource as cdk-nag names it in a finding id: literals as they are, references as <Name>,
-    imports by their export name. The same ARN reads differently when the stack is bound to an
-    account and region (literals) than when it is not (pseudo parameters)."""
-
-    def flat(part: object) -> str:
-        if isinstance(part, str):
-            return part
-        if isinstance(part, dict) and "Ref" in part:
-            return f"<{part['Ref']}>"
-        if isinstance(part, dict) and "Fn::ImportValue" in part:
-            return str(part["Fn::ImportValue"])
-        if isinstance(part, dict) and "Fn::Join" in part:
-            separator, parts = part["Fn::Join"]
-            return separator.join(flat(p) for p in parts)
-        raise ValueError(f"no cdk-nag name for {part!r}")
-
-    return flat(stack.resolve(value))
 
 
 def _acknowledge(policy: iam.ManagedPolicy, findings: dict[str, str]) -> None:
