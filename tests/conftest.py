@@ -10,9 +10,38 @@ grouping is a scheduler of our own, through xdist's `pytest_xdist_make_scheduler
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import PurePosixPath
+from typing import Any
 
 import pytest
+from jsii._kernel.providers import process as jsii_process
+
+
+def _one_jsii_thread() -> None:
+    """jsii's Python kernel is not safe to call from two threads (FIELD_NOTES: a reply read by the
+    wrong thread hangs the process forever), nor from a forked child, which shares the parent's pipes
+    to Node. Every call into jsii must come from the thread and process that made the first one;
+    any other fails at once with the reason, instead of hanging the suite."""
+    send = jsii_process._NodeProcess.send  # the one place every request to Node goes through
+    owner: dict[str, Any] = {}
+
+    def checked_send(self: Any, request: Any, response_type: Any) -> Any:
+        here = (os.getpid(), threading.get_ident())
+        first = owner.setdefault("caller", here)
+        if here != first:
+            raise RuntimeError(
+                f"jsii called from thread {threading.current_thread().name} (pid {here[0]}); the first call came "
+                f"from another thread or process, and jsii's kernel serves one: read CDK values before starting "
+                "threads or processes, and hand them plain values"
+            )
+        return send(self, request, response_type)
+
+    jsii_process._NodeProcess.send = checked_send
+
+
+_one_jsii_thread()
 
 # Files whose tests call tests.harness.synth() or synth_with().
 SYNTH_FILES = frozenset(
@@ -29,6 +58,7 @@ SYNTH_FILES = frozenset(
         "test_parallelcluster.py",
         "test_monitoring.py",
         "test_registry.py",
+        "test_shapes.py",
         "test_snapshots.py",
     }
 )

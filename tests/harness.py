@@ -3,6 +3,13 @@
 Every test that looks at templates goes through `synth(variant)`, which caches the result for the
 whole session. The app is built by app.build_app with cdk.json's feature flags, so tests see the
 same templates and the same cdk-nag checks as the CLI.
+
+Checks and their cost: CDK's built-in CloudFormation validation (aws-cdk-lib's validation plugin,
+on in every `cdk synth`) costs several times the synth itself, growing with the templates' size;
+cdk-nag and cfn-lint grow the same way. So every variant gets all three except "all-types", whose
+40 fleets repeat 17 template shapes: it is synthesized for its structure only, and "layouts", one
+fleet of each shape, gets the checks instead (tests/test_shapes.py proves that every type's fleet
+has the shape of its variant's representative).
 """
 
 from __future__ import annotations
@@ -18,13 +25,41 @@ from typing import Any
 import aws_cdk as cdk
 
 from app import build_app
-from config.catalog import CATALOG
+from config.catalog import CATALOG, AcceleratorKind
 from config.context import read_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 FEATURE_FLAGS: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
 
 EFA_TYPES = tuple(name for name, spec in CATALOG.items() if spec.efa_supported)
+
+
+def shape_key(instance_type: str) -> tuple[object, ...]:
+    """What decides a fleet's template shape, beyond names and figures: accelerator kind, Neuron
+    devices (each one mapped; GPUs are a count), EFA interfaces and whether card 0 carries one
+    (interfaces, uverbs devices), Isaac Sim (its job definition) and a documented driver minimum
+    (its variable), and one GPU against several (no intra-node bandwidth figure to test against)."""
+    spec = CATALOG[instance_type]
+    return (
+        spec.accelerator_kind,
+        spec.accelerator_count > 1,
+        spec.accelerator_count if spec.accelerator_kind is AcceleratorKind.NEURON else 0,
+        spec.max_efa_interfaces,
+        spec.card_0_has_efa,
+        spec.runs_isaac_sim,
+        spec.min_nvidia_driver is not None,
+    )
+
+
+def _first_of_each_shape() -> tuple[str, ...]:
+    seen: dict[tuple[object, ...], str] = {}
+    for name in EFA_TYPES:
+        seen.setdefault(shape_key(name), name)
+    return tuple(seen.values())
+
+
+# One EFA type per template shape: the fleets of the "layouts" variant.
+SHAPE_TYPES = _first_of_each_shape()
 
 
 def fleet_name(instance_type: str) -> str:
@@ -88,7 +123,12 @@ VARIANTS: dict[str, dict[str, str]] = {
         "healthCheckSchedule": "cron(0 3 * * ? *)",
     },
     "gpu-only": {"trainiumInstanceType": "none"},
+    # One fleet per template shape of "all-types": what cdk-nag, CDK's validation and cfn-lint see.
+    "layouts": {"fleets": json.dumps({fleet_name(t): {"instanceType": t} for t in SHAPE_TYPES})},
 }
+# Variants synthesized for their structure only (no cdk-nag, no CDK validation, no cfn-lint).
+STRUCTURE_ONLY = frozenset({"all-types"})
+CHECKED_VARIANTS = tuple(sorted(set(VARIANTS) - STRUCTURE_ONLY))
 
 _HASH = re.compile(r"[0-9a-f]{64}")
 # Scripts packed into user data (gzip, then base64: "H4sI..."). The compressed bytes depend on the
@@ -104,9 +144,17 @@ class Synth:
     manifest: dict[str, Any]
 
 
-def build(context: dict[str, str], env: cdk.Environment | None = None, **options: Any) -> cdk.App:
-    """An app with every stack added but not yet synthesized; `options` go to app.build_app."""
-    app = cdk.App(context={**FEATURE_FLAGS, **context}, outdir=tempfile.mkdtemp(prefix="cdkout-"))
+def build(
+    context: dict[str, str], env: cdk.Environment | None = None, *, validate: bool = True, **options: Any
+) -> cdk.App:
+    """An app with every stack added but not yet synthesized; `options` go to app.build_app.
+    `validate=False` leaves out CDK's built-in CloudFormation validation, for synths that are only
+    compared or read (templates are the same either way)."""
+    app = cdk.App(
+        context={**FEATURE_FLAGS, **context},
+        outdir=tempfile.mkdtemp(prefix="cdkout-"),
+        builtin_cloud_formation_validation=validate,
+    )
     env = env or cdk.Environment()
     build_app(app, read_settings(app.node.get_all_context(), region=env.region), env, **options)
     return app
@@ -121,11 +169,13 @@ def _synth(app: cdk.App) -> Synth:
 
 @functools.cache
 def synth(variant: str) -> Synth:
-    return _synth(build(VARIANTS[variant]))
+    checked = variant not in STRUCTURE_ONLY
+    return _synth(build(VARIANTS[variant], validate=checked, nag=checked))
 
 
 def synth_with(context: dict[str, str], env: cdk.Environment | None = None, **options: Any) -> Synth:
-    """An uncached synth for one-off contexts (options: app.build_app's container_dir, nag)."""
+    """An uncached synth for one-off contexts (options: `validate`, and app.build_app's
+    container_dir and nag)."""
     return _synth(build(context, env, **options))
 
 

@@ -7,9 +7,7 @@ import functools
 import json
 import re
 import shutil
-import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,8 @@ from config.context import ConfigError, read_settings
 from config.settings import ImageSettings
 from stacks.registry_stack import RegistryStack
 from tests.harness import FEATURE_FLAGS, ROOT, VARIANTS, resources, synth, synth_with
-from tests.test_app_cli import CDK, clean_env
+from tests.template_diff import diff_templates
+from tests.test_app_cli import CDK
 from training_constructs import cloud_image_build as build
 from training_constructs.retention import retention_days
 
@@ -253,35 +252,23 @@ def test_the_tag_follows_container_content_only():
 
 @functools.cache
 def replay() -> dict[str, str]:
-    """`cdk diff --template` of the deployed (unchanged container/) templates against a synth with
-    one byte changed in container/, as the next deploy would see it; both stacks at once."""
+    """The diff of the deployed (unchanged container/) templates against a synth with one byte changed
+    in container/, as the next deploy's `cdk diff --template` would print it, both stacks at once.
+    Every path is read from the assemblies here, in this thread, before Node diffs them."""
     before = Path(synth(VARIANT).assembly.directory)
-    after = synth_with(VARIANTS[VARIANT], container_dir=changed_container(), nag=False)
-
-    def diff(stack: str) -> str:
-        result = subprocess.run(
-            [
-                str(CDK),
-                "diff",
-                "--app",
-                after.assembly.directory,
-                "--template",
-                str(before / f"{stack}.template.json"),
-                "--no-change-set",
-                stack,
-                "--exclusively",
-            ],
-            cwd=ROOT,
-            env=clean_env(Path(tempfile.mkdtemp()), CDK_DISABLE_CLI_TELEMETRY="true"),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        return result.stdout + result.stderr
-
-    with ThreadPoolExecutor(2) as pool:
-        return dict(zip(("TrainingJobs", STACK), pool.map(diff, ("TrainingJobs", STACK)), strict=True))
+    after = Path(
+        synth_with(VARIANTS[VARIANT], container_dir=changed_container(), nag=False, validate=False).assembly.directory
+    )
+    pairs: list[dict[str, str | None]] = [
+        {
+            "id": stack,
+            "stack": stack,
+            "old": str(before / f"{stack}.template.json"),
+            "new": str(after / f"{stack}.template.json"),
+        }
+        for stack in ("TrainingJobs", STACK)
+    ]
+    return {stack: diff["text"] for stack, diff in diff_templates(pairs).items()}
 
 
 @pytest.mark.skipif(not CDK.exists(), reason="CDK CLI not installed: run through `make test`")

@@ -36,9 +36,12 @@ from config import limits
 from config.context import read_settings
 from config.settings import FLEET_ID_SUFFIXES, RESERVED_CONSTRUCT_IDS, fleet_construct_id
 from tests.harness import FEATURE_FLAGS, ROOT
+from tests.template_diff import diff_templates
 
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
-DIFF_SCRIPT = ROOT / "tests" / "cdk_diff.js"
+# Longer than the default limit: the first test pays the module fixtures, a synth of every context and
+# one Node process diffing every pair.
+pytestmark = pytest.mark.timeout(180)
 # Replacing or deleting these fails or loses data.
 NEVER_REPLACED = frozenset(
     {
@@ -196,7 +199,12 @@ class Synthed:
 
 
 def _synth(context: dict[str, str]) -> Synthed:
-    app = cdk.App(context={**FEATURE_FLAGS, **context}, outdir=tempfile.mkdtemp(prefix="replay-"))
+    # Compared, not checked: no cdk-nag and no CDK validation (tests/harness.py says why).
+    app = cdk.App(
+        context={**FEATURE_FLAGS, **context},
+        outdir=tempfile.mkdtemp(prefix="replay-"),
+        builtin_cloud_formation_validation=False,
+    )
     build_app(app, read_settings(app.node.get_all_context()), cdk.Environment(), nag=False)
     assembly = app.synth()
     stacks = assembly.stacks_recursively  # topologically sorted, dependencies first
@@ -240,10 +248,7 @@ def diffs(synthed: dict[str, Synthed]) -> dict[str, dict[str, Any]]:
     moved_path.write_text(json.dumps(moved))
     old = synthed["gpu-moved"].directory / "TrainingCompute.template.json"
     pairs.append({"id": MOVED_IN_PLACE, "stack": "TrainingCompute", "old": str(old), "new": str(moved_path)})
-    result = subprocess.run(
-        ["node", str(DIFF_SCRIPT)], input=json.dumps(pairs), capture_output=True, text=True, check=True
-    )
-    return json.loads(result.stdout)
+    return diff_templates(pairs)
 
 
 def _exports(template: dict[str, Any]) -> set[str]:
@@ -442,7 +447,12 @@ def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
     }
     # Fleet names that start no other id, one of each accelerator kind, one in an AZ of its own.
     context |= fleets(qa={"instanceType": "g6.12xlarge"}, qb=TRN | {"availabilityZone": "us-west-2b"})
-    app = cdk.App(context={**FEATURE_FLAGS, **context}, outdir=tempfile.mkdtemp(prefix="replay-"))
+    # Compared, not checked: no cdk-nag and no CDK validation (tests/harness.py says why).
+    app = cdk.App(
+        context={**FEATURE_FLAGS, **context},
+        outdir=tempfile.mkdtemp(prefix="replay-"),
+        builtin_cloud_formation_validation=False,
+    )
     build_app(app, read_settings(app.node.get_all_context()), cdk.Environment(), nag=False)
     reserved = {name.lower() for name in RESERVED_CONSTRUCT_IDS}
     fleet_ids = [fleet_construct_id(f) for f in ("qa", "qb")]
