@@ -54,6 +54,7 @@ def column_ends(line: str, count: int) -> list[int]:
 def load_bench(monkeypatch):
     import importlib.util
 
+    monkeypatch.syspath_prepend(str(BENCH.parent))  # it imports the modules beside it
     spec = importlib.util.spec_from_file_location("allreduce_bench", BENCH)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "allreduce_bench", module)  # dataclasses look their module up
