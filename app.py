@@ -20,8 +20,8 @@ from stacks.monitoring_stack import MonitoringStack
 from stacks.network_stack import NetworkStack
 from stacks.parallel_cluster_stack import ParallelClusterStack
 from stacks.registry_stack import RegistryStack
-from training_constructs.retention import retention_days
-from training_constructs.training_image import CONTAINER_DIR
+from training_constructs.common.retention import retention_days
+from training_constructs.images.training_image import CONTAINER_DIR
 
 STACK_PREFIX = "Training"
 

@@ -12,7 +12,7 @@ MIN_NODES = 2
 # its own fleet, with 36 outputs to spare for what later stacks add.
 MAX_FLEETS = 40
 # Training subnets are /18: the VPC's two (10.0.64.0/18 and 10.0.128.0/18 in its first two AZs),
-# and one per AZ the user names, each in a VPC CIDR block of its own (training_constructs/az_subnet.py).
+# and one per AZ the user names, each in a VPC CIDR block of its own (training_constructs/network/az_subnet.py).
 TRAINING_SUBNET_MASK = 18
 # A VPC holds 5 IPv4 CIDR blocks, the primary one included, unless the quota is raised (up to 50;
 # AWS General Reference, "Amazon VPC endpoints and quotas", IPv4 CIDR blocks per VPC).
@@ -27,7 +27,7 @@ MAX_NAMED_AZ_BLOCKS = VPC_CIDR_BLOCKS - 2
 TRAINING_SUBNET_ADDRESSES = 2 ** (32 - TRAINING_SUBNET_MASK) - 5
 # Each node takes one address per launch-template interface (every EFA one is `efa`, EFA with ENA,
 # plus an ENA-only primary where card 0 has no EFA: InstanceSpec.node_interfaces, see
-# training_constructs/efa_launch_template.py) and one for the job's awsvpc task ENI.
+# training_constructs/compute/efa_launch_template.py) and one for the job's awsvpc task ENI.
 TASK_ENIS_PER_NODE = 1
 # A ParallelCluster Slurm node (the pinned release) with EFA has one interface with an IP address (ENA on network
 # card 0) and `efa-only` interfaces, which take none, on the others (pcluster/templates/queues_stack.py,

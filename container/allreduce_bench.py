@@ -23,6 +23,10 @@ NODE_GBPS; config/gpu_interconnect.py). `--per-node` first reduces within every 
 subgroup per node), then across all nodes, and names the nodes that failed.
 
 Exit status: 0 when every result was right, 1 when any element was wrong, 2 on bad arguments.
+
+The modules beside this one: allreduce_sweep.py (backends, the sweep, the table),
+allreduce_per_node.py (the per-node phase), allreduce_verdicts.py (verdicts, the metric and summary
+lines). The images copy all four into /opt/training; this file is the one to run.
 """
 
 from __future__ import annotations
@@ -32,45 +36,62 @@ import importlib.util
 import json
 import os
 import re
-import socket
-import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
-from torch.distributed import ProcessGroup
+from allreduce_per_node import node_identity, node_phase
+from allreduce_sweep import (
+    CORRUPT_RANK_ENV,
+    ELEMENT_BYTES,
+    KIB,
+    MIB,
+    SLOW_NODE_ENV,
+    Row,
+    average_busbw_gbytes,
+    bus_factor,
+    format_table,
+    init_backend,
+    sweep,
+)
+from allreduce_verdicts import (
+    BUSBW_METRIC,
+    FLEET_DIMENSION,
+    FLEET_ENV,
+    METRIC_NAMESPACE,
+    VERDICT_METRIC,
+    NodeCheck,
+    metric_line,
+    node_check,
+    summary,
+    verdict,
+    worst,
+)
 
-KIB = 1024
-MIB = 1024 * KIB
-# The average bus bandwidth, and every verdict, use sizes from here up: below 1 MiB an all-reduce
-# measures latency, not bandwidth.
-AVERAGE_FROM_BYTES = MIB
-ELEMENT_BYTES = 4  # float32, nccl-tests' default type ("float")
-
-# Test hooks (tests/test_allreduce.py): seconds added to every timed all-reduce within this node
-# (a slow node), and the rank that perturbs one element of every checked result (a wrong result).
-SLOW_NODE_ENV = "ALLREDUCE_BENCH_SLOW_SECONDS"
-CORRUPT_RANK_ENV = "ALLREDUCE_BENCH_CORRUPT_RANK"
-
-# CloudWatch embedded metric format (config/metrics.py holds the same strings; a test pins them).
-METRIC_NAMESPACE = "TrainingPlatform"
-FLEET_DIMENSION = "Fleet"
-FLEET_ENV = "TRAINING_FLEET"
-BUSBW_METRIC = "BenchmarkBusBandwidthGbps"
-VERDICT_METRIC = "BenchmarkVerdict"
-VERDICT_VALUES = {"healthy": 1.0, "degraded": 0.5, "broken": 0.0, "wrong-result": 0.0}
-
-# Verdict thresholds on busbw / published bandwidth. They are this project's rules of thumb, not AWS
-# figures: a healthy EFA fabric with large messages reaches well over half of the instance's
-# bandwidth; a TCP-socket fallback stays at single-flow ENA speed (a few Gbps), a small fraction on
-# every EFA type; a GPU pair that lost NVLink falls back to PCIe, a tenth of NVLink or less.
-HEALTHY_FRACTION = 0.5
-DEGRADED_FRACTION = 0.1
-# Worst first: the final verdict is the worst of the node and fabric verdicts.
-VERDICT_ORDER = ("wrong-result", "broken", "degraded", "unknown", "healthy")
+# The benchmark's names in one place, as tests/test_allreduce.py and readers of this file find them.
+__all__ = [
+    "BUSBW_METRIC",
+    "FLEET_DIMENSION",
+    "FLEET_ENV",
+    "METRIC_NAMESPACE",
+    "VERDICT_METRIC",
+    "Row",
+    "bus_factor",
+    "choose_backend",
+    "format_table",
+    "init_backend",
+    "main",
+    "metric_line",
+    "node_check",
+    "parse_args",
+    "parse_sizes",
+    "summary",
+    "sweep",
+    "verdict",
+    "worst",
+]
 
 _SIZE = re.compile(r"(\d+)([KMG]?)", re.IGNORECASE)
 _UNITS = {"": 1, "K": KIB, "M": MIB, "G": 1024 * MIB}
@@ -150,47 +171,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def bus_factor(ranks: int) -> float:
-    """busbw / algbw for an all-reduce of n ranks: 2 (n - 1) / n (nccl-tests, doc/PERFORMANCE.md).
-    0 for one rank: it moves nothing."""
-    return 2 * (ranks - 1) / ranks
-
-
-def verdict(busbw_gbps: float, published_gbps: float) -> tuple[float | None, str]:
-    """(busbw as a fraction of the published bandwidth, one word)."""
-    if published_gbps <= 0:
-        return None, "unknown"
-    fraction = busbw_gbps / published_gbps
-    if fraction >= HEALTHY_FRACTION:
-        return round(fraction, 3), "healthy"
-    if fraction >= DEGRADED_FRACTION:
-        return round(fraction, 3), "degraded"
-    return round(fraction, 3), "broken"
-
-
-def worst(words: Sequence[str]) -> str:
-    return min(words, key=VERDICT_ORDER.index)
-
-
-# --- Backends -------------------------------------------------------------------------------------
-
-AllReduce = Callable[[torch.Tensor, str, "ProcessGroup | None"], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class Backend:
-    name: str
-    device: torch.device
-    # (tensor, "sum" | "max", group or None for every rank) -> the reduced tensor.
-    all_reduce: AllReduce
-    # Waits until queued device work has run.
-    sync: Callable[[], None]
-    # Lines the ranks of a group up before a timer starts.
-    barrier: Callable[[ProcessGroup | None], None]
-    # Whether torch.distributed subgroups work (the per-node check).
-    subgroups: bool = True
-
-
 def choose_backend(requested: str) -> str:
     if requested != "auto":
         return requested
@@ -199,316 +179,6 @@ def choose_backend(requested: str) -> str:
     if importlib.util.find_spec("torch_xla") is not None:
         return "xla"
     return "gloo"
-
-
-_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
-
-
-def _dist_all_reduce(tensor: torch.Tensor, op: str, group: ProcessGroup | None) -> torch.Tensor:
-    dist.all_reduce(tensor, op=_OPS[op], group=group)
-    return tensor
-
-
-def _dist_barrier(group: ProcessGroup | None) -> None:
-    dist.barrier(group=group)
-
-
-def init_backend(name: str) -> Backend:
-    if name == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend="nccl")
-        return Backend(name, torch.device("cuda"), _dist_all_reduce, torch.cuda.synchronize, _dist_barrier)
-    if name == "xla":
-        # torch-neuronx: the xla process group; tensors are lazy until mark_step runs the graph.
-        # Installed in the Neuron image only; importing xla_backend registers the "xla" backend.
-        import torch_xla.core.xla_model as xm  # type: ignore[import-not-found]
-        import torch_xla.distributed.xla_backend  # type: ignore[import-not-found]  # noqa: F401
-
-        dist.init_process_group(backend="xla")
-        xla_ops = {"sum": xm.REDUCE_SUM, "max": xm.REDUCE_MAX}
-
-        def xla_all_reduce(tensor: torch.Tensor, op: str, group: ProcessGroup | None) -> torch.Tensor:
-            result: torch.Tensor = xm.all_reduce(xla_ops[op], tensor)
-            xm.mark_step()
-            return result
-
-        def xla_barrier(group: ProcessGroup | None) -> None:
-            xm.rendezvous("allreduce_bench")
-
-        # torch_xla reduces within replica groups of its own (xm.all_reduce(groups=...)), not within
-        # torch.distributed subgroups, so the per-node phase is not offered there.
-        return Backend(name, xm.xla_device(), xla_all_reduce, xm.wait_device_ops, xla_barrier, subgroups=False)
-    dist.init_process_group(backend="gloo")
-    return Backend(name, torch.device("cpu"), _dist_all_reduce, lambda: None, _dist_barrier)
-
-
-def timed_iterations(backend: Backend, operation: Callable[[], object], iters: int) -> tuple[float, list[float]]:
-    """(mean seconds per iteration over the whole timed block, seconds of each iteration), measured
-    on the device: CUDA events around every call on GPUs, which queue no synchronization between
-    calls; elsewhere a synchronize after every call, with the host clock around it."""
-    if backend.device.type == "cuda":
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]  # type: ignore[no-untyped-call]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]  # type: ignore[no-untyped-call]
-        for start_event, end_event in zip(starts, ends, strict=True):
-            start_event.record()
-            operation()
-            end_event.record()
-        torch.cuda.synchronize()
-        each = [a.elapsed_time(b) / 1e3 for a, b in zip(starts, ends, strict=True)]
-        return starts[0].elapsed_time(ends[-1]) / 1e3 / iters, each
-    each = []
-    block_start = time.perf_counter()
-    for _ in range(iters):
-        started = time.perf_counter()
-        operation()
-        backend.sync()
-        each.append(time.perf_counter() - started)
-    return (time.perf_counter() - block_start) / iters, each
-
-
-# --- One sweep ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of the table, in nccl-tests' units."""
-
-    bytes: int
-    count: int
-    time_us: float  # mean over the timed iterations, slowest rank
-    median_us: float
-    algbw_GBps: float  # nccl-tests prints GB/s; the JSON keys keep the unit
-    busbw_GBps: float
-    wrong: int
-
-
-def fill_pattern(view: torch.Tensor) -> None:
-    """Every rank sends 1, 2, 3, 1, 2, 3, ...: after a sum each element is n times that, exact in
-    float32 far beyond any job's rank count; an element out of place or a rank missing shows."""
-    for offset in range(3):
-        view[offset::3].fill_(offset + 1)
-
-
-def count_wrong(view: torch.Tensor, ranks: int) -> int:
-    wrong = 0
-    for offset in range(3):
-        wrong += int((view[offset::3] != float(ranks * (offset + 1))).sum().item())
-    return wrong
-
-
-def sweep(
-    backend: Backend,
-    sizes: Sequence[int],
-    *,
-    iters: int,
-    warmup: int,
-    group: ProcessGroup | None,
-    ranks: int,
-    corrupt: bool,
-    slow_seconds: float,
-) -> list[Row]:
-    """Check and time an all-reduce at every size among the ranks of `group` (None: every rank).
-    One buffer for the largest size; every size reduces a view of it in place, so no copy is timed."""
-    buffer = torch.zeros(max(sizes) // ELEMENT_BYTES, dtype=torch.float32, device=backend.device)
-    rows = []
-    for size in sizes:
-        count = size // ELEMENT_BYTES
-        view = buffer[:count]
-        fill_pattern(view)
-        result = backend.all_reduce(view, "sum", group)
-        backend.sync()
-        if corrupt:
-            result[count // 2] += 1
-        wrong = count_wrong(result, ranks)
-        # The timed loop reduces zeros, so the values never grow however many iterations run.
-        view.zero_()
-
-        def operation(view: torch.Tensor = view) -> None:
-            backend.all_reduce(view, "sum", group)
-            if slow_seconds:
-                time.sleep(slow_seconds)
-
-        for _ in range(warmup):
-            backend.all_reduce(view, "sum", group)
-        backend.sync()
-        backend.barrier(group)
-        mean, each = timed_iterations(backend, operation, iters)
-        # An all-reduce ends when its slowest rank ends; #wrong counts every rank's result.
-        times = backend.all_reduce(
-            torch.tensor([mean, statistics.median(each)], dtype=torch.float64, device=backend.device), "max", group
-        )
-        wrongs = backend.all_reduce(torch.tensor([wrong], dtype=torch.float64, device=backend.device), "sum", group)
-        backend.sync()
-        mean, median = (float(x) for x in times.cpu().tolist())
-        algbw = size / mean / 1e9
-        rows.append(
-            Row(
-                bytes=size,
-                count=count,
-                time_us=round(mean * 1e6, 2),
-                median_us=round(median * 1e6, 2),
-                algbw_GBps=round(algbw, 3),
-                busbw_GBps=round(algbw * bus_factor(ranks), 3),
-                wrong=int(wrongs.cpu().item()),
-            )
-        )
-    return rows
-
-
-def average_busbw_gbytes(rows: Sequence[Row]) -> tuple[float, int]:
-    """(average busbw in GB/s, the smallest size it averages): sizes of 1 MiB and more, or every size
-    when none is that large."""
-    large = [row for row in rows if row.bytes >= AVERAGE_FROM_BYTES] or list(rows)
-    return sum(row.busbw_GBps for row in large) / len(large), min(row.bytes for row in large)
-
-
-# --- Printing -------------------------------------------------------------------------------------
-
-
-def _number(value: float, width: int) -> str:
-    """nccl-tests' style: two decimals while they fit, fewer for large values."""
-    decimals = 2 if value < 1e3 else 1 if value < 1e4 else 0
-    return f"{value:{width}.{decimals}f}"
-
-
-def format_table(rows: Sequence[Row], title: str) -> str:
-    """The columns and units of nccl-tests' all_reduce_perf (in place only), plus the median."""
-    lines = [
-        f"# {title}",
-        f"#{'in-place':>69}",
-        f"#{'size':>11}{'count':>14}{'type':>10}{'redop':>8}{'root':>8}"
-        f"{'time':>9}{'algbw':>8}{'busbw':>8}{'#wrong':>8}{'median':>9}",
-        f"#{'(B)':>11}{'(elements)':>14}{'':>26}{'(us)':>9}{'(GB/s)':>8}{'(GB/s)':>8}{'':>8}{'(us)':>9}",
-    ]
-    for row in rows:
-        lines.append(
-            f"{row.bytes:>12}{row.count:>14}{'float':>10}{'sum':>8}{-1:>8}"
-            f"{_number(row.time_us, 9)}{_number(row.algbw_GBps, 8)}{_number(row.busbw_GBps, 8)}"
-            f"{row.wrong:>8}{_number(row.median_us, 9)}"
-        )
-    wrong = sum(row.wrong for row in rows)
-    average, from_bytes = average_busbw_gbytes(rows)
-    lines += [
-        f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}",
-        f"# Avg bus bandwidth    : {average:.3f} (GB/s, sizes >= {from_bytes} B)",
-    ]
-    return "\n".join(lines)
-
-
-SUMMARY_FIELDS = ("world_size", "nodes", "busbw_gbps", "verdict", "failing_nodes", "degraded_nodes", "correct")
-
-
-def summary(report: dict[str, object]) -> dict[str, object]:
-    """The report's verdict fields alone, for the benchmark's last line."""
-    return {"summary": True, **{key: report[key] for key in SUMMARY_FIELDS if key in report}}
-
-
-def metric_line(fleet: str, busbw_gbps: float, word: str) -> str:
-    """One CloudWatch embedded-metric-format event (CloudWatch user guide, "Specification: Embedded
-    metric format"); CloudWatch Logs extracts it from the job's log stream, no header needed
-    ("Using the PutLogEvents API to send manually-created embedded metric format logs")."""
-    metrics: list[dict[str, str]] = [{"Name": BUSBW_METRIC, "Unit": "Gigabits/Second"}]
-    event: dict[str, object] = {FLEET_DIMENSION: fleet, BUSBW_METRIC: round(busbw_gbps, 3)}
-    if word in VERDICT_VALUES:
-        metrics.append({"Name": VERDICT_METRIC, "Unit": "None"})
-        event[VERDICT_METRIC] = VERDICT_VALUES[word]
-    event["_aws"] = {
-        "Timestamp": int(time.time() * 1000),
-        "CloudWatchMetrics": [{"Namespace": METRIC_NAMESPACE, "Dimensions": [[FLEET_DIMENSION]], "Metrics": metrics}],
-    }
-    return json.dumps(event)
-
-
-# --- The run --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NodeCheck:
-    node: str  # "node <Batch node index or torchrun node rank> (<hostname>)"
-    ranks: int
-    busbw_gbps: float
-    fraction: float | None
-    verdict: str
-    wrong: int
-
-
-def node_identity() -> tuple[int, str]:
-    """(torchrun's node rank, "node <Batch node index, else that rank> (<hostname>)")."""
-    node = int(os.environ.get("GROUP_RANK", "0"))
-    index = os.environ.get("AWS_BATCH_JOB_NODE_INDEX") or str(node)
-    return node, f"node {index} ({socket.gethostname()})"
-
-
-LABEL_LENGTH = 96
-
-
-def gather(backend: Backend, mine: Sequence[float]) -> list[list[float]]:
-    """Every rank's numbers, on every rank: a sum over rows that only their owner fills (no pickled
-    objects, so no numpy needed)."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    table = torch.zeros(world, len(mine), dtype=torch.float64, device=backend.device)
-    table[rank] = torch.tensor(list(mine), dtype=torch.float64, device=backend.device)
-    table = backend.all_reduce(table, "sum", None)
-    backend.sync()
-    rows: list[list[float]] = table.cpu().tolist()
-    return rows
-
-
-def _encode(label: str) -> list[float]:
-    data = label.encode()[:LABEL_LENGTH]
-    return [float(byte) for byte in data.ljust(LABEL_LENGTH, b"\0")]
-
-
-def _decode(values: Sequence[float]) -> str:
-    return bytes(int(value) for value in values).rstrip(b"\0").decode(errors="replace")
-
-
-def node_phase(backend: Backend, args: argparse.Namespace, rank: int) -> list[NodeCheck]:
-    """Every node reduces among its own ranks, all nodes at once, before any collective across
-    nodes: a node whose network is broken still measures itself and names its verdict in its own log
-    (one `# node check` line). Then every rank learns every node's result."""
-    node, label = node_identity()
-    local, world = int(os.environ.get("LOCAL_WORLD_SIZE", "0")), dist.get_world_size()
-    members: dict[int, list[int]] = {}
-    if local and world % local == 0 and rank // local == node:
-        # torchrun numbers ranks node by node (rank = node rank x local world size + local rank).
-        members = {group: list(range(group * local, (group + 1) * local)) for group in range(world // local)}
-    else:
-        for other, identity in enumerate(gather(backend, [float(node)])):
-            members.setdefault(int(identity[0]), []).append(other)
-    # new_group is collective: every rank creates every node's group, in the same order.
-    groups = {key: dist.new_group(ranks) for key, ranks in sorted(members.items())}
-    rows = sweep(
-        backend,
-        args.sizes,
-        iters=args.iters,
-        warmup=args.warmup,
-        group=groups[node],
-        ranks=len(members[node]),
-        corrupt=os.environ.get(CORRUPT_RANK_ENV) == str(rank),
-        slow_seconds=float(os.environ.get(SLOW_NODE_ENV) or 0),
-    )
-    # Every rank of a node holds the same (reduced) figures; its first rank reports them.
-    average, _ = average_busbw_gbytes(rows)
-    wrong = sum(row.wrong for row in rows)
-    leader = rank == members[node][0]
-    if leader:
-        own = node_check(label, len(members[node]), average, wrong, args.node_gbps)
-        print(f"# node check, {own.node}: busbw {own.busbw_gbps} Gbps, {own.verdict}", flush=True)
-    mine = [average, float(wrong), *_encode(label)] if leader else [0.0] * (2 + LABEL_LENGTH)
-    results = gather(backend, mine)
-    return [
-        node_check(
-            _decode(results[ranks[0]][2:]), len(ranks), results[ranks[0]][0], int(results[ranks[0]][1]), args.node_gbps
-        )
-        for _, ranks in sorted(members.items())
-    ]
-
-
-def node_check(label: str, ranks: int, busbw_gbytes: float, wrong: int, node_gbps: float) -> NodeCheck:
-    busbw_gbps = busbw_gbytes * 8
-    fraction, word = verdict(busbw_gbps, node_gbps)
-    return NodeCheck(label, ranks, round(busbw_gbps, 3), fraction, "wrong-result" if wrong else word, wrong)
 
 
 def main(argv: list[str]) -> int:

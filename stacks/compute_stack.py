@@ -9,9 +9,9 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.settings import FleetSettings, RootVolume
-from training_constructs.az_subnet import BATCH_OFFSET, AzSubnet
-from training_constructs.training_fleet import TrainingFleet
-from training_constructs.training_network import TrainingNetwork
+from training_constructs.compute.training_fleet import TrainingFleet
+from training_constructs.network.az_subnet import BATCH_OFFSET, AzSubnet
+from training_constructs.network.training_network import TrainingNetwork
 
 
 class ComputeStack(Stack):

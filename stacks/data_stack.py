@@ -7,7 +7,7 @@ from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from training_constructs.training_data import TrainingData
+from training_constructs.data.training_data import TrainingData
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from config.metrics import FLEET_ENV
 from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
-from training_constructs.fleet_health import FleetHealth
-from training_constructs.job_alerts import JobAlerts
-from training_constructs.job_metrics import JobMetrics
-from training_constructs.training_fleet import TrainingFleet
-from training_constructs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs
+from training_constructs.compute.training_fleet import TrainingFleet
+from training_constructs.health.fleet_health import FleetHealth
+from training_constructs.jobs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs
+from training_constructs.observability.job_alerts import JobAlerts
+from training_constructs.observability.job_metrics import JobMetrics
 
 # How long past usage counts against a share: an hour, so a team whose run just ended does not
 # jump ahead of one that has been waiting (Batch user guide, fair-share scheduling).

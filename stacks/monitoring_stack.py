@@ -9,7 +9,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from config.settings import FleetSettings
-from training_constructs.training_dashboard import TrainingDashboard
+from training_constructs.observability.training_dashboard import TrainingDashboard
 
 
 class MonitoringStack(Stack):

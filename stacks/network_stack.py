@@ -7,7 +7,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.settings import NetworkSettings
-from training_constructs.training_network import TrainingNetwork
+from training_constructs.network.training_network import TrainingNetwork
 
 
 class NetworkStack(Stack):

@@ -7,9 +7,9 @@ from constructs import Construct
 
 from config.settings import ParallelClusterSettings
 from stacks.data_stack import ExportedBucket
-from training_constructs.az_subnet import SLURM_OFFSET, AzSubnet
-from training_constructs.training_cluster import TrainingCluster
-from training_constructs.training_network import TrainingNetwork
+from training_constructs.cluster.training_cluster import TrainingCluster
+from training_constructs.network.az_subnet import SLURM_OFFSET, AzSubnet
+from training_constructs.network.training_network import TrainingNetwork
 
 # Stable, and different from the stack name (the provider refuses a cluster named like its stack).
 CLUSTER_NAME = "training-slurm"

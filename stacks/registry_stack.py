@@ -11,10 +11,10 @@ from constructs import Construct
 
 from config.catalog import AcceleratorKind
 from config.settings import FleetSettings, ImageSettings
-from training_constructs.training_image import CONTAINER_DIR, TrainingImage
+from training_constructs.images.training_image import CONTAINER_DIR, TrainingImage
 
 if TYPE_CHECKING:
-    from training_constructs.cloud_image_build import CloudBuiltImage, CloudImageBuild
+    from training_constructs.images.cloud_image_build import CloudBuiltImage, CloudImageBuild
 
 UNTAGGED_IMAGE_DAYS = 14
 TAGGED_IMAGES_KEPT = 200
@@ -84,7 +84,7 @@ class RegistryStack(Stack):
         self.images: dict[AcceleratorKind, TrainingImage | CloudBuiltImage] = {}
         if images.build == "cloud" and needed:
             # Imported here: the default synth does not load CodeBuild, Lambda and custom resources.
-            from training_constructs.cloud_image_build import CloudImageBuild
+            from training_constructs.images.cloud_image_build import CloudImageBuild
 
             self.cloud_build = CloudImageBuild(
                 self,

@@ -6,6 +6,7 @@ same on a GPU where one is present."""
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import re
@@ -54,6 +55,7 @@ def column_ends(line: str, count: int) -> list[int]:
 def load_bench(monkeypatch):
     import importlib.util
 
+    monkeypatch.syspath_prepend(str(BENCH.parent))  # it imports the modules beside it
     spec = importlib.util.spec_from_file_location("allreduce_bench", BENCH)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "allreduce_bench", module)  # dataclasses look their module up
@@ -241,6 +243,15 @@ def test_final_verdict_is_the_worst_part(monkeypatch):
     assert worst(["healthy", "degraded", "healthy"]) == "degraded"
     assert worst(["healthy", "unknown"]) == "unknown"
     assert worst(["broken", "wrong-result", "healthy"]) == "wrong-result"
+
+
+def test_the_verdicts_need_nothing_beyond_the_standard_library():
+    """tests/test_trainctl.py makes benchmark output with allreduce_verdicts.py, where importing torch
+    would cost seconds."""
+    tree = ast.parse((BENCH.parent / "allreduce_verdicts.py").read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported and {name.split(".")[0] for name in imported} <= sys.stdlib_module_names, imported
 
 
 @needs_torch

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.harness import ROOT
-from training_constructs.build_reporter import report_build
+from training_constructs.images.build_reporter import report_build
 
 BUILD_ID = "arn:aws:codebuild:us-west-2:123456789012:build/ImageBuildProject-x:8745a7a9-c340-456a"
 LOG_LINK = "https://console.aws.amazon.com/cloudwatch/home?region=us-west-2#logEvent:group=/b;stream=8745a7a9"
@@ -151,7 +151,7 @@ def test_a_handle_that_is_not_https_is_refused():
 
 
 # The build script, as CodeBuild runs it, with stand-ins that log their arguments and stdin.
-BUILD_SCRIPT = ROOT / "training_constructs" / "build_image.sh"
+BUILD_SCRIPT = ROOT / "training_constructs" / "images" / "build_image.sh"
 STUB = """#!/usr/bin/env bash
 printf '%s %s\\n' "$(basename "$0")" "$*" >> "$CALLS"
 if [[ "$*" == *login*--password-stdin* ]]; then printf 'stdin=%s\\n' "$(cat)" >> "$CALLS"; fi

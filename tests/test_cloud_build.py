@@ -20,8 +20,8 @@ from stacks.registry_stack import RegistryStack
 from tests.harness import FEATURE_FLAGS, ROOT, VARIANTS, resources, synth, synth_with
 from tests.template_diff import diff_templates
 from tests.test_app_cli import CDK
-from training_constructs import cloud_image_build as build
-from training_constructs.retention import retention_days
+from training_constructs.common.retention import retention_days
+from training_constructs.images import cloud_image_build as build
 
 VARIANT = "reservations"  # imageBuild=cloud, ngcSecret=ngc-api-key
 STACK = "TrainingRegistry"

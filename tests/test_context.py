@@ -197,7 +197,7 @@ def test_job_bad_values(context, expected):
 
 def test_every_accepted_retention_maps_to_a_cloudwatch_retention():
     from config.limits import LOG_RETENTION_DAYS
-    from training_constructs.retention import retention_days
+    from training_constructs.common.retention import retention_days
 
     for days in LOG_RETENTION_DAYS:
         assert retention_days(days).name  # a KeyError here means the two lists drifted apart

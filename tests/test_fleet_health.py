@@ -11,7 +11,7 @@ from config import metrics
 from config.context import ConfigError, read_settings
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import THREE_FLEETS, VARIANTS, resources, synth
-from training_constructs.training_jobs import BENCHMARK_TIMEOUT_SECONDS
+from training_constructs.jobs.training_jobs import BENCHMARK_TIMEOUT_SECONDS
 
 STACK = "TrainingJobs"
 

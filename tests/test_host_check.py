@@ -21,8 +21,8 @@ from config.catalog import CATALOG, AcceleratorKind
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, scrub, synth
 from tests.test_compute import of_type, user_data
-from training_constructs import host_check
-from training_constructs.node_scripts import boot_check
+from training_constructs.health import host_check
+from training_constructs.health.node_scripts import boot_check
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-h100"
 # An Xid line in the form the NVIDIA driver logs it (NVIDIA "Xid Errors" documentation).
@@ -249,7 +249,7 @@ def test_a_failing_node_never_registers_and_terminates():
 def test_user_data_stays_well_inside_ec2s_16_kb(instance):
     # EC2 refuses user data above 16 KB before its own base64 (EC2 user guide, "Run commands when you
     # launch an EC2 instance with user data"); Batch adds a part of its own, so keep room. The host
-    # check and the node-metrics collector both travel packed (training_constructs/node_files.py).
+    # check and the node-metrics collector both travel packed (training_constructs/common/node_files.py).
     lt, script = boot_script(instance)
     assert len(user_data(lt).as_string().encode()) < 12 * 1024
     assert len([line for line in script.splitlines() if line.startswith("echo 'H4sI")]) == 2

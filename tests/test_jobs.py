@@ -15,7 +15,7 @@ from config.context import read_settings
 from config.gpu_interconnect import INTRA_NODE
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, synth
-from training_constructs.multi_node_job import PREFLIGHT_EXIT_CODE
+from training_constructs.jobs.multi_node_job import PREFLIGHT_EXIT_CODE
 
 STACK = "TrainingJobs"
 KINDS = ("TrainingJob", "BenchmarkJob")

@@ -14,7 +14,7 @@ import pytest
 from config.metrics import FLEET_DIMENSION, GPU_UTILIZATION, JOB_STATE_METRICS, NAMESPACE, XID_ERRORS
 from tests.harness import THREE_FLEETS, resources, synth
 from tests.test_compute import render
-from training_constructs.node_metrics import COLLECTOR
+from training_constructs.observability.node_metrics import COLLECTOR
 
 JOBS, COMPUTE, MONITORING = "TrainingJobs", "TrainingCompute", "TrainingMonitoring"
 GPU_FLEETS = {"rl", "llm"}  # three-fleets: g6e and p5e; "trn" is Trainium

@@ -1,4 +1,4 @@
-"""The node collector (training_constructs/node_metrics/collector.py) against fake sysfs trees, the real
+"""The node collector (training_constructs/observability/node_metrics/collector.py) against fake sysfs trees, the real
 H100 kernel log and nvidia-smi output, and the agent configuration it feeds."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from config import metrics
-from training_constructs.node_metrics import (
+from training_constructs.observability.node_metrics import (
     COLLECTOR,
     INSTALL_DIR,
     agent_config,
     node_metrics_commands,
 )
-from training_constructs.node_metrics import collector as c
+from training_constructs.observability.node_metrics import collector as c
 
 # Real output of an H100 node (driver 580.159.04), copied from the team's shared fixtures.
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-h100"
@@ -174,7 +174,7 @@ def test_agent_publishes_in_our_namespace_with_fleet_and_instance_only(gpu):
 def test_user_data_commands_write_the_collector_verbatim_and_start_it():
     commands = node_metrics_commands(fleet="trn", gpu=False)
     script = "\n".join(commands)
-    # Packed (training_constructs/node_files.py); it unpacks to exactly the repository's collector.
+    # Packed (training_constructs/common/node_files.py); it unpacks to exactly the repository's collector.
     (packed,) = [c for c in commands if c.endswith(f"> {INSTALL_DIR}/collector.py")]
     assert gzip.decompress(base64.b64decode(packed.split("'")[1])) == COLLECTOR.read_bytes()
     (exec_start,) = [line for line in script.splitlines() if line.startswith("ExecStart=")]

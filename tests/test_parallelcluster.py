@@ -10,7 +10,7 @@ import pytest
 
 from config.context import read_settings
 from tests.harness import ROOT, VARIANTS, resources, synth, synth_with
-from training_constructs.cluster_config import NO_SSH, ClusterInputs, cluster_configuration
+from training_constructs.cluster.cluster_config import NO_SSH, ClusterInputs, cluster_configuration
 
 STACK = "TrainingParallelCluster"
 LITERAL_INPUTS = ClusterInputs(
@@ -170,7 +170,7 @@ def test_bad_input_is_one_line_naming_the_key(context, expected):
 
 
 def test_enable_pyxis_refuses_an_unknown_role():
-    script = ROOT / "training_constructs" / "pcluster" / "enable_pyxis.sh"
+    script = ROOT / "training_constructs" / "cluster" / "pcluster" / "enable_pyxis.sh"
     result = subprocess.run(["bash", str(script), "login"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "usage" in result.stderr
 
@@ -181,7 +181,7 @@ def pinned_release() -> str:
 
 
 def test_one_release_everywhere_read_from_one_place():
-    from training_constructs.cluster_config import PCLUSTER_VERSION
+    from training_constructs.cluster.cluster_config import PCLUSTER_VERSION
 
     assert PCLUSTER_VERSION == pinned_release() == "3.16.1"  # the newest aws-parallelcluster on PyPI
     # No other release number is written anywhere in the code: a bump is one line.

@@ -17,7 +17,11 @@ SCRIPTS = subprocess.run(
 
 
 def test_the_known_scripts_are_found():
-    known = {"container/distributed_run.sh", "container/gpu/exec_python.sh", "training_constructs/build_image.sh"}
+    known = {
+        "container/distributed_run.sh",
+        "container/gpu/exec_python.sh",
+        "training_constructs/images/build_image.sh",
+    }
     assert known <= set(SCRIPTS)
 
 

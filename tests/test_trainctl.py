@@ -5,13 +5,10 @@ console script."""
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-import types
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -376,32 +373,15 @@ def test_checkpoints_list_and_download_what_each_nodes_manifest_names(
 
 
 # ----------------------------------------------------------------------------------------------- check
-@functools.cache
 def _allreduce_bench() -> Any:
-    """container/allreduce_bench.py, imported by path as tests/test_allreduce.py does, with stand-ins for
-    torch: its verdict, node-check and metric functions do not use torch, and importing it costs seconds."""
-    torch = types.ModuleType("torch")
-    distributed = types.ModuleType("torch.distributed")
-    torch.Tensor = torch.device = distributed.ProcessGroup = type("Unused", (), {})  # type: ignore[attr-defined]
-    distributed.ReduceOp = types.SimpleNamespace(SUM="sum", MAX="max")  # type: ignore[attr-defined]
-    torch.distributed = distributed  # type: ignore[attr-defined]
-    spec = importlib.util.spec_from_file_location(
-        "allreduce_bench", Path(__file__).parents[1] / "container/allreduce_bench.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    stand_ins = {"torch": torch, "torch.distributed": distributed, "allreduce_bench": module}
-    saved = {name: sys.modules.get(name) for name in stand_ins}
-    sys.modules.update(stand_ins)  # dataclasses look their module up
+    """container/allreduce_verdicts.py: the functions with which allreduce_bench.py makes its verdicts,
+    node checks, metric line and summary line, without torch (importing torch costs seconds)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "container"))
     try:
-        spec.loader.exec_module(module)
+        import allreduce_verdicts
     finally:
-        for name, value in saved.items():
-            if value is None:
-                del sys.modules[name]
-            else:
-                sys.modules[name] = value
-    return module
+        sys.path.pop(0)
+    return allreduce_verdicts
 
 
 NETWORK_GBPS = 40.0  # g6.12xlarge

@@ -27,7 +27,7 @@ import boto3
 ACCOUNT = "123456789012"  # moto's default account
 REGION = "us-east-1"
 CHECKPOINT_BUCKET = "trainctl-world-checkpoints"
-# What training_constructs/training_queue.py deploys: cancel after an hour RUNNABLE for these reasons.
+# What training_constructs/jobs/training_queue.py deploys: cancel after an hour RUNNABLE for these reasons.
 RUNNABLE_LIMIT_SECONDS = 3600
 STUCK_REASONS = (
     "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",

@@ -18,7 +18,7 @@ MIN_TIMEOUT_SECONDS = 60
 # "Environment variables cannot start with AWS_BATCH").
 RESERVED_ENV_PREFIX = "AWS_BATCH"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# The job definitions have one open node range "0:" (training_constructs/multi_node_job.py); an
+# The job definitions have one open node range "0:" (training_constructs/jobs/multi_node_job.py); an
 # override for the same range reaches every node.
 ALL_NODES = "0:"
 # Tag that groups the jobs of one sweep (tag keys may hold letters, digits, spaces and + - = . _ : / @).

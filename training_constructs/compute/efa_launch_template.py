@@ -13,7 +13,7 @@ from constructs import Construct
 from config import limits
 from config.catalog import AcceleratorKind, InstanceSpec
 from config.settings import CapacityReservation, RootVolume
-from training_constructs.node_metrics import node_metrics_commands
+from training_constructs.observability.node_metrics import node_metrics_commands
 
 # Root device of the ECS-optimized Amazon Linux 2023 AMIs.
 ROOT_DEVICE = "/dev/xvda"
@@ -82,14 +82,14 @@ def efa_layout(instance: InstanceSpec) -> list[InterfaceSlot]:
 def ecs_agent_user_data(*command_groups: Sequence[str]) -> str:
     """MIME multi-part user data that appends the agent settings to /etc/ecs/ecs.config, then runs
     each group of commands in order: the host check first (a node that fails it never registers),
-    then node metrics (the one package installed at boot, see training_constructs.node_metrics)."""
+    then node metrics (the one package installed at boot, see training_constructs.observability.node_metrics)."""
     script = ec2.UserData.for_linux()
     script.add_commands(*(f"echo {setting} >> /etc/ecs/ecs.config" for setting in ECS_AGENT_SETTINGS))
     for commands in command_groups:
         script.add_commands(*commands)
     multipart = ec2.MultipartUserData()
     # A plain-text part, as in the Batch user guide's launch template example: a base64 part would
-    # cost a third more of the 16 KB (training_constructs/node_files.py).
+    # cost a third more of the 16 KB (training_constructs/common/node_files.py).
     multipart.add_part(
         ec2.MultipartBody.from_raw_body(content_type='text/x-shellscript; charset="utf-8"', body=script.render())
     )
@@ -170,7 +170,7 @@ class EfaLaunchTemplate(Construct):
                     )
                 ),
                 # A node that fails its boot check powers itself off: terminate it rather than keep
-                # a stopped instance (training_constructs/host_check.py).
+                # a stopped instance (training_constructs/health/host_check.py).
                 instance_initiated_shutdown_behavior="terminate",
                 block_device_mappings=[
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from config.catalog import AcceleratorKind, InstanceSpec
-from training_constructs.node_files import pack, write_packed
+from training_constructs.common.node_files import pack, write_packed
 
 SCRIPT = Path(__file__).parent / "node_scripts" / "boot_check.py"
 NODE_PATH = "/usr/local/libexec/training-boot-check.py"
@@ -28,7 +28,7 @@ EXIT_FAILED = 3
 
 
 def packed_script() -> str:
-    """The script as the user data carries it (training_constructs/node_files.py)."""
+    """The script as the user data carries it (training_constructs/common/node_files.py)."""
     return pack(SCRIPT.read_bytes())
 
 

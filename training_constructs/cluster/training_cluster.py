@@ -13,8 +13,8 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from config.settings import ParallelClusterSettings
-from training_constructs.cluster_config import PCLUSTER_VERSION, ClusterInputs, cluster_configuration
-from training_constructs.nag_names import nag_name
+from training_constructs.cluster.cluster_config import PCLUSTER_VERSION, ClusterInputs, cluster_configuration
+from training_constructs.common.nag_names import nag_name
 
 PYXIS_SCRIPT = Path(__file__).resolve().parent / "pcluster" / "enable_pyxis.sh"
 # The provider template AWS publishes for each release (ParallelCluster user guide,

@@ -225,7 +225,7 @@ class TrainingDashboard(Construct):
             treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
         )
         alarms = [stuck]
-        # Boot-check failures alarm from the jobs stack (training_constructs/fleet_health.py), beside
+        # Boot-check failures alarm from the jobs stack (training_constructs/health/fleet_health.py), beside
         # the fleet check; here only GPU Xid errors at run time.
         if fleet.instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
             xid = cw.MathExpression(

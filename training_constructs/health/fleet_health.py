@@ -22,7 +22,7 @@ from constructs import Construct
 
 from config import metrics
 from config.settings import HealthCheckSchedule
-from training_constructs.multi_node_job import MultiNodeJobDefinition
+from training_constructs.jobs.multi_node_job import MultiNodeJobDefinition
 
 # BenchmarkVerdict: 1 healthy, 0.5 degraded, 0 failing (config/metrics.py). Below this: failing.
 FAILING_BELOW = 0.25

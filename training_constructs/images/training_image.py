@@ -7,7 +7,7 @@ from pathlib import Path
 from aws_cdk import aws_ecr_assets as ecr_assets
 from constructs import Construct
 
-CONTAINER_DIR = Path(__file__).resolve().parent.parent / "container"
+CONTAINER_DIR = Path(__file__).resolve().parents[2] / "container"
 
 
 class TrainingImage(Construct):

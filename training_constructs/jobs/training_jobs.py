@@ -12,9 +12,9 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.catalog import InstanceSpec
-from training_constructs.multi_node_job import MultiNodeJobDefinition
-from training_constructs.training_queue import TrainingQueue
-from training_constructs.workloads import CHECKPOINT_DIR, Workload, benchmark_workload, training_workload
+from training_constructs.jobs.multi_node_job import MultiNodeJobDefinition
+from training_constructs.jobs.training_queue import TrainingQueue
+from training_constructs.jobs.workloads import CHECKPOINT_DIR, Workload, benchmark_workload, training_workload
 
 # The smoke test moves a few GiB; half an hour covers image pulls and a slow fabric.
 BENCHMARK_TIMEOUT_SECONDS = 1800

@@ -18,7 +18,7 @@ from config.settings import ParallelClusterSettings
 def _pinned_release() -> str:
     """The one place the ParallelCluster release is named: requirements-pcluster.txt, whose pin the
     schema check installs. The provider template of the same release runs the cluster."""
-    text = (Path(__file__).resolve().parent.parent / "requirements-pcluster.txt").read_text()
+    text = (Path(__file__).resolve().parents[2] / "requirements-pcluster.txt").read_text()
     return re.search(r"^aws-parallelcluster==(\S+)$", text, re.M).group(1)
 
 

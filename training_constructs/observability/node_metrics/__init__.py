@@ -24,7 +24,7 @@ from config.metrics import (
     NODE_HEARTBEAT,
     XID_ERRORS,
 )
-from training_constructs.node_files import write_packed
+from training_constructs.common.node_files import write_packed
 
 COLLECTOR = Path(__file__).with_name("collector.py")
 INSTALL_DIR = "/opt/training-node-metrics"

@@ -15,8 +15,8 @@ from constructs import Construct
 from config.catalog import AcceleratorKind, InstanceSpec
 from config.metrics import NAMESPACE
 from config.settings import CapacityReservation, RootVolume
-from training_constructs.efa_launch_template import EfaLaunchTemplate
-from training_constructs.host_check import host_check_commands
+from training_constructs.compute.efa_launch_template import EfaLaunchTemplate
+from training_constructs.health.host_check import host_check_commands
 
 # Batch image types (API_Ec2Configuration). There is no Neuron image type: Trainium nodes use the
 # ECS-optimized AL2023 Neuron AMI through imageIdOverride.

@@ -1,0 +1,1 @@
+"""A fleet's Batch compute: the compute environment, its placement group and the EFA launch template."""
