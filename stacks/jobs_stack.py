@@ -17,7 +17,7 @@ from training_constructs.fleet_health import FleetHealth
 from training_constructs.job_alerts import JobAlerts
 from training_constructs.job_metrics import JobMetrics
 from training_constructs.training_fleet import TrainingFleet
-from training_constructs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs
+from training_constructs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs, grant_ecs_exec
 
 # How long past usage counts against a share: an hour, so a team whose run just ended does not
 # jump ahead of one that has been waiting (Batch user guide, fair-share scheduling).
@@ -72,6 +72,8 @@ class JobsStack(Stack):
             iam.PolicyStatement(effect=iam.Effect.DENY, actions=["s3:DeleteObjectVersion"], resources=every_object)
         )
         self._acknowledge_bucket_grants(datasets, checkpoints)
+        if jobs.ecs_exec:
+            grant_ecs_exec(self.job_role)
 
         self.scheduling_policy: batch.FairshareSchedulingPolicy | None = None
         if jobs.shares:
@@ -104,6 +106,7 @@ class JobsStack(Stack):
                 timeout_seconds=jobs.timeout_seconds,
                 attempts=jobs.attempts,
                 log_retention=log_retention,
+                ecs_exec=jobs.ecs_exec,
             )
             # Stable output names: the README's commands read them.
             for name, value in (
