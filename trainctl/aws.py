@@ -121,25 +121,42 @@ def aws_errors() -> Iterator[None]:
         raise TrainctlError(f"AWS {error.operation_name} failed: {text}", ExitCode.AWS) from error
     except botocore.parsers.ResponseParserError as error:
         # Not a BotoCoreError: what answered is not AWS (a proxy's page, a mistyped AWS_ENDPOINT_URL).
-        endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the AWS endpoint"
-        raise TrainctlError(
-            f"{endpoint} answered with something that is not an AWS response: check AWS_ENDPOINT_URL, "
-            "HTTPS_PROXY and --region",
-            ExitCode.AWS,
-        ) from error
+        raise TrainctlError(not_aws_message(), ExitCode.AWS) from error
     except botocore.exceptions.BotoCoreError as error:
         raise TrainctlError(f"AWS call failed: {_first_line(error)}", ExitCode.AWS) from error
     except boto3.exceptions.Boto3Error as error:
         # boto3's transfers (download_file) wrap what they could not do in their own errors.
         raise TrainctlError(f"AWS transfer failed: {_first_line(error)}", ExitCode.AWS) from error
     except Exception as error:
-        # Anything else the AWS libraries raise is still AWS that could not be asked, never exit 1.
-        if type(error).__module__.split(".")[0] not in _AWS_LIBRARIES:
+        # Anything else raised inside the AWS libraries is still AWS that could not be asked, never exit 1:
+        # HTML that happens to be well-formed XML makes botocore's parser raise a KeyError.
+        where = _raised_in(error)
+        if where.split(".")[0] not in _AWS_LIBRARIES:
             raise
+        if where.startswith("botocore.parsers"):
+            raise TrainctlError(not_aws_message(), ExitCode.AWS) from error
         raise TrainctlError(f"AWS call failed ({type(error).__name__}): {_first_line(error)}", ExitCode.AWS) from error
 
 
 _AWS_LIBRARIES = frozenset({"botocore", "boto3", "s3transfer", "urllib3"})
+
+
+def not_aws_message() -> str:
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the AWS endpoint"
+    return (
+        f"{endpoint} answered with something that is not an AWS response: check AWS_ENDPOINT_URL, "
+        "HTTPS_PROXY and --region"
+    )
+
+
+def _raised_in(error: BaseException) -> str:
+    """The module whose code raised `error` (the innermost frame of its traceback)."""
+    frame = error.__traceback__
+    module = ""
+    while frame is not None:
+        module = str(frame.tb_frame.f_globals.get("__name__", ""))
+        frame = frame.tb_next
+    return module
 
 
 def _first_line(error: Exception) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from trainctl.aws import aws_errors
 from trainctl.errors import TrainctlError
-from trainctl.showing import node_jobs
+from trainctl.showing import cluster_of_task, node_jobs
 
 PLUGIN = "session-manager-plugin"
 INSTALL_PLUGIN = (
@@ -39,13 +39,10 @@ class ExecTarget:
 
 
 def _cluster_of(task_arn: str, fallback: str | None) -> str:
-    resource = task_arn.split(":", 5)[-1]  # task/<cluster>/<id> (or the old task/<id>)
-    parts = resource.split("/")
-    if len(parts) == 3:
-        return parts[1]
-    if fallback:
-        return fallback
-    raise TrainctlError(f"cannot tell the ECS cluster of task {task_arn}")
+    cluster = cluster_of_task(task_arn) or fallback
+    if not cluster:
+        raise TrainctlError(f"cannot tell the ECS cluster of task {task_arn}")
+    return cluster
 
 
 def resolve(batch: Any, ecs: Any, job: dict[str, Any], node: int, *, cluster: str | None) -> ExecTarget:

@@ -44,6 +44,8 @@ def list_jobs(batch: Any, deployment: Deployment, wanted: JobFilter, *, now_ms: 
         for summary in list_job_ids(
             batch, fleet.job_queue, filters=[{"name": "AFTER_CREATED_AT", "values": [str(since_ms)]}]
         ):
+            if int(summary.get("createdAt", 0)) < since_ms:
+                continue
             if wanted.states and summary.get("status") not in wanted.states:
                 continue
             if wanted.name_prefix and not str(summary.get("jobName", "")).startswith(wanted.name_prefix):

@@ -98,10 +98,11 @@ def retry_with_attempts(definition: dict[str, Any], attempts: int) -> dict[str, 
     return strategy
 
 
-def with_image(batch: Any, definition: dict[str, Any], image: str) -> str:
+def with_image(batch: Any, definition: dict[str, Any], image: str, *, register: bool = True) -> str:
     """The ARN of a revision of `<deployed name>-trainctl` that is the deployed definition with another
     image: an existing ACTIVE one derived from the same revision with the same image, else a new one.
-    CloudFormation does not know this family: a deploy neither changes nor deletes it."""
+    CloudFormation does not know this family: a deploy neither changes nor deletes it. Without
+    `register` (a dry run), a revision that would be new is described instead of registered."""
     source = str(definition["jobDefinitionArn"])
     family = f"{definition['jobDefinitionName']}{DERIVED_SUFFIX}"[:128]
     with aws_errors():
@@ -111,6 +112,8 @@ def with_image(batch: Any, definition: dict[str, Any], image: str) -> str:
                 tags = existing.get("tags") or {}
                 if tags.get(DERIVED_TAG) == source and _images(existing) == {image}:
                     return str(existing["jobDefinitionArn"])
+    if not register:
+        return f"(a new revision of {family}: {source} with image {image})"
     node_properties = dict(definition["nodeProperties"])
     node_properties["nodeRangeProperties"] = [
         {**r, "container": {**r.get("container", {}), "image": image}} for r in node_properties["nodeRangeProperties"]

@@ -30,6 +30,13 @@ def _attempts(node_job: dict[str, Any]) -> list[dict[str, Any]]:
     return attempts
 
 
+def cluster_of_task(task_arn: str) -> str | None:
+    """The cluster a task ARN names: arn:aws:ecs:<region>:<account>:task/<cluster>/<id> (the old
+    format, task/<id>, names none)."""
+    parts = task_arn.split(":", 5)[-1].split("/")
+    return parts[1] if len(parts) == 3 else None
+
+
 def instances(ecs: Any, cluster: str | None, container_instances: list[str]) -> dict[str, dict[str, str]]:
     """Container instance ARN -> EC2 instance id and AZ (ECS DescribeContainerInstances, attribute
     ecs.availability-zone). An instance already gone is simply not found."""
@@ -58,7 +65,9 @@ def node_rows(batch: Any, ecs: Any, job: dict[str, Any], cluster: str | None) ->
         {str(a["container"]["containerInstanceArn"]) for al in attempts.values() for a in al
          if (a.get("container") or {}).get("containerInstanceArn")}
     )  # fmt: skip
-    where = instances(ecs, cluster, arns)
+    tasks = [str(a["container"]["taskArn"]) for al in attempts.values() for a in al
+             if (a.get("container") or {}).get("taskArn")]  # fmt: skip
+    where = instances(ecs, cluster or next((c for c in map(cluster_of_task, tasks) if c), None), arns)
     rows = []
     for node, node_job in sorted(nodes.items()):
         listed = []

@@ -57,7 +57,7 @@ def follow(state: State, job_id: str, poll_seconds: float) -> dict[str, Any]:
         return watch_job(state.batch, job_id, on_state=on_state, poll_seconds=poll_seconds)
 
 
-def build_request(state: State, task: Task, *, new_share: bool) -> tuple[Fleet, dict[str, Any]]:
+def build_request(state: State, task: Task, *, new_share: bool, dry_run: bool) -> tuple[Fleet, dict[str, Any]]:
     """The SubmitJob request for a task, after every refusal that needs no submission: the fleet's
     capacity, the share, and (for another image) the job definition revision it needs."""
     check_flags(name=task.name, timeout_seconds=task.timeout)
@@ -69,7 +69,7 @@ def build_request(state: State, task: Task, *, new_share: bool) -> tuple[Fleet, 
     check_nodes(fleet, nodes, capacity(compute, definition))
     check_share_of(state.batch, fleet, compute.queue or {}, task.share, new_share=new_share)
     if task.image:
-        deployed = with_image(state.batch, definition, task.image)
+        deployed = with_image(state.batch, definition, task.image, register=not dry_run)
     request = submit_request(
         name=task.name or f"{fleet.name}-{task.job}-{base.timestamp()}",
         queue=fleet.job_queue,
@@ -146,7 +146,7 @@ def submit(
         fleet=fleet_name, job=job.value, nodes=nodes, name=name, command=command, launcher=not no_launcher,
         image=image, env=environment, share=share, timeout=timeout, attempts=attempts,
     )  # fmt: skip
-    fleet, request = build_request(state, task, new_share=new_share)
+    fleet, request = build_request(state, task, new_share=new_share, dry_run=dry_run)
     if dry_run:
         state.out(request)
         return
@@ -171,7 +171,7 @@ def run(
     """Submit the job a task file describes: fleet (required), job, nodes, name, command, launcher, image,
     env, share, timeout, attempts (README, "Task files")."""
     state = state_of(ctx)
-    fleet, request = build_request(state, load_task(task_file), new_share=new_share)
+    fleet, request = build_request(state, load_task(task_file), new_share=new_share, dry_run=dry_run)
     if dry_run:
         state.out(request)
         return
@@ -202,7 +202,7 @@ def sweep(
     state = state_of(ctx)
     points = grid_points(parse_grid(grid))
     fleet, template = build_request(
-        state, make_task({"fleet": fleet_name, "share": share}, where="--"), new_share=new_share
+        state, make_task({"fleet": fleet_name, "share": share}, where="--"), new_share=new_share, dry_run=dry_run
     )
     sweep_id = f"{fleet.name}-{base.timestamp()}"
     requests = [
