@@ -137,8 +137,10 @@ class MultiNodeJobDefinition(Construct):
             ],
             instance_type=instance.name,
             job_role_arn=job_role.role_arn,
-            # `trainctl exec`: Batch runs ECS Exec in multi-node parallel jobs' containers (Batch user
-            # guide, document history, April 15 2025: "Adds support for FireLens and ECS Exec command").
+            # `trainctl exec`: Batch added ECS Exec (Batch user guide, document history, April 15 2025:
+            # "Adds support for FireLens and ECS Exec command"), and a multi-node node range's container
+            # takes it (CloudFormation, AWS::Batch::JobDefinition MultiNodeContainerProperties,
+            # EnableExecuteCommand).
             enable_execute_command=True if ecs_exec else None,
             resource_requirements=requirements,
             # EFA and collective libraries pin their buffers in memory.
