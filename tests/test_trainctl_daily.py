@@ -106,6 +106,11 @@ def test_global_options_work_after_the_command_for_every_command(
         assert "profile 'nobody'" in profile, command
 
 
+def test_every_commands_help_says_where_global_options_go(trainctl: Any) -> None:
+    for command in ("status", "jobs", "ps", "show", "run", "exec", "cancel", "logs", "submit", "sweep", "cost"):
+        assert "Global options (--region, --profile, --json) go before or after" in trainctl(command, "--help").stdout
+
+
 def test_json_after_the_command(world: World, trainctl: Any) -> None:
     assert isinstance(ok_json(trainctl("status", "--json")), list)
     job_id = world.submit("gpu", name="json-after")

@@ -70,6 +70,13 @@ class GlobalOptionsGroup(TyperGroup):
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         return super().parse_args(ctx, hoist_global_options(list(args), set(self.commands)))
 
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        # Every command's --help says where the global options go.
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and not command.epilog:
+            command.epilog = GLOBAL_HELP
+        return command
+
 
 app = typer.Typer(
     name="trainctl",
