@@ -96,14 +96,14 @@ def test_global_options_work_after_the_command_for_every_command(
 ) -> None:
     monkeypatch.setattr("trainctl.commands.control.shutil.which", lambda _name: "/usr/bin/session-manager-plugin")
     for command in every_command(world, tmp_path):
-        # No stacks in eu-west-3: a region read after the command (and after its arguments) is the one asked.
-        for args in ((*command, "--region", "eu-west-3"), (command[0], "--region=eu-west-3", *command[1:])):
-            line = one_error_line(trainctl(*args), ExitCode.AWS)
-            assert "no TrainingJobs stack in eu-west-3" in line, args
-        before = one_error_line(trainctl("--region", "eu-west-3", *command), ExitCode.AWS)
-        assert "eu-west-3" in before
+        # No stacks in eu-west-3: a region read after the command's arguments is the one asked.
+        line = one_error_line(trainctl(*command, "--region", "eu-west-3"), ExitCode.AWS)
+        assert "no TrainingJobs stack in eu-west-3" in line, command
         profile = one_error_line(trainctl(*command, "--profile", "nobody"), ExitCode.AWS)
         assert "profile 'nobody'" in profile, command
+    # Right after the command, in the --opt=value form, and before it (as always).
+    for args in (("logs", "--region=eu-west-3", "J"), ("--region", "eu-west-3", "logs", "J")):
+        assert "no TrainingJobs stack in eu-west-3" in one_error_line(trainctl(*args), ExitCode.AWS)
 
 
 def test_every_commands_help_says_where_global_options_go(trainctl: Any) -> None:
@@ -373,14 +373,14 @@ def test_an_unknown_share_is_refused_unless_new_share(trainctl: Any) -> None:
 
 
 def test_a_sweep_over_the_cap_asks_for_yes_and_shows_progress(world: World, trainctl: Any) -> None:
-    grid = ("--grid", "A=1,2,3,4,5", "--grid", "B=1,2,3,4,5")
+    grid = ("--grid", "A=1,2,3,4,5,6,7", "--grid", "B=1,2,3")
     line = one_error_line(trainctl("sweep", "spare", *grid), ExitCode.USAGE)
-    assert "sweep of 25 jobs is over 20" in line and "--yes" in line
+    assert "sweep of 21 jobs is over 20" in line and "--yes" in line
     assert not world.client("batch").list_jobs(jobQueue=world.queues["spare"], filters=[
         {"name": "JOB_NAME", "values": ["spare-A-1-B-1"]}])["jobSummaryList"]  # fmt: skip
 
     submitted = ok_json(trainctl("--json", "sweep", "spare", *grid, "--yes"))
-    assert len(submitted["jobs"]) == 25
+    assert len(submitted["jobs"]) == 21
     for job_id in (j["jobId"] for j in submitted["jobs"]):
         world.set_job(job_id, "RUNNABLE")
 
