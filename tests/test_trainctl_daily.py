@@ -218,6 +218,13 @@ def test_show_gives_every_node_its_instance_az_exit_code_and_stream(
     assert node1["node"] == 1
     assert shown["checkpoints"]["uri"].endswith(f"/gpu/{job_id}/")
 
+    # ECS refusing the lookup leaves the columns empty and says why, on stderr.
+    stubber.add_client_error("describe_container_instances", "AccessDeniedException", "not allowed")
+    partial = trainctl("--json", "show", job_id)
+    assert partial.exit_code == 0, partial.output
+    assert json.loads(partial.stdout)["nodes"][0]["attempts"][0]["instance"] is None
+    assert "instances and AZs unknown: AWS DescribeContainerInstances failed: not allowed" in partial.stderr
+
 
 # ----------------------------------------------------------------------------------------------- exec
 def running_job_with_a_task(world: World) -> tuple[str, str]:

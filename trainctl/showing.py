@@ -3,6 +3,7 @@ attempt, its log streams, its checkpoints and its cost."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from trainctl.aws import aws_errors
@@ -37,16 +38,19 @@ def cluster_of_task(task_arn: str) -> str | None:
     return parts[1] if len(parts) == 3 else None
 
 
-def instances(ecs: Any, cluster: str | None, container_instances: list[str]) -> dict[str, dict[str, str]]:
+def instances(
+    ecs: Any, cluster: str | None, container_instances: list[str], warn: Callable[[str], None]
+) -> dict[str, dict[str, str]]:
     """Container instance ARN -> EC2 instance id and AZ (ECS DescribeContainerInstances, attribute
-    ecs.availability-zone). An instance already gone is simply not found."""
+    ecs.availability-zone). An instance already deregistered is simply not found (a `failures` entry)."""
     if not cluster or not container_instances:
         return {}
     try:
         with aws_errors():
             found = ecs.describe_container_instances(cluster=cluster, containerInstances=container_instances)
-    except TrainctlError:
-        # The compute environment may have scaled in and its instances be deregistered.
+    except TrainctlError as error:
+        # The rest of `show` stands without it; say why the instance columns are empty.
+        warn(f"instances and AZs unknown: {error.message}")
         return {}
     result: dict[str, dict[str, str]] = {}
     for item in found.get("containerInstances", []):
@@ -58,7 +62,9 @@ def instances(ecs: Any, cluster: str | None, container_instances: list[str]) -> 
     return result
 
 
-def node_rows(batch: Any, ecs: Any, job: dict[str, Any], cluster: str | None) -> list[dict[str, Any]]:
+def node_rows(
+    batch: Any, ecs: Any, job: dict[str, Any], cluster: str | None, warn: Callable[[str], None]
+) -> list[dict[str, Any]]:
     nodes = node_jobs(batch, job)
     attempts = {n: _attempts(j) for n, j in nodes.items()}
     arns = sorted(
@@ -67,7 +73,7 @@ def node_rows(batch: Any, ecs: Any, job: dict[str, Any], cluster: str | None) ->
     )  # fmt: skip
     tasks = [str(a["container"]["taskArn"]) for al in attempts.values() for a in al
              if (a.get("container") or {}).get("taskArn")]  # fmt: skip
-    where = instances(ecs, cluster or next((c for c in map(cluster_of_task, tasks) if c), None), arns)
+    where = instances(ecs, cluster or next((c for c in map(cluster_of_task, tasks) if c), None), arns, warn)
     rows = []
     for node, node_job in sorted(nodes.items()):
         listed = []

@@ -97,7 +97,7 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
     job, fleet = owned_job(state.batch, deployment, job_id)
     compute = fleet_compute(state.batch, fleet)
     cluster = (compute.environment or {}).get("ecsClusterArn")
-    nodes = node_rows(state.batch, state.aws.client("ecs"), job, cluster)
+    nodes = node_rows(state.batch, state.aws.client("ecs"), job, cluster, note)
     usage = usage_of(job, fleet=fleet.name, instance_type=compute.instance_type or "unknown")
     price = price_per_hour(usage.instance_type, {}) if usage else None
     bucket, prefix = checkpoint_location(job, fleet, deployment)
