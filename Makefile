@@ -16,7 +16,7 @@ export PATH := $(BIN):$(PATH)
 # No telemetry or notices from the CLI: these machines reach only package registries.
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: bootstrap synth test deploy diff destroy bench bench-checkpoints lint format clean
+.PHONY: bootstrap synth test deploy diff destroy bench bench-checkpoints bench-trainctl lint format clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,10 +73,15 @@ format: $(VENV)/.dev
 
 bench: bootstrap $(VENV)/.dev
 	$(BIN)/python bench/bench.py $(ARGS)
+	$(BIN)/python bench/trainctl_bench.py
 
 # The checkpoint copier against a local S3 server: an idle poll over 1,000 files, a 1 GiB upload.
 bench-checkpoints: $(VENV)/.dev
 	$(BIN)/python bench/checkpoint_bench.py $(ARGS)
+
+# `trainctl jobs` over 1,000 jobs on moto's AWS APIs on 127.0.0.1.
+bench-trainctl: $(VENV)/.dev
+	$(BIN)/python bench/trainctl_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache .ruff_cache

@@ -219,6 +219,9 @@ class _ContextBase(BaseModel):
         f"digits (a trailing * makes it a prefix), share 1..{limits.MAX_SHARE}, at most "
         f"{limits.MAX_SHARE_IDENTIFIERS} identifiers", "fair-share identifiers and their relative shares",
     )  # fmt: skip
+    ecs_exec: Bool = key(
+        "ecsExec", True, "true or false", "ECS Exec into job containers (`trainctl exec`); false removes it and its IAM"
+    )
     parallel_cluster: Bool = key("parallelCluster", False, "true or false", "add the optional ParallelCluster stack")
     pcluster_instance_type: str = key(
         "pclusterInstanceType", "p5e.48xlarge", "comma list of EFA-capable types: " + ", ".join(_EFA_TYPES), "queues"
@@ -595,6 +598,7 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
             runnable_timeout_minutes=ctx.runnable_timeout_minutes,
             alert_email=ctx.alert_email,
             health_check_schedule=_health_check_schedule(ctx.health_check_schedule),
+            ecs_exec=ctx.ecs_exec,
         ),
         log_retention_days=ctx.log_retention_days,
         root_volume=RootVolume(

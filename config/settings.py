@@ -169,6 +169,8 @@ class JobSettings:
     alert_email: str | None
     # None: no scheduled fleet check (each run launches the fleet's nodes).
     health_check_schedule: HealthCheckSchedule | None = None
+    # ECS Exec into job containers (`trainctl exec`): the job definitions enable it, the job role may.
+    ecs_exec: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

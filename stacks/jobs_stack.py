@@ -15,7 +15,7 @@ from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
 from training_constructs.compute.training_fleet import TrainingFleet
 from training_constructs.health.fleet_health import FleetHealth
-from training_constructs.jobs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs
+from training_constructs.jobs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs, grant_ecs_exec
 from training_constructs.observability.job_alerts import JobAlerts
 from training_constructs.observability.job_metrics import JobMetrics
 
@@ -72,6 +72,8 @@ class JobsStack(Stack):
             iam.PolicyStatement(effect=iam.Effect.DENY, actions=["s3:DeleteObjectVersion"], resources=every_object)
         )
         self._acknowledge_bucket_grants(datasets, checkpoints)
+        if jobs.ecs_exec:
+            grant_ecs_exec(self.job_role)
 
         self.scheduling_policy: batch.FairshareSchedulingPolicy | None = None
         if jobs.shares:
@@ -104,6 +106,7 @@ class JobsStack(Stack):
                 timeout_seconds=jobs.timeout_seconds,
                 attempts=jobs.attempts,
                 log_retention=log_retention,
+                ecs_exec=jobs.ecs_exec,
             )
             # Stable output names: the README's commands read them.
             for name, value in (

@@ -84,7 +84,8 @@ VARIANTS: dict[str, dict[str, str]] = {
         "interfaceEndpoints": "ecr.api,ecr.dkr,logs,sts",
         "logRetentionDays": "365",
     },
-    "two-nat": {"natGateways": "2"},
+    # ECS Exec turned off shares this synth: nothing in the network depends on it.
+    "two-nat": {"natGateways": "2", "ecsExec": "false"},
     "existing-images": {
         "gpuImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/isaaclab-batch:latest",
         "trainiumImage": "public.ecr.aws/neuron/pytorch-training-neuronx:2.5.1-neuronx-py310-sdk2.21.0-ubuntu22.04",

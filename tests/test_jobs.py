@@ -13,9 +13,11 @@ from config import metrics
 from config.catalog import CATALOG, AcceleratorKind
 from config.context import read_settings
 from config.gpu_interconnect import INTRA_NODE
+from config.job_events import TRAINCTL_CANCEL_REASON
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, synth
 from training_constructs.jobs.multi_node_job import PREFLIGHT_EXIT_CODE
+from training_constructs.jobs.training_jobs import ECS_EXEC_ACTIONS
 
 STACK = "TrainingJobs"
 KINDS = ("TrainingJob", "BenchmarkJob")
@@ -350,6 +352,64 @@ def test_failed_and_cancelled_jobs_of_every_queue_reach_an_encrypted_topic(varia
     assert "events.amazonaws.com" in text and "aws:SecureTransport" in text
 
 
+def batch_event(queue_arn, status, reason=None):
+    """A "Batch Job State Change" event as the Batch user guide's example shows it."""
+    detail = {"jobName": "h1", "jobId": "1234", "jobQueue": queue_arn, "status": status}
+    if reason is not None:
+        detail["statusReason"] = reason
+    return {"source": "aws.batch", "detail-type": "Batch Job State Change", "detail": detail}
+
+
+def test_a_trainctl_cancel_pages_nobody_and_every_other_failure_does():
+    # The rule's pattern as deployed, with the queue references resolved to one ARN, matched by moto's
+    # implementation of EventBridge's pattern rules (prefix, anything-but, exists, $or).
+    from moto.events.models import EventPattern
+
+    queue = "arn:aws:batch:us-east-1:123456789012:job-queue/gpu"
+    _, rule = alert_rule("default")
+    pattern = json.loads(json.dumps(rule["EventPattern"]))
+    pattern["detail"]["jobQueue"] = [queue]
+    matcher = EventPattern.load(json.dumps(pattern))
+
+    assert not matcher.matches_event(batch_event(queue, "FAILED", TRAINCTL_CANCEL_REASON))
+    assert not matcher.matches_event(batch_event(queue, "FAILED", f"{TRAINCTL_CANCEL_REASON} (sweep gpu-1)"))
+    for reason in (
+        "Essential container in task exited",
+        "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+        # Someone else's TerminateJob, and a reason that only mentions trainctl later on.
+        "Terminated by the on-call",
+        "node 1: cancelled with trainctl cancel",
+    ):
+        assert matcher.matches_event(batch_event(queue, "FAILED", reason)), reason
+    assert matcher.matches_event(batch_event(queue, "FAILED"))
+    assert not matcher.matches_event(batch_event(queue, "SUCCEEDED", "Essential container in task exited"))
+    assert not matcher.matches_event(batch_event(queue + "-other", "FAILED", "Essential container in task exited"))
+
+
+def test_ecs_exec_is_on_by_default_and_the_context_key_removes_it_and_its_permissions():
+    on = synth("default").templates[STACK]
+    off = synth("two-nat").templates[STACK]
+    assert VARIANTS["two-nat"]["ecsExec"] == "false"
+    for props in resources(on, "AWS::Batch::JobDefinition").values():
+        assert container(props["Properties"])["EnableExecuteCommand"] is True
+    for props in resources(off, "AWS::Batch::JobDefinition").values():
+        assert "EnableExecuteCommand" not in container(props["Properties"])
+    exec_statements = [s for s in job_policy_statements("default") if "ssmmessages" in json.dumps(s["Action"])]
+    assert exec_statements == [
+        {
+            "Action": [
+                "ssmmessages:CreateControlChannel",
+                "ssmmessages:CreateDataChannel",
+                "ssmmessages:OpenControlChannel",
+                "ssmmessages:OpenDataChannel",
+            ],
+            "Effect": "Allow",
+            "Resource": "*",
+        }
+    ]
+    assert "ssmmessages" not in json.dumps(job_policy_statements("two-nat"))
+
+
 def test_alert_email_is_subscribed_only_when_given():
     assert not resources(synth("default").templates[STACK], "AWS::SNS::Subscription")
     (subscription,) = resources(synth("three-fleets").templates[STACK], "AWS::SNS::Subscription").values()
@@ -380,6 +440,9 @@ def test_job_role_is_for_ecs_tasks_only():
 def test_no_permission_on_every_resource():
     for statement in job_policy_statements("default"):
         resources_ = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        # ECS Exec's ssmmessages actions have no resource type: the one statement on "*", exactly them.
+        if statement["Action"] == list(ECS_EXEC_ACTIONS):
+            continue
         assert "*" not in resources_
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         assert "s3:*" not in actions and "*" not in actions

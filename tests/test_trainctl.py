@@ -89,7 +89,7 @@ def test_status_shows_each_fleet_from_the_outputs(world: World, trainctl: Any) -
 # ----------------------------------------------------------------------------------------------- submit
 def test_submit_dry_run_prints_the_exact_request(world: World, trainctl: Any) -> None:
     result = trainctl(
-        "submit", "gpu", "--nodes", "4", "--env", "TASK=Isaac-Velocity-Flat-H1-v0", "--env", "MAX_ITERATIONS=1000",
+        "submit", "gpu", "--nodes", "2", "--env", "TASK=Isaac-Velocity-Flat-H1-v0", "--env", "MAX_ITERATIONS=1000",
         "--timeout", "7200", "--name", "h1-flat-4", "--dry-run",
     )  # fmt: skip
 
@@ -98,7 +98,7 @@ def test_submit_dry_run_prints_the_exact_request(world: World, trainctl: Any) ->
         "jobQueue": world.queues["gpu"],
         "jobDefinition": world.training["gpu"],
         "nodeOverrides": {
-            "numNodes": 4,
+            "numNodes": 2,
             "nodePropertyOverrides": [
                 {
                     "targetNodes": "0:",
@@ -140,7 +140,9 @@ def test_bad_flag_values_are_refused_before_any_aws_call(trainctl: Any) -> None:
     offline = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
     for args, says in (
         (("submit", "gpu", "--env", "AWS_BATCH_JOB_ID=x"), "reserved for Batch"),
-        (("submit", "gpu", "--timeout", "30"), "60 seconds or more"),
+        (("submit", "gpu", "--timeout", "30"), "60 to 2147483647 seconds"),
+        # attemptDurationSeconds is an API Integer (32 bits): Batch refuses this.
+        (("submit", "gpu", "--timeout", "99999999999"), "60 to 2147483647 seconds"),
         (("submit", "gpu", "--name", "bad name"), "a job name is"),
         (("sweep", "gpu", "--grid", "LR"), "NAME=v1,v2"),
     ):
@@ -228,7 +230,7 @@ def test_logs_follow_prints_new_lines_and_nodes_that_start_late(
         world.append_log(job_id, "gpu", 0, 4_000, "n0 second")
         world.set_job(job_id, "SUCCEEDED")
 
-    monkeypatch.setattr("trainctl.cli._sleep", time_passes)
+    monkeypatch.setattr("trainctl.commands.base.sleep", time_passes)
     result = trainctl("logs", job_id, "--follow")
 
     assert result.exit_code == 0, result.output

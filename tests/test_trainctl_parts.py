@@ -332,3 +332,65 @@ def test_trainctl_is_typed_strictly() -> None:
     # mypy --strict over trainctl/ and the config modules it imports ([tool.mypy] in pyproject.toml).
     result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ----------------------------------------------------------------------------------------------- daily-driver parts
+def test_since_takes_a_span_back_from_now_or_a_date() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from trainctl.display import parse_since
+
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    assert parse_since("7d", default=timedelta(0), now=now) == datetime(2026, 11, 17, 12, 0, tzinfo=UTC)
+    assert parse_since("90m", default=timedelta(0), now=now) == datetime(2026, 11, 24, 10, 30, tzinfo=UTC)
+    assert parse_since("2w", default=timedelta(0), now=now) == datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
+    assert parse_since("2026-11-01", default=timedelta(0), now=now) == datetime(2026, 11, 1, tzinfo=UTC)
+    assert parse_since(None, default=timedelta(hours=1), now=now) == datetime(2026, 11, 24, 11, 0, tzinfo=UTC)
+    with pytest.raises(TrainctlError, match="30m, 12h, 7d, 2w"):
+        parse_since("7 days", default=timedelta(0), now=now)
+
+
+def test_human_sizes_and_durations() -> None:
+    from trainctl.display import human_duration, human_size
+
+    assert [human_size(n) for n in (0, 1023, 1536, 5 * 1024**3)] == ["0 B", "1023 B", "1.5 KiB", "5.0 GiB"]
+    assert [human_duration(ms) for ms in (40_000, 432_000, 7_500_000, 3 * 86_400_000 + 4 * 3_600_000)] == [
+        "40s", "7m 12s", "2h 05m", "3d 4h",
+    ]  # fmt: skip
+
+
+def test_attempts_keep_the_definitions_retry_rules() -> None:
+    from trainctl.preflight import retry_with_attempts
+
+    # SubmitJob's retryStrategy replaces the definition's: without the rules, an application error retries.
+    rules = [{"action": "RETRY", "onStatusReason": "Host EC2*"}, {"action": "EXIT", "onReason": "*"}]
+    definition = {"retryStrategy": {"attempts": 3, "evaluateOnExit": rules}}
+    assert retry_with_attempts(definition, 5) == {"attempts": 5, "evaluateOnExit": rules}
+    assert definition["retryStrategy"]["attempts"] == 3
+
+
+def test_a_share_identifier_with_a_star_covers_its_prefix() -> None:
+    from trainctl.preflight import known_share
+
+    identifiers = ["llama", "sweep*"]
+    assert known_share("llama", identifiers) and known_share("sweepH1", identifiers)
+    assert not known_share("lama", identifiers) and not known_share("llama2", identifiers)
+
+
+def test_fleet_capacity_counts_a_whole_instance_per_node() -> None:
+    from config.catalog import CATALOG
+    from trainctl.compute import FleetCompute
+    from trainctl.deployment import Fleet
+    from trainctl.preflight import capacity, check_nodes
+
+    environment = {"computeResources": {"maxvCpus": 384, "instanceTypes": ["p5.48xlarge"]}}
+    # A node that asks for fewer vCPUs than the instance has still takes the whole instance.
+    small = {"nodeProperties": {"nodeRangeProperties": [{"container": {"resourceRequirements": [
+        {"type": "VCPU", "value": "8"}]}}]}}  # fmt: skip
+    room = capacity(FleetCompute(None, environment), small)
+    assert room is not None and room.vcpus_per_node == CATALOG["p5.48xlarge"].vcpus
+    assert room.nodes == 384 // CATALOG["p5.48xlarge"].vcpus
+    fleet = Fleet(name="gpu", job_queue="q", training_definition="t", benchmark_definition="b", log_group="g")
+    check_nodes(fleet, room.nodes, room)
+    with pytest.raises(TrainctlError, match=f"holds at most {room.nodes} nodes"):
+        check_nodes(fleet, room.nodes + 1, room)

@@ -170,6 +170,14 @@ class World:
             node_job.log_stream_name = stream
             self.batch_backend._jobs[node_job.job_id] = node_job
 
+    def set_node(self, job_id: str, node: int, status: str, **container: Any) -> None:
+        """Give node `<job>#<node>` (made by add_node_streams) a state and container fields (taskArn,
+        containerInstanceArn, exitCode, reason) as DescribeJobs shows a running or ended node."""
+        node_job = self.job(f"{job_id}#{node}")
+        node_job.status = status
+        described = node_job.describe
+        node_job.describe = lambda: {**described(), "container": {**described().get("container", {}), **container}}
+
     def append_log(self, job_id: str, fleet: str, node: int, offset_ms: int, message: str) -> None:
         """One more line in a node's stream (made by add_node_streams), stamped now - 10 min + offset."""
         self.client("logs").put_log_events(
@@ -230,8 +238,32 @@ def _job_definition(batch: Any, name: str, spec: FleetSpec, nodes: int, environm
     return str(response["jobDefinitionArn"])
 
 
+_MOTO_DESCRIBE_DEFINITION: Any = None
+
+
+def _describe_node_properties() -> None:
+    """moto 5.2.5's DescribeJobDefinitions leaves out a multi-node definition's nodeProperties, which
+    Batch returns (API JobDefinition, nodeProperties); add them while the world lives."""
+    global _MOTO_DESCRIBE_DEFINITION
+    from moto.batch.models import JobDefinition
+
+    if _MOTO_DESCRIBE_DEFINITION is not None:
+        return
+    original = _MOTO_DESCRIBE_DEFINITION = JobDefinition.describe
+
+    def describe(definition: Any) -> dict[str, Any]:
+        result = dict(original(definition))
+        if definition.node_properties:
+            result["nodeProperties"] = definition.node_properties
+        return result
+
+    JobDefinition.describe = describe  # type: ignore[method-assign]
+
+
 def build_world(endpoint: str) -> World:
     from moto.batch.models import ComputeEnvironment
+
+    _describe_node_properties()
 
     _moto_api(endpoint, "config", {"batch": {"use_docker": False}})
     # Job states stay where the tests put them.
@@ -323,6 +355,12 @@ def build_world(endpoint: str) -> World:
 
 def tear_down(endpoint: str) -> None:
     """moto's backends live in this process: leave nothing behind for other tests in it."""
+    global _MOTO_DESCRIBE_DEFINITION
+    if _MOTO_DESCRIBE_DEFINITION is not None:
+        from moto.batch.models import JobDefinition
+
+        JobDefinition.describe = _MOTO_DESCRIBE_DEFINITION  # type: ignore[method-assign]
+        _MOTO_DESCRIBE_DEFINITION = None
     _moto_api(endpoint, "state-manager/unset-transition", {"model_name": "batch::job"})
     _moto_api(endpoint, "config", {"batch": {"use_docker": True}})
     _moto_api(endpoint, "reset", {})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,17 +84,26 @@ def _manifest_files(node: int, key: str, body: bytes) -> list[CheckpointFile]:
         raise TrainctlError(f"{key} is not a checkpoint manifest (container/checkpoint_sync.py writes them)") from None
 
 
-def download(s3: Any, bucket: str, prefix: str, files: list[CheckpointFile], directory: Path) -> None:
+def download(
+    s3: Any,
+    bucket: str,
+    prefix: str,
+    files: list[CheckpointFile],
+    directory: Path,
+    on_bytes: Callable[[int], None] | None = None,
+) -> None:
     """Fetch exactly the versions the manifests name into directory/node-<i>/<name>, with the mtime the
     file had when uploaded (as checkpoint_sync.py's restore does); never outside directory/node-<i>."""
     root = directory.resolve()
     try:
-        _download_all(s3, bucket, prefix, files, root)
+        _download_all(s3, bucket, prefix, files, root, on_bytes)
     except OSError as error:
         raise TrainctlError(f"cannot write under {directory}: {error.strerror or error}") from error
 
 
-def _download_all(s3: Any, bucket: str, prefix: str, files: list[CheckpointFile], root: Path) -> None:
+def _download_all(
+    s3: Any, bucket: str, prefix: str, files: list[CheckpointFile], root: Path, on_bytes: Callable[[int], None] | None
+) -> None:
     for item in files:
         node_root = root / f"node-{item.node}"
         target = (node_root / item.name).resolve()
@@ -105,7 +115,8 @@ def _download_all(s3: Any, bucket: str, prefix: str, files: list[CheckpointFile]
         partial = target.with_name(target.name + _PARTIAL_SUFFIX)
         extra = {"VersionId": item.version_id} if item.version_id else None
         with aws_errors():
-            s3.download_file(bucket, f"{prefix}{item.path}", str(partial), ExtraArgs=extra)
+            # Callback: boto3's transfer reports each chunk's bytes as it lands (progress bar).
+            s3.download_file(bucket, f"{prefix}{item.path}", str(partial), ExtraArgs=extra, Callback=on_bytes)
         if partial.stat().st_size != item.size:
             partial.unlink()
             raise TrainctlError(f"s3://{bucket}/{prefix}{item.path}: {item.size} bytes expected as the manifest says")

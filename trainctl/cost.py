@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from config.prices import PRICES
+from trainctl import display
 from trainctl.compute import fleet_compute
 from trainctl.deployment import Deployment
 from trainctl.errors import TrainctlError
@@ -115,14 +116,8 @@ def summarize(usages: Iterable[JobUsage], *, by: str, overrides: dict[str, float
 
 
 def parse_since(text: str | None) -> datetime:
-    """`--since`: a date or date-time, UTC unless it says otherwise; default 7 days ago."""
-    if text is None:
-        return datetime.now(UTC) - timedelta(days=7)
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise TrainctlError(f"--since {text!r} is not a date: use YYYY-MM-DD or YYYY-MM-DDTHH:MM") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+    """`--since`: a span (7d) or a date or date-time, UTC unless it says otherwise; default 7 days ago."""
+    return display.parse_since(text, default=timedelta(days=7))
 
 
 def parse_prices(pairs: Iterable[str]) -> dict[str, float]:

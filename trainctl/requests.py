@@ -14,6 +14,8 @@ from trainctl.errors import TrainctlError
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 # JobTimeout.attemptDurationSeconds: "The minimum value for the timeout is 60 seconds" (API JobTimeout).
 MIN_TIMEOUT_SECONDS = 60
+# attemptDurationSeconds is an Integer (API JobTimeout), a signed 32-bit value: Batch refuses more.
+MAX_TIMEOUT_SECONDS = 2**31 - 1
 # Environment names Batch reserves for its own variables (API ContainerOverrides, environment:
 # "Environment variables cannot start with AWS_BATCH").
 RESERVED_ENV_PREFIX = "AWS_BATCH"
@@ -81,8 +83,10 @@ def check_flags(*, name: str | None, timeout_seconds: int | None) -> None:
     """What can be refused before anything is asked of AWS."""
     if name is not None:
         check_job_name(name)
-    if timeout_seconds is not None and timeout_seconds < MIN_TIMEOUT_SECONDS:
-        raise TrainctlError(f"--timeout {timeout_seconds}: Batch accepts {MIN_TIMEOUT_SECONDS} seconds or more")
+    if timeout_seconds is not None and not MIN_TIMEOUT_SECONDS <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
+        raise TrainctlError(
+            f"--timeout {timeout_seconds}: Batch accepts {MIN_TIMEOUT_SECONDS} to {MAX_TIMEOUT_SECONDS} seconds"
+        )
 
 
 def submit_request(
@@ -95,6 +99,8 @@ def submit_request(
     timeout_seconds: int | None = None,
     share: str | None = None,
     tags: dict[str, str] | None = None,
+    command: list[str] | None = None,
+    retry_strategy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The SubmitJob request body, as boto3's batch.submit_job takes it."""
     request: dict[str, Any] = {"jobName": check_job_name(name), "jobQueue": queue, "jobDefinition": definition}
@@ -107,18 +113,20 @@ def submit_request(
         # numNodes may be overridden only because the definition's node range is open-ended
         # (API NodeOverrides).
         overrides["numNodes"] = nodes
+    container: dict[str, Any] = {}
     if environment:
-        overrides["nodePropertyOverrides"] = [
-            {
-                "targetNodes": ALL_NODES,
-                "containerOverrides": {"environment": [{"name": k, "value": v} for k, v in environment.items()]},
-            }
-        ]
+        container["environment"] = [{"name": k, "value": v} for k, v in environment.items()]
+    if command:
+        container["command"] = list(command)
+    if container:
+        overrides["nodePropertyOverrides"] = [{"targetNodes": ALL_NODES, "containerOverrides": container}]
     if overrides:
         request["nodeOverrides"] = overrides
     if timeout_seconds is not None:
         check_flags(name=None, timeout_seconds=timeout_seconds)
         request["timeout"] = {"attemptDurationSeconds": timeout_seconds}
+    if retry_strategy is not None:
+        request["retryStrategy"] = retry_strategy
     if tags:
         request["tags"] = dict(tags)
     return request

@@ -96,6 +96,9 @@ class MultiNodeJobDefinition(Construct):
     ("start:end"), and Batch only accepts a node-count override at submit time when a range is
     open-ended ("0:"; API NodeOverrides.numNodes). One open range covers every node.
 
+    With `ecs_exec`, every node's container takes ECS Exec sessions (the job role needs
+    ECS_EXEC_ACTIONS, training_jobs.grant_ecs_exec).
+
     Attributes: `job_definition` (L1), `job_definition_arn`, `resources` (NodeResources).
     """
 
@@ -114,6 +117,7 @@ class MultiNodeJobDefinition(Construct):
         environment: Mapping[str, str],
         timeout_seconds: int,
         attempts: int,
+        ecs_exec: bool,
     ) -> None:
         super().__init__(scope, construct_id)
         self.resources = node_resources(instance)
@@ -133,6 +137,11 @@ class MultiNodeJobDefinition(Construct):
             ],
             instance_type=instance.name,
             job_role_arn=job_role.role_arn,
+            # `trainctl exec`: Batch added ECS Exec (Batch user guide, document history, April 15 2025:
+            # "Adds support for FireLens and ECS Exec command"), and a multi-node node range's container
+            # takes it (CloudFormation, AWS::Batch::JobDefinition MultiNodeContainerProperties,
+            # EnableExecuteCommand).
+            enable_execute_command=True if ecs_exec else None,
             resource_requirements=requirements,
             # EFA and collective libraries pin their buffers in memory.
             ulimits=[batch.CfnJobDefinition.UlimitProperty(name="memlock", soft_limit=-1, hard_limit=-1)],

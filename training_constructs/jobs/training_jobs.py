@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -15,6 +15,28 @@ from config.catalog import InstanceSpec
 from training_constructs.jobs.multi_node_job import MultiNodeJobDefinition
 from training_constructs.jobs.training_queue import TrainingQueue
 from training_constructs.jobs.workloads import CHECKPOINT_DIR, Workload, benchmark_workload, training_workload
+
+# What a task role needs for ECS Exec, exactly (ECS developer guide, "Monitor Amazon ECS containers
+# with ECS Exec", IAM permissions required for ECS Exec). ssmmessages has no resource types, so the
+# resource is "*" (Service Authorization Reference, Amazon Message Gateway Service).
+ECS_EXEC_ACTIONS = (
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+)
+
+
+def grant_ecs_exec(role: iam.Role) -> None:
+    """Let the job containers open ECS Exec sessions (`trainctl exec`)."""
+    role.add_to_principal_policy(iam.PolicyStatement(actions=list(ECS_EXEC_ACTIONS), resources=["*"]))
+    Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
+        Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason="ECS Exec's four ssmmessages actions, which have no resource types to scope them to",
+        )
+    )
+
 
 # The smoke test moves a few GiB; half an hour covers image pulls and a slow fabric.
 BENCHMARK_TIMEOUT_SECONDS = 1800
@@ -40,6 +62,7 @@ class TrainingJobs(Construct):
         timeout_seconds: int,
         attempts: int,
         log_retention: logs.RetentionDays,
+        ecs_exec: bool,
     ) -> None:
         super().__init__(scope, construct_id)
         self.job_queue = TrainingQueue(
@@ -68,6 +91,7 @@ class TrainingJobs(Construct):
                 environment={**environment, **extra, **workload.environment},
                 timeout_seconds=timeout,
                 attempts=attempts,
+                ecs_exec=ecs_exec,
             )
 
         # The launcher restores <CHECKPOINT_URI>/<job id>/ before training and uploads it while and

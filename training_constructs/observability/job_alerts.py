@@ -1,9 +1,10 @@
-"""Failed and cancelled training jobs announce themselves: an EventBridge rule on Batch job state
+"""Failed training jobs announce themselves (not those `trainctl cancel` ended): an EventBridge rule on Batch job state
 changes of the app's queues, to an encrypted SNS topic, optionally with an email subscription."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_events as events
@@ -14,11 +15,31 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from config.job_events import TRAINCTL_CANCEL_PREFIX
+
 # Batch sends "Batch Job State Change" events for every transition (Batch user guide, "Job state
 # change events"). A job the queue cancels for being stuck RUNNABLE ends FAILED with the reason
 # (CAPACITY:..., MISCONFIGURATION:...) in statusReason, so FAILED covers both. The event's
 # detail.jobQueue is the queue's ARN (the same guide's example event), which the rule matches on.
 ALERT_STATUSES = ("FAILED",)
+
+
+def alert_detail(job_queue_arns: Sequence[str]) -> dict[str, Any]:
+    """The rule's detail pattern: FAILED jobs of these queues, except those `trainctl cancel` ended.
+
+    A cancel through trainctl leaves its reason (config/job_events.py) in detail.statusReason. A
+    FAILED job whose event carries no statusReason still alerts: `anything-but` matches only a field
+    that is present, hence the `exists: false` branch (EventBridge user guide, "Content filtering in
+    Amazon EventBridge event patterns": anything-but with prefix, exists, $or).
+    """
+    return {
+        "status": list(ALERT_STATUSES),
+        "jobQueue": list(job_queue_arns),
+        "$or": [
+            {"statusReason": [{"anything-but": {"prefix": TRAINCTL_CANCEL_PREFIX}}]},
+            {"statusReason": [{"exists": False}]},
+        ],
+    }
 
 
 class JobAlerts(Construct):
@@ -57,7 +78,7 @@ class JobAlerts(Construct):
             event_pattern=events.EventPattern(
                 source=["aws.batch"],
                 detail_type=["Batch Job State Change"],
-                detail={"status": list(ALERT_STATUSES), "jobQueue": list(job_queue_arns)},
+                detail=alert_detail(job_queue_arns),
             ),
             targets=[targets.SnsTopic(self.topic, message=message)],
         )

@@ -1,0 +1,1 @@
+"""trainctl's commands, one module per group; trainctl.cli imports them all."""

@@ -1,0 +1,101 @@
+"""Commands that act on running jobs: cancel, exec."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import time
+from datetime import timedelta
+from typing import Annotated, Any
+
+import typer
+
+from config.job_events import TRAINCTL_CANCEL_REASON
+from trainctl import ecs_exec
+from trainctl.commands.base import app, note, reports_errors, state_of
+from trainctl.compute import fleet_compute
+from trainctl.display import parse_since
+from trainctl.errors import ExitCode, TrainctlError
+from trainctl.jobs import DONE, STATES, owned_job
+from trainctl.listing import JobFilter, list_jobs
+
+# How far back `cancel --sweep` looks for the sweep's jobs.
+SWEEP_LOOKBACK = "30d"
+
+
+@app.command()
+@reports_errors
+def cancel(
+    ctx: typer.Context,
+    job_ids: Annotated[list[str] | None, typer.Argument(metavar="JOB...", help="Job ids.")] = None,
+    sweep: Annotated[str | None, typer.Option(metavar="TAG", help="Every unfinished job of this sweep.")] = None,
+) -> None:
+    """Stop jobs in any state (TerminateJob: queued jobs are cancelled, running ones stopped).
+
+    The job-alert rule ignores jobs ended this way: their reason says trainctl cancelled them.
+    """
+    state = state_of(ctx)
+    ids = list(job_ids or [])
+    if sweep:
+        running = frozenset(s for s in STATES if s not in DONE)
+        wanted = JobFilter(since=parse_since(SWEEP_LOOKBACK, default=timedelta(0)), sweep=sweep, states=running)
+        now_ms = int(time.time() * 1000)
+        found = [str(r["jobId"]) for r in list_jobs(state.batch, state.deployment(), wanted, now_ms=now_ms)]
+        if not found:
+            note(f"--sweep {sweep}: no unfinished job created in the last {SWEEP_LOOKBACK} has this sweep tag")
+        ids += found
+    if not ids and not sweep:
+        raise TrainctlError("cancel needs job ids, or --sweep TAG")
+    results = []
+    for job_id in dict.fromkeys(ids):
+        job, fleet = owned_job(state.batch, state.deployment(), job_id)
+        status_now = str(job.get("status"))
+        if status_now in DONE:
+            message = f"job {job_id} already ended {status_now}: nothing to cancel"
+        else:
+            state.batch.terminate_job(jobId=job_id, reason=TRAINCTL_CANCEL_REASON)
+            message = f"job {job_id} on fleet {fleet.name} ({status_now}) is being terminated"
+        results.append({"jobId": job_id, "status": status_now, "terminated": status_now not in DONE})
+        if not state.json:
+            typer.echo(message)
+    if state.json:
+        state.out(results[0] if len(results) == 1 and not sweep and len(ids) == 1 else results)
+
+
+@app.command(name="exec")
+@reports_errors
+def exec_(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help="A RUNNING job's id.")],
+    command: Annotated[
+        list[str] | None, typer.Argument(metavar="[-- CMD...]", help="Command to run (default: an interactive bash).")
+    ] = None,
+    node: Annotated[int, typer.Option(min=0, help="Which node (0 is the main node).")] = 0,
+) -> None:
+    """A shell (or a command) in one node's container, through ECS Exec and the Session Manager plugin."""
+    state = state_of(ctx)
+    plugin = shutil.which(ecs_exec.PLUGIN)
+    if plugin is None:
+        raise TrainctlError(ecs_exec.INSTALL_PLUGIN, ExitCode.USAGE)
+    job, fleet = owned_job(state.batch, state.deployment(), job_id)
+    environment = fleet_compute(state.batch, fleet).environment or {}
+    ecs = state.aws.client("ecs")
+    target = ecs_exec.resolve(state.batch, ecs, job, node, cluster=environment.get("ecsClusterArn"))
+    session = ecs_exec.start(ecs, target, shlex.join(command) if command else "/bin/bash")
+    argv = ecs_exec.plugin_argv(
+        plugin, session, target, region=state.aws.region, profile=state.aws.profile, endpoint=_endpoint(ecs)
+    )
+    note(f"node {node} of job {job_id}: {target.task} ({target.container}); exit the shell to end the session")
+    code = run_plugin(argv)
+    if code:
+        raise typer.Exit(code)
+
+
+def _endpoint(client: Any) -> str:
+    return str(client.meta.endpoint_url)
+
+
+def run_plugin(argv: list[str]) -> int:
+    """The plugin owns the terminal until the session ends (tests stand in for it)."""
+    return subprocess.call(argv)  # noqa: S603 - a fixed program found on PATH, no shell

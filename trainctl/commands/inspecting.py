@@ -1,0 +1,279 @@
+"""Commands that read jobs: jobs (ps), show, logs, why, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+from rich.table import Table
+
+from trainctl.checkpoints import checkpoint_location, list_checkpoints
+from trainctl.checkpoints import download as download_checkpoints
+from trainctl.commands import base
+from trainctl.commands.base import POLL_SECONDS, PollOption, app, console, note, reports_errors, state_of
+from trainctl.compute import fleet_compute
+from trainctl.cost import price_per_hour, usage_of
+from trainctl.display import human_duration, human_size, parse_since, styled_state, when
+from trainctl.jobs import DONE, describe_jobs, num_nodes, owned_job
+from trainctl.listing import JobFilter, list_jobs, parse_states
+from trainctl.logs import LogLine, StreamReader, interleave, node_streams, parse_nodes
+from trainctl.showing import node_rows
+from trainctl.why import explain
+
+# `jobs` lists jobs created this recently unless --since says otherwise.
+DEFAULT_SINCE = timedelta(days=7)
+
+
+# ----------------------------------------------------------------------------------------------- jobs
+@app.command()
+@reports_errors
+def jobs(
+    ctx: typer.Context,
+    fleet: Annotated[str | None, typer.Option(help="Only this fleet's queue.")] = None,
+    state_filter: Annotated[
+        list[str] | None, typer.Option("--state", metavar="STATE", help="RUNNING, FAILED, ... (repeatable, or a,b).")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(metavar="SPAN|DATE", help="Created since 30m, 12h, 7d, 2w or a date (default 7d).")
+    ] = None,
+    sweep: Annotated[str | None, typer.Option(metavar="TAG", help="Only the jobs of this sweep.")] = None,
+    name: Annotated[str | None, typer.Option(metavar="PREFIX", help="Only jobs whose name starts so.")] = None,
+    limit: Annotated[int, typer.Option(min=0, help="At most this many, newest first (0: all).")] = 50,
+) -> None:
+    """The deployment's jobs, newest first: state, nodes, start, duration, attempts, share, sweep, cost."""
+    state = state_of(ctx)
+    wanted = JobFilter(
+        since=parse_since(since, default=DEFAULT_SINCE),
+        fleet=fleet,
+        states=parse_states(state_filter or []),
+        sweep=sweep,
+        name_prefix=name,
+        limit=limit,
+    )
+    rows = list_jobs(state.batch, state.deployment(), wanted, now_ms=int(time.time() * 1000))
+    if state.json:
+        state.out(rows)
+        return
+    table = Table(title=f"Jobs created since {wanted.since:%Y-%m-%d %H:%M} UTC, newest first")
+    for column in ("job id", "name", "fleet", "state", "nodes", "started", "duration", "tries", "share", "sweep"):
+        table.add_column(column, no_wrap=column in ("job id", "state", "started"))
+    table.add_column("USD (est.)", justify="right")
+    for row in rows:
+        table.add_row(
+            str(row["jobId"]),
+            str(row["name"]),
+            row["fleet"],
+            styled_state(row["state"]),
+            str(row["nodes"]),
+            when(row["startedAt"]),
+            human_duration(row["duration_ms"]) if row["duration_ms"] is not None else "-",
+            str(row["attempts"]),
+            row["share"] or "-",
+            row["sweep"] or "-",
+            f"{row['usd_estimate']:,.2f}" if row["usd_estimate"] is not None else "-",
+        )
+    console().print(table)
+    if not rows:
+        note("no jobs match: widen --since (default 7d) or drop a filter")
+
+
+app.command(name="ps", help="Same as `jobs`.")(jobs)
+
+
+# ----------------------------------------------------------------------------------------------- show
+@app.command()
+@reports_errors
+def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")]) -> None:
+    """Everything about one job: each node's instance, AZ, state, exit code and reason per attempt, its log
+    streams, its checkpoints and its cost."""
+    state = state_of(ctx)
+    deployment = state.deployment()
+    job, fleet = owned_job(state.batch, deployment, job_id)
+    compute = fleet_compute(state.batch, fleet)
+    cluster = (compute.environment or {}).get("ecsClusterArn")
+    nodes = node_rows(state.batch, state.aws.client("ecs"), job, cluster, note)
+    usage = usage_of(job, fleet=fleet.name, instance_type=compute.instance_type or "unknown")
+    price = price_per_hour(usage.instance_type, {}) if usage else None
+    bucket, prefix = checkpoint_location(job, fleet, deployment)
+    files = list_checkpoints(state.aws.client("s3"), bucket, prefix)
+    result: dict[str, Any] = {
+        "jobId": job_id,
+        "name": job.get("jobName"),
+        "fleet": fleet.name,
+        "status": job.get("status"),
+        "statusReason": job.get("statusReason"),
+        "share": job.get("shareIdentifier"),
+        "tags": job.get("tags") or {},
+        "createdAt": job.get("createdAt"),
+        "startedAt": job.get("startedAt"),
+        "stoppedAt": job.get("stoppedAt"),
+        "numNodes": num_nodes(job),
+        "nodes": nodes,
+        "checkpoints": {"uri": f"s3://{bucket}/{prefix}", "files": len(files), "bytes": sum(f.size for f in files)},
+        "node_hours": round(usage.node_hours, 4) if usage else None,
+        "usd_estimate": round(usage.node_hours * price, 2) if usage and price is not None and job.get("status") in DONE
+        else None,
+    }  # fmt: skip
+    if state.json:
+        state.out(result)
+        return
+    out = console()
+    reason = f" ({result['statusReason']})" if result["statusReason"] else ""
+    out.print(f"{job_id} {result['name']} on fleet {fleet.name}: {styled_state(str(result['status']))}{reason}")
+    out.print(
+        f"created {when(result['createdAt'])}, started {when(result['startedAt'])}, "
+        f"stopped {when(result['stoppedAt'])}; share {result['share'] or '-'}; "
+        f"sweep {result['tags'].get('trainctl:sweep', '-')}"
+    )
+    table = Table(title=f"{result['numNodes']} nodes")
+    for column in ("node", "state", "attempt", "instance", "AZ", "exit", "reason", "log stream"):
+        table.add_column(column)
+    for row in nodes:
+        attempts = row["attempts"] or [{}]
+        for attempt in attempts:
+            table.add_row(
+                str(row["node"]),
+                styled_state(str(row["state"])),
+                str(attempt.get("attempt", "-")),
+                str(attempt.get("instance") or "-"),
+                str(attempt.get("az") or "-"),
+                str(attempt.get("exitCode") if attempt.get("exitCode") is not None else "-"),
+                str(attempt.get("reason") or "-"),
+                str(attempt.get("logStream") or "-"),
+            )
+    out.print(table)
+    checkpoints = result["checkpoints"]
+    out.print(f"checkpoints: {checkpoints['files']} files, {human_size(checkpoints['bytes'])} in {checkpoints['uri']}")
+    if usage is not None:
+        usd = f"~{result['usd_estimate']:,.2f} USD" if result["usd_estimate"] is not None else "no price"
+        out.print(f"cost: {usage.node_hours:.2f} node-hours of {usage.instance_type}, {usd} (estimate)")
+
+
+# ----------------------------------------------------------------------------------------------- logs
+@app.command()
+@reports_errors
+def logs(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")],
+    node: Annotated[str, typer.Option(metavar="all|0,2", help="Which nodes' streams.")] = "all",
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    timestamps: Annotated[bool, typer.Option("--timestamps", "-t", help="Each line with its UTC time.")] = False,
+    poll_seconds: PollOption = POLL_SECONDS / 3,
+) -> None:
+    """Every node's log stream, interleaved in time, each line prefixed [n0], [n1], ..."""
+    state = state_of(ctx)
+    job, fleet = owned_job(state.batch, state.deployment(), job_id)
+    chosen = parse_nodes(node, num_nodes(job))
+    logs_client = state.aws.client("logs")
+    readers = {s.node: StreamReader(logs_client, s) for s in node_streams(state.batch, job, chosen, fleet.log_group)}
+
+    def show_lines(lines: list[LogLine]) -> None:
+        for line in lines:
+            if state.json:
+                typer.echo(json.dumps({"node": line.node, "timestamp": line.timestamp, "message": line.message}))
+            elif timestamps:
+                stamp = datetime.fromtimestamp(line.timestamp / 1000, UTC).isoformat(timespec="milliseconds")
+                typer.echo(f"{stamp.replace('+00:00', 'Z')} {line.render()}")
+            else:
+                typer.echo(line.render())
+
+    show_lines(interleave(r.read() for r in readers.values()))
+    if not follow:
+        if all(r.source.stream is None for r in readers.values()):
+            note(f"no node of job {job_id} has a log stream yet (it is {job.get('status')})")
+        return
+    while job.get("status") not in DONE:
+        base.sleep(poll_seconds)
+        job = describe_jobs(state.batch, [job_id])[0]
+        waiting = [n for n, r in readers.items() if r.source.stream is None]
+        if waiting:
+            for stream in node_streams(state.batch, job, waiting, fleet.log_group):
+                readers[stream.node] = StreamReader(logs_client, stream)
+        show_lines(interleave(r.read() for r in readers.values()))
+
+
+# ----------------------------------------------------------------------------------------------- why
+@app.command()
+@reports_errors
+def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")]) -> None:
+    """Why a job is not running, in plain words."""
+    state = state_of(ctx)
+    job, fleet = owned_job(state.batch, state.deployment(), job_id)
+    compute = fleet_compute(state.batch, fleet)
+    explanation = explain(
+        job, queue=compute.queue, environment=compute.environment, instance=compute.instance, now=datetime.now(UTC)
+    )
+    if state.json:
+        state.out({"jobId": job_id, "fleet": fleet.name, "status": explanation.status, "reasons": explanation.reasons})
+        return
+    typer.echo(f"{job_id} ({job.get('jobName')}) on fleet {fleet.name}: {explanation.status}")
+    for reason in explanation.reasons:
+        typer.echo(f"- {reason}")
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+@app.command()
+@reports_errors
+def checkpoints(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")],
+    download: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="Copy the versions the manifests name into DIR/node-<i>/.", file_okay=False),
+    ] = None,
+) -> None:
+    """List (or download) per node the checkpoint files a training job's manifests name."""
+    state = state_of(ctx)
+    deployment = state.deployment()
+    job, fleet = owned_job(state.batch, deployment, job_id)
+    bucket, prefix = checkpoint_location(job, fleet, deployment)
+    s3 = state.aws.client("s3")
+    files = list_checkpoints(s3, bucket, prefix)
+    if not files:
+        note(
+            f"no checkpoint manifests under s3://{bucket}/{prefix} yet: the launcher uploads them while and after "
+            "the job runs"
+        )
+    if download is not None:
+        total = sum(f.size for f in files)
+        columns = (*Progress.get_default_columns()[:1], BarColumn(), DownloadColumn(binary_units=True),
+                   TransferSpeedColumn())  # fmt: skip
+        # On stderr, and only where it is a terminal (rich draws nothing otherwise).
+        with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task(f"{len(files)} files", total=total)
+            download_checkpoints(s3, bucket, prefix, files, download, lambda n: progress.advance(task, n))
+    rows: list[dict[str, Any]] = [
+        {
+            "node": f.node,
+            "file": f.name,
+            "bytes": f.size,
+            "modified": datetime.fromtimestamp(f.mtime_ns / 1e9, UTC).isoformat(timespec="seconds"),
+            "version_id": f.version_id,
+        }
+        for f in files
+    ]
+    if state.json:
+        copied_to = str(download) if download else None
+        state.out({"uri": f"s3://{bucket}/{prefix}", "files": rows, "downloaded_to": copied_to})
+        return
+    table = Table(title=f"s3://{bucket}/{prefix} (what each node's manifest names)")
+    for column in ("node", "file", "size", "modified", "version"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            str(row["node"]),
+            str(row["file"]),
+            human_size(int(row["bytes"])),
+            str(row["modified"]),
+            str(row["version_id"] or "-"),
+        )
+    console().print(table)
+    if download is not None:
+        size = human_size(sum(int(r["bytes"]) for r in rows))
+        typer.echo(f"{len(rows)} files ({size}) copied into {download}/node-<i>/")

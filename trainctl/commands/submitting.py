@@ -1,0 +1,245 @@
+"""Commands that start jobs: submit, run (a task file), sweep."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from trainctl.commands import base
+from trainctl.commands.base import POLL_SECONDS, PollOption, State, app, console, note, reports_errors, state_of
+from trainctl.compute import fleet_compute
+from trainctl.deployment import Fleet
+from trainctl.errors import ExitCode, TrainctlError
+from trainctl.jobs import watch as watch_job
+from trainctl.preflight import capacity, check_nodes, describe_definition, retry_with_attempts, with_image
+from trainctl.preflight import check_share as check_share_of
+from trainctl.requests import SWEEP_TAG, check_flags, grid_points, parse_env, parse_grid, point_name, submit_request
+from trainctl.taskfile import MAX_ATTEMPTS, Task, load_task, make_task
+
+# sweep asks before submitting more jobs than this (each one is a whole multi-node job).
+SWEEP_CAP = 20
+
+
+class JobKind(enum.StrEnum):
+    training = "training"
+    benchmark = "benchmark"
+
+
+def check_share(state: State, fleet: Fleet, share: str | None, *, new_share: bool) -> None:
+    queue = fleet_compute(state.batch, fleet).queue or {}
+    check_share_of(state.batch, fleet, queue, share, new_share=new_share)
+
+
+def _state_line(job: dict[str, Any]) -> str:
+    reason = f" ({job['statusReason']})" if job.get("statusReason") else ""
+    return f"{datetime.now(UTC).strftime('%H:%M:%S')} {job.get('jobId')} {job.get('status')}{reason}"
+
+
+def follow(state: State, job_id: str, poll_seconds: float) -> dict[str, Any]:
+    """Follow a job to its end, each change of state on stderr; a live spinner on a terminal."""
+    err = Console(stderr=True, highlight=False)
+    if not err.is_terminal:
+        return watch_job(state.batch, job_id, on_state=lambda j: note(_state_line(j)), poll_seconds=poll_seconds)
+    with err.status(f"{job_id}: submitted") as spinner:
+
+        def on_state(job: dict[str, Any]) -> None:
+            err.print(_state_line(job))
+            spinner.update(f"{job_id}: {job.get('status')}")
+
+        return watch_job(state.batch, job_id, on_state=on_state, poll_seconds=poll_seconds)
+
+
+def build_request(state: State, task: Task, *, new_share: bool, dry_run: bool) -> tuple[Fleet, dict[str, Any]]:
+    """The SubmitJob request for a task, after every refusal that needs no submission: the fleet's
+    capacity, the share, and (for another image) the job definition revision it needs."""
+    check_flags(name=task.name, timeout_seconds=task.timeout)
+    fleet = state.deployment().fleet(task.fleet)
+    deployed = fleet.training_definition if task.job == "training" else fleet.benchmark_definition
+    definition = describe_definition(state.batch, deployed)
+    compute = fleet_compute(state.batch, fleet)
+    nodes = task.nodes or int(definition.get("nodeProperties", {}).get("numNodes") or 1)
+    check_nodes(fleet, nodes, capacity(compute, definition))
+    check_share_of(state.batch, fleet, compute.queue or {}, task.share, new_share=new_share)
+    if task.image:
+        deployed = with_image(state.batch, definition, task.image, register=not dry_run)
+    request = submit_request(
+        name=task.name or f"{fleet.name}-{task.job}-{base.timestamp()}",
+        queue=fleet.job_queue,
+        definition=deployed,
+        nodes=task.nodes,
+        environment=task.env,
+        timeout_seconds=task.timeout,
+        share=task.share,
+        command=task.full_command(),
+        retry_strategy=retry_with_attempts(definition, task.attempts) if task.attempts else None,
+    )
+    return fleet, request
+
+
+def _submit_and_report(state: State, fleet: Fleet, request: dict[str, Any], *, watch: bool, poll: float) -> None:
+    job_id = str(state.batch.submit_job(**request)["jobId"])
+    if state.json and not watch:
+        state.out({"jobId": job_id, "jobName": request["jobName"], "fleet": fleet.name})
+    elif not state.json:
+        typer.echo(job_id)
+    if watch:
+        final = follow(state, job_id, poll)
+        if state.json:
+            state.out({"jobId": job_id, "status": final.get("status"), "statusReason": final.get("statusReason")})
+        if final.get("status") != "SUCCEEDED":
+            raise typer.Exit(int(ExitCode.JOB_FAILED))
+
+
+WatchOption = Annotated[bool, typer.Option("--watch", help="Follow the job's states; exit with its outcome.")]
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the exact SubmitJob request; submit nothing.")]
+NewShareOption = Annotated[
+    bool, typer.Option("--new-share", help="Allow a share identifier the queue's fair-share policy does not list.")
+]
+
+
+@app.command()
+@reports_errors
+def submit(
+    ctx: typer.Context,
+    fleet_name: Annotated[str, typer.Argument(metavar="FLEET", help="Fleet to run on (`trainctl status` lists them).")],
+    job: Annotated[
+        JobKind, typer.Option(help="Which job definition: the training job or the all-reduce benchmark.")
+    ] = (JobKind.training),
+    nodes: Annotated[int | None, typer.Option(min=1, help="Nodes (default: the job definition's).")] = None,
+    env: Annotated[
+        list[str] | None, typer.Option(metavar="K=V", help="Environment variable on every node; repeatable.")
+    ] = None,
+    timeout: Annotated[
+        int | None, typer.Option(metavar="S", help="Seconds an attempt may run (60 to 2147483647).")
+    ] = None,
+    share: Annotated[str | None, typer.Option(metavar="ID", help="Fair-share identifier (fair-share queues).")] = None,
+    name: Annotated[str | None, typer.Option(help="Job name (default: <fleet>-<job>-<UTC time>).")] = None,
+    command: Annotated[
+        str | None, typer.Option(metavar="CMD", help="Command on every node, after the launcher (shell words).")
+    ] = None,
+    no_launcher: Annotated[bool, typer.Option("--no-launcher", help="Run --command without the launcher.")] = False,
+    image: Annotated[
+        str | None, typer.Option(help="Another image (registers a job definition revision, see README).")
+    ] = None,
+    attempts: Annotated[
+        int | None, typer.Option(min=1, max=MAX_ATTEMPTS, help="Attempts (infrastructure failures only).")
+    ] = None,
+    new_share: NewShareOption = False,
+    watch: WatchOption = False,
+    dry_run: DryRunOption = False,
+    poll_seconds: PollOption = POLL_SECONDS,
+) -> None:
+    """Submit one multi-node job to a fleet's queue."""
+    state = state_of(ctx)
+    # The flags first: a typo is reported before any AWS call.
+    environment = parse_env(env or [])
+    check_flags(name=name, timeout_seconds=timeout)
+    task = _task(
+        fleet=fleet_name, job=job.value, nodes=nodes, name=name, command=command, launcher=not no_launcher,
+        image=image, env=environment, share=share, timeout=timeout, attempts=attempts,
+    )  # fmt: skip
+    fleet, request = build_request(state, task, new_share=new_share, dry_run=dry_run)
+    if dry_run:
+        state.out(request)
+        return
+    _submit_and_report(state, fleet, request, watch=watch, poll=poll_seconds)
+
+
+def _task(**fields: Any) -> Task:
+    """A Task from submit's options: the same checks as a task file's fields."""
+    return make_task({k: v for k, v in fields.items() if v is not None}, where="--")
+
+
+@app.command()
+@reports_errors
+def run(
+    ctx: typer.Context,
+    task_file: Annotated[Path, typer.Argument(metavar="TASK.yaml", help="The job, described in a YAML file.")],
+    new_share: NewShareOption = False,
+    watch: WatchOption = False,
+    dry_run: DryRunOption = False,
+    poll_seconds: PollOption = POLL_SECONDS,
+) -> None:
+    """Submit the job a task file describes: fleet (required), job, nodes, name, command, launcher, image,
+    env, share, timeout, attempts (README, "Task files")."""
+    state = state_of(ctx)
+    fleet, request = build_request(state, load_task(task_file), new_share=new_share, dry_run=dry_run)
+    if dry_run:
+        state.out(request)
+        return
+    _submit_and_report(state, fleet, request, watch=watch, poll=poll_seconds)
+
+
+@app.command()
+@reports_errors
+def sweep(
+    ctx: typer.Context,
+    fleet_name: Annotated[str, typer.Argument(metavar="FLEET", help="Fleet to run on.")],
+    grid: Annotated[
+        list[str], typer.Option(metavar="K=v1,v2", help="An environment variable and its values; repeatable.")
+    ],
+    share: Annotated[str | None, typer.Option(metavar="ID", help="Fair-share identifier for every job.")] = None,
+    new_share: NewShareOption = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help=f"Submit more than {SWEEP_CAP} jobs without asking.")] = (
+        False
+    ),
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the SubmitJob requests and submit nothing.")
+    ] = False,
+) -> None:
+    """One multi-node training job per point of the grid, named after the point, tagged with one sweep id.
+
+    Not an array job: AWS documents array jobs only as collections of single-node child jobs.
+    """
+    state = state_of(ctx)
+    points = grid_points(parse_grid(grid))
+    fleet, template = build_request(
+        state, make_task({"fleet": fleet_name, "share": share}, where="--"), new_share=new_share, dry_run=dry_run
+    )
+    sweep_id = f"{fleet.name}-{base.timestamp()}"
+    requests = [
+        submit_request(
+            name=point_name(fleet.name, point),
+            queue=fleet.job_queue,
+            definition=template["jobDefinition"],
+            environment=point,
+            share=share,
+            tags={SWEEP_TAG: sweep_id},
+        )
+        for point in points
+    ]
+    if dry_run:
+        state.out(requests)
+        return
+    if len(requests) > SWEEP_CAP and not yes:
+        question = f"Submit {len(requests)} multi-node jobs to fleet {fleet.name}?"
+        if not sys.stdin.isatty():
+            raise TrainctlError(
+                f"sweep of {len(requests)} jobs is over {SWEEP_CAP}: pass --yes to submit them all (or --dry-run)"
+            )
+        if not typer.confirm(question):
+            raise typer.Exit(int(ExitCode.USAGE))
+    submitted = []
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task_id = progress.add_task(f"sweep {sweep_id}", total=len(requests))
+        for request in requests:
+            job_id = str(state.batch.submit_job(**request)["jobId"])
+            submitted.append({"jobName": request["jobName"], "jobId": job_id})
+            progress.advance(task_id)
+    if state.json:
+        state.out({"sweep": sweep_id, "jobs": submitted})
+        return
+    table = Table(title=f"sweep {sweep_id} (tag {SWEEP_TAG}): `trainctl jobs --sweep {sweep_id}`")
+    table.add_column("job name")
+    table.add_column("job id")
+    for row in submitted:
+        table.add_row(row["jobName"], row["jobId"])
+    console().print(table)

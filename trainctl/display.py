@@ -1,0 +1,75 @@
+"""How trainctl writes things for people: job states in colour, sizes and durations in human units,
+and `--since` as a date or a span back from now (7d, 12h, 30m, 2w)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from trainctl.errors import TrainctlError
+
+# Rich styles per Batch job state (API JobDetail, status).
+STATE_STYLES = {
+    "SUBMITTED": "dim",
+    "PENDING": "dim",
+    "RUNNABLE": "yellow",
+    "STARTING": "cyan",
+    "RUNNING": "bold cyan",
+    "SUCCEEDED": "green",
+    "FAILED": "bold red",
+}
+_SPAN = re.compile(r"^(\d+)\s*([mhdw])$")
+_SPAN_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def styled_state(state: str) -> str:
+    """Rich markup for a state; rich drops the colour where the output is not a terminal."""
+    style = STATE_STYLES.get(state)
+    return f"[{style}]{state}[/]" if style else state
+
+
+def human_size(size: float) -> str:
+    """Bytes in binary units: 512 B, 1.5 KiB, 3.2 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_duration(milliseconds: int) -> str:
+    """3d 4h, 2h 05m, 7m 12s, 40s."""
+    seconds = max(0, milliseconds // 1000)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {seconds:02d}s"
+    return f"{seconds}s"
+
+
+def when(milliseconds: int | None) -> str:
+    if not milliseconds:
+        return "-"
+    return datetime.fromtimestamp(milliseconds / 1000, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def parse_since(text: str | None, *, default: timedelta, now: datetime | None = None) -> datetime:
+    """`--since`: a span back from now (30m, 12h, 7d, 2w) or a date / date-time (UTC unless it says)."""
+    now = now or datetime.now(UTC)
+    if text is None:
+        return now - default
+    span = _SPAN.match(text.strip().lower())
+    if span:
+        return now - timedelta(**{_SPAN_UNITS[span.group(2)]: int(span.group(1))})
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise TrainctlError(
+            f"--since {text!r}: give a span back from now (30m, 12h, 7d, 2w) or a date YYYY-MM-DD"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

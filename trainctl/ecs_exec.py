@@ -1,0 +1,98 @@
+"""`trainctl exec`: a shell or a command in one node's container through ECS Exec.
+
+Batch runs each node of a multi-node job as an ECS task; DescribeJobs on the node job `<id>#<n>` names
+its task, and the task ARN its cluster (`arn:aws:ecs:<region>:<account>:task/<cluster>/<id>`). ECS
+ExecuteCommand opens the session and the Session Manager plugin on this machine carries it, with the
+arguments the AWS CLI's `ecs execute-command` gives it: the session, the region, "StartSession", the
+profile, {"Target": "ecs:<cluster>_<task id>_<container runtime id>"} and the ECS endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from trainctl.aws import aws_errors
+from trainctl.errors import TrainctlError
+from trainctl.showing import cluster_of_task, node_jobs
+
+PLUGIN = "session-manager-plugin"
+INSTALL_PLUGIN = (
+    "the Session Manager plugin is not installed: install it (macOS: brew install --cask session-manager-plugin; "
+    "Linux: AWS's .deb/.rpm, Systems Manager user guide, 'Install the Session Manager plugin')"
+)
+
+
+@dataclass(frozen=True)
+class ExecTarget:
+    cluster: str
+    task: str
+    container: str
+    runtime_id: str
+
+    @property
+    def ssm_target(self) -> str:
+        cluster_name = self.cluster.rsplit("/", 1)[-1]
+        task_id = self.task.rsplit("/", 1)[-1]
+        return f"ecs:{cluster_name}_{task_id}_{self.runtime_id}"
+
+
+def _cluster_of(task_arn: str, fallback: str | None) -> str:
+    cluster = cluster_of_task(task_arn) or fallback
+    if not cluster:
+        raise TrainctlError(f"cannot tell the ECS cluster of task {task_arn}")
+    return cluster
+
+
+def resolve(batch: Any, ecs: Any, job: dict[str, Any], node: int, *, cluster: str | None) -> ExecTarget:
+    """The ECS task, cluster and container of one node of a RUNNING job."""
+    job_id = str(job["jobId"])
+    if job.get("status") != "RUNNING":
+        raise TrainctlError(f"job {job_id} is {job.get('status')}: exec needs a RUNNING job")
+    nodes = node_jobs(batch, job)
+    if node not in nodes:
+        raise TrainctlError(f"--node {node}: job {job_id} has nodes 0..{max(nodes) if nodes else 0}")
+    node_job = nodes[node]
+    task_arn = (node_job.get("container") or {}).get("taskArn")
+    if node_job.get("status") != "RUNNING" or not task_arn:
+        raise TrainctlError(f"node {node} of job {job_id} is {node_job.get('status')}: it has no running container")
+    task_cluster = _cluster_of(str(task_arn), cluster)
+    with aws_errors():
+        tasks = ecs.describe_tasks(cluster=task_cluster, tasks=[task_arn]).get("tasks", [])
+    if not tasks:
+        raise TrainctlError(f"ECS does not know task {task_arn} of node {node} any more: the node has stopped")
+    task = tasks[0]
+    if not task.get("enableExecuteCommand"):
+        raise TrainctlError(
+            f"node {node}'s task was started without ECS Exec: the job definition does not enable it "
+            "(deployed with -c ecsExec=false, or before trainctl exec existed): redeploy and resubmit"
+        )
+    containers = task.get("containers") or []
+    if not containers or not containers[0].get("runtimeId"):
+        raise TrainctlError(f"node {node}'s container is not running yet: try again in a minute")
+    return ExecTarget(str(task.get("clusterArn") or task_cluster), str(task_arn), containers[0]["name"],
+                      str(containers[0]["runtimeId"]))  # fmt: skip
+
+
+def start(ecs: Any, target: ExecTarget, command: str) -> dict[str, Any]:
+    """ECS ExecuteCommand; only interactive sessions exist (API ExecuteCommand, interactive)."""
+    with aws_errors():
+        response = ecs.execute_command(
+            cluster=target.cluster, task=target.task, container=target.container, command=command, interactive=True
+        )
+    return dict(response["session"])
+
+
+def plugin_argv(
+    plugin: str, session: dict[str, Any], target: ExecTarget, *, region: str, profile: str | None, endpoint: str
+) -> list[str]:
+    return [
+        plugin,
+        json.dumps(session),
+        region,
+        "StartSession",
+        profile or "",
+        json.dumps({"Target": target.ssm_target}),
+        endpoint,
+    ]

@@ -1,0 +1,136 @@
+"""What is refused before SubmitJob because it could never run: more nodes than the fleet's compute
+environment holds, a share identifier the queue's fair-share policy does not know, and what a job
+definition revision with another image needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainctl.aws import aws_errors
+from trainctl.compute import FleetCompute
+from trainctl.deployment import Fleet
+from trainctl.errors import TrainctlError
+from trainctl.jobs import node_requirements
+
+# Tags on a job definition revision trainctl registered for another image.
+MANAGED_TAG = "trainctl:managed"
+DERIVED_TAG = "trainctl:derived-from"
+DERIVED_SUFFIX = "-trainctl"
+
+
+def describe_definition(batch: Any, arn: str) -> dict[str, Any]:
+    with aws_errors():
+        found = batch.describe_job_definitions(jobDefinitions=[arn]).get("jobDefinitions", [])
+    if not found:
+        raise TrainctlError(f"job definition {arn} is not in Batch: redeploy the jobs stack (`make deploy`)")
+    return dict(found[0])
+
+
+@dataclass(frozen=True)
+class Capacity:
+    nodes: int
+    max_vcpus: int
+    vcpus_per_node: int
+
+
+def capacity(compute: FleetCompute, definition: dict[str, Any]) -> Capacity | None:
+    """How many nodes the fleet can ever run at once: the compute environment's maxvCpus over one
+    node's vCPUs. A node takes a whole instance (multi-node parallel nodes are single-tenant: Batch
+    user guide, multi-node parallel jobs), so a node counts at least its instance type's vCPUs."""
+    environment = compute.environment or {}
+    max_vcpus = int(environment.get("computeResources", {}).get("maxvCpus", 0))
+    asked = node_requirements(definition).get("VCPU", 0)
+    per_node = max(asked, compute.instance.vcpus if compute.instance else 0)
+    if not max_vcpus or not per_node:
+        return None
+    return Capacity(max_vcpus // per_node, max_vcpus, per_node)
+
+
+def check_nodes(fleet: Fleet, nodes: int, room: Capacity | None, *, flag: str = "--nodes") -> None:
+    if room is not None and nodes > room.nodes:
+        raise TrainctlError(
+            f"{flag} {nodes}: fleet {fleet.name} holds at most {room.nodes} nodes ({room.max_vcpus} vCPUs, "
+            f"{room.vcpus_per_node} per node), so the job could never start; pass {flag} {room.nodes} or fewer "
+            "or deploy a larger maxNodes"
+        )
+
+
+def share_identifiers(batch: Any, policy_arn: str) -> list[str]:
+    with aws_errors():
+        policies = batch.describe_scheduling_policies(arns=[policy_arn]).get("schedulingPolicies", [])
+    distribution = (policies[0].get("fairsharePolicy") or {}).get("shareDistribution", []) if policies else []
+    return [str(d["shareIdentifier"]) for d in distribution]
+
+
+def known_share(share: str, identifiers: list[str]) -> bool:
+    """An identifier ending in * covers every share that starts with what precedes it (API ShareAttributes)."""
+    return any(share == i or (i.endswith("*") and share.startswith(i[:-1])) for i in identifiers)
+
+
+def check_share(batch: Any, fleet: Fleet, queue: dict[str, Any], share: str | None, *, new_share: bool) -> None:
+    """A fair-share queue refuses jobs without a share identifier; a FIFO queue takes none; an identifier
+    the policy does not list would quietly become a new share (weight 1) unless --new-share says so."""
+    policy = queue.get("schedulingPolicyArn")
+    if policy and share is None:
+        raise TrainctlError(
+            f"fleet {fleet.name}'s queue uses fair share: pass --share ID (a deployed share identifier)"
+        )
+    if not policy and share is not None:
+        raise TrainctlError(
+            f"fleet {fleet.name}'s queue is first in, first out: drop --share "
+            "(deploy with -c shares=... for fair share)"
+        )
+    if policy and share is not None and not new_share:
+        identifiers = share_identifiers(batch, str(policy))
+        if identifiers and not known_share(share, identifiers):
+            raise TrainctlError(
+                f"--share {share}: fleet {fleet.name}'s fair-share policy lists {', '.join(identifiers)}; "
+                "pass one of them, or --new-share to start a new share"
+            )
+
+
+def retry_with_attempts(definition: dict[str, Any], attempts: int) -> dict[str, Any]:
+    """SubmitJob's retryStrategy replaces the definition's whole strategy (API SubmitJob, retryStrategy):
+    keep its evaluateOnExit rules so that application errors still stop at once."""
+    strategy = dict(definition.get("retryStrategy") or {})
+    strategy["attempts"] = attempts
+    return strategy
+
+
+def with_image(batch: Any, definition: dict[str, Any], image: str, *, register: bool = True) -> str:
+    """The ARN of a revision of `<deployed name>-trainctl` that is the deployed definition with another
+    image: an existing ACTIVE one derived from the same revision with the same image, else a new one.
+    CloudFormation does not know this family: a deploy neither changes nor deletes it. Without
+    `register` (a dry run), a revision that would be new is described instead of registered."""
+    source = str(definition["jobDefinitionArn"])
+    family = f"{definition['jobDefinitionName']}{DERIVED_SUFFIX}"[:128]
+    with aws_errors():
+        pages = batch.get_paginator("describe_job_definitions").paginate(jobDefinitionName=family, status="ACTIVE")
+        for page in pages:
+            for existing in page.get("jobDefinitions", []):
+                tags = existing.get("tags") or {}
+                if tags.get(DERIVED_TAG) == source and _images(existing) == {image}:
+                    return str(existing["jobDefinitionArn"])
+    if not register:
+        return f"(a new revision of {family}: {source} with image {image})"
+    node_properties = dict(definition["nodeProperties"])
+    node_properties["nodeRangeProperties"] = [
+        {**r, "container": {**r.get("container", {}), "image": image}} for r in node_properties["nodeRangeProperties"]
+    ]
+    request: dict[str, Any] = {
+        "jobDefinitionName": family,
+        "type": definition.get("type", "multinode"),
+        "nodeProperties": node_properties,
+        "tags": {MANAGED_TAG: "true", DERIVED_TAG: source},
+    }
+    for key in ("parameters", "retryStrategy", "timeout", "propagateTags", "platformCapabilities"):
+        if definition.get(key) is not None:
+            request[key] = definition[key]
+    with aws_errors():
+        return str(batch.register_job_definition(**request)["jobDefinitionArn"])
+
+
+def _images(definition: dict[str, Any]) -> set[str]:
+    ranges = definition.get("nodeProperties", {}).get("nodeRangeProperties", [])
+    return {str(r.get("container", {}).get("image")) for r in ranges}

@@ -1,0 +1,110 @@
+"""`trainctl run TASK.yaml`: a job described in a file, checked field by field before anything is asked
+of AWS. Every field is also an option of `submit`; an unknown field (a typo) is refused with the field
+it most resembles."""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+
+from trainctl.errors import TrainctlError
+from trainctl.requests import ENV_NAME, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, RESERVED_ENV_PREFIX
+
+# The launcher every job definition runs its script through (training_constructs/workloads.py
+# LAUNCHER; a test keeps the two equal): torchrun / neuron rendezvous across the nodes.
+LAUNCHER = "/opt/training/distributed_run.sh"
+# Batch retry strategy: 1..10 attempts (API RetryStrategy, attempts).
+MAX_ATTEMPTS = 10
+# MNP jobs: at most 1,000 nodes (Batch user guide, multi-node parallel jobs).
+MAX_NODES = 1000
+
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")]
+
+
+class Task(BaseModel):
+    """One multi-node job. Only `fleet` is required."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fleet: str
+    job: Literal["training", "benchmark"] = "training"
+    nodes: int | None = Field(None, ge=1, le=MAX_NODES)
+    name: Name | None = None
+    # A string is split as a shell would; a list is taken as it is.
+    command: list[str] | None = None
+    # False: the command runs as given, without the launcher in front.
+    launcher: bool = True
+    image: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^\S+$")] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    share: str | None = None
+    timeout: int | None = Field(None, ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS)
+    attempts: int | None = Field(None, ge=1, le=MAX_ATTEMPTS)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return shlex.split(value)
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for name in value:
+                if not isinstance(name, str) or not ENV_NAME.match(name):
+                    raise ValueError(f"{name!r} is not a shell variable name")
+                if name.startswith(RESERVED_ENV_PREFIX):
+                    raise ValueError(f"{name}: names starting with {RESERVED_ENV_PREFIX} are reserved for Batch")
+            # YAML reads 1000 as a number and true as a boolean; the environment is text.
+            return {k: v if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
+                    for k, v in value.items()}  # fmt: skip
+        return value
+
+    def full_command(self) -> list[str] | None:
+        if self.command is None:
+            return None
+        return [LAUNCHER, *self.command] if self.launcher else list(self.command)
+
+
+FIELDS = tuple(Task.model_fields)
+
+
+def load_task(path: Path) -> Task:
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise TrainctlError(f"{path}: cannot read it ({error.strerror or error})") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise TrainctlError(f"{path}: not valid YAML{where}") from None
+    if not isinstance(document, dict):
+        raise TrainctlError(f"{path}: a task file is a mapping of fields ({', '.join(FIELDS)})")
+    return make_task(document, where=f"{path}: field ")
+
+
+def make_task(fields: dict[str, Any], *, where: str) -> Task:
+    """A Task, or one line naming the first bad field (`where` + its name: "task.yaml: field " or "--")."""
+    try:
+        return Task.model_validate(fields)
+    except ValidationError as error:
+        raise TrainctlError(_first_problem(error, where)) from None
+
+
+def _first_problem(error: ValidationError, where: str) -> str:
+    first = error.errors()[0]
+    field = where + (".".join(str(part) for part in first["loc"]) or "(file)")
+    if first["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(first["loc"][0]), FIELDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f" (fields: {', '.join(FIELDS)})"
+        return f"{field}: unknown{hint}"
+    if first["type"] == "missing":
+        return f"{field} is required"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return f"{field}: {message} (given {first.get('input')!r})"[:200]
