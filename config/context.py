@@ -539,6 +539,8 @@ def _health_check_schedule(raw: str) -> HealthCheckSchedule | None:
     text = raw.strip()
     if not text:
         return None
+    if len(text) > limits.MAX_SCHEDULE_EXPRESSION:
+        raise _fail("healthCheckSchedule", raw, f"longer than {limits.MAX_SCHEDULE_EXPRESSION} characters")
     rate = re.fullmatch(r"rate\((?P<n>[1-9]\d*) (?P<unit>minute|hour|day)(?P<plural>s?)\)", text)
     if rate:
         if (rate["n"] == "1") == bool(rate["plural"]):

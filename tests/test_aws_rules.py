@@ -5,7 +5,10 @@ table, instance types against botocore's EC2 model, image names as Batch takes t
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -71,6 +74,7 @@ BAD_VALUES: list[tuple[dict[str, Any], str | None, str]] = [
     ({"healthCheckSchedule": "rate(0 hours)"}, None, "not a rate(...) or six-field cron(...)"),
     ({"healthCheckSchedule": "rate(1.5 hours)"}, None, "not a rate(...) or six-field cron(...)"),
     ({"healthCheckSchedule": "rate(2 weeks)"}, None, "not a rate(...) or six-field cron(...)"),
+    ({"healthCheckSchedule": "cron(" + ",".join(["5"] * 130) + " 3 * * ? *)"}, None, "longer than 256"),
     ({"gpuImage": "Ubuntu:22.04"}, None, "malformed"),
     ({"gpuImage": "ubuntu:"}, None, "malformed"),
     ({"gpuImage": "ubuntu@sha256:1234"}, None, "malformed"),
@@ -203,3 +207,20 @@ def test_instance_types_come_from_a_cache_file_after_the_first_read(tmp_path, mo
         assert instance_types.ec2_instance_types() == first
     finally:
         instance_types.ec2_instance_types.cache_clear()
+
+
+def test_a_warm_cache_keeps_botocore_out_of_the_synth(tmp_path):
+    """Importing botocore costs about half a second; with the cache file in place, reading the
+    context (the head node check included) must not import it (issue 32: under ~50 ms)."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    probe = (
+        "import sys, time; from config.context import read_settings; t = time.perf_counter(); "
+        "read_settings({'pclusterHeadNodeInstanceType': 'c7i.2xlarge'}); "
+        "print('botocore' in sys.modules, round((time.perf_counter() - t) * 1000))"
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+        for _ in range(2)
+    ]
+    assert runs[0].stdout.split()[0] == "True"  # the first run loads the model and writes the cache
+    assert runs[1].stdout.split()[0] == "False", runs[1].stdout
