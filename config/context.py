@@ -348,16 +348,18 @@ def check_keys(context: Mapping[str, Any]) -> None:
 
 def _instance(path: str, name: str, allowed: tuple[str, ...], family: str) -> InstanceSpec:
     spec = CATALOG.get(name)
+    if spec is not None and spec.efa_supported and name in allowed:
+        return spec
     listed = ", ".join(allowed)
     # A short list in full; otherwise the closest names and where the catalog is.
     choices = listed if len(listed) <= 60 else refusals.did_you_mean(name, allowed, "README, Instance catalog")
     if spec is None:
-        raise _fail(path, name, "not in the instance catalog", f"{family} types; {choices}")
-    if not spec.efa_supported:
-        raise _fail(path, name, "has no EFA (multi-node training needs it)", f"{family} types; {choices}")
-    if name not in allowed:
-        raise _fail(path, name, f"a {spec.accelerator_kind} type, not {family}", f"{family} types; {choices}")
-    return spec
+        problem = "not in the instance catalog"
+    elif not spec.efa_supported:
+        problem = "has no EFA (multi-node training needs it)"
+    else:
+        problem = f"a {spec.accelerator_kind} type, not {family}"
+    raise _fail(path, name, problem, f"{family} types; {choices}")
 
 
 def _fleet(
