@@ -18,8 +18,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, create_model
 
-from config import limits
+from config import limits, refusals, schedule_rules, zones
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec, Profile, types_for
+from config.instance_types import botocore_version, ec2_instance_types
 from config.settings import (
     FLEET_ID_SUFFIXES,
     RESERVED_CONSTRUCT_IDS,
@@ -87,10 +88,10 @@ def _json_object(value: Any) -> Any:
     return value
 
 
-def _pattern(regex: str) -> Any:
+def _pattern(regex: str, max_length: int | None = None) -> Any:
     """An optional string of this shape; an empty string counts as not given."""
     return Annotated[
-        Annotated[str, StringConstraints(pattern=regex)] | None,
+        Annotated[str, StringConstraints(pattern=regex, max_length=max_length)] | None,
         BeforeValidator(lambda v: None if v in ("", None) else v),
     ]
 
@@ -99,9 +100,18 @@ Int = Annotated[int, BeforeValidator(_int)]
 Bool = Annotated[bool, BeforeValidator(_bool)]
 Reservation = _pattern(r"^cr-[0-9a-f]{17}$")
 ReservationType = Literal["odcr", "capacity-block"]
-Az = _pattern(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+Az = _pattern(r"^[a-z]{2,4}(-[a-z]+)+-\d[a-z]$")
+# An image reference as Batch and Docker take it (distribution/reference grammar): an optional
+# registry host (a dot or a port, or localhost), path components of lower-case letters and digits
+# joined by . _ __ or dashes, then an optional tag and an optional sha256 digest. Docker Hub short
+# names (ubuntu:22.04, library/ubuntu, user/repo:tag) included; Batch takes up to 255 characters
+# (API ContainerProperties.image).
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST = r"(?:localhost(?::\d+)?|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+(?::\d+)?|[A-Za-z0-9-]+:\d+)"
 Image = _pattern(
-    r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})$"
+    rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$",
+    max_length=255,
 )
 Ami = _pattern(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 # An IPv4 CIDR or a managed prefix list id.
@@ -112,7 +122,7 @@ KeyName = _pattern(r"^[\x20-\x7e]{1,255}$")
 Email = _pattern(r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")
 # Secrets Manager CreateSecret Name: 1..512 of letters, digits and /_+=.@- (API reference).
 SecretName = _pattern(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
-_IMAGE_TEXT = "an image URI (registry/repository:tag or @sha256:digest)"
+_IMAGE_TEXT = "an image as Batch takes it: ubuntu:22.04, user/repo:tag, registry/repo:tag or @sha256:digest"
 _RESERVATION_TEXT = "cr- followed by 17 hex digits"
 
 
@@ -281,10 +291,15 @@ KEYS: dict[str, ContextKey] = {
     for f in sorted(Context.model_fields.values(), key=lambda f: f.alias.lower())
 }
 _FLEET_FIELDS = {f.alias: f.json_schema_extra["allowed"] for f in FleetModel.model_fields.values()}
+_SHORT_ALLOWED = refusals.SHORT_ALLOWED | {
+    "interfaceEndpoints": refusals.SHORT_ALLOWED["interfaceEndpoints"] + ", ".join(limits.INTERFACE_ENDPOINTS),
+    "instanceType": refusals.CATALOG_TYPES,
+}
 _PROBLEMS = {
     "greater_than_equal": "below {ge}",
     "less_than_equal": "above {le}",
     "string_pattern_mismatch": "malformed",
+    "string_too_long": "longer than {max_length} characters",
     "literal_error": "not a known option",
     "extra_forbidden": "unknown field",
     "missing": "required",
@@ -296,10 +311,18 @@ _PROBLEMS = {
 
 def _fail(path: str, value: Any, problem: str, allowed: str | None = None) -> ConfigError:
     if allowed is None:
-        parts = path.split(".")
-        # A top-level key, a fleet (fleets.<name>) or one of its fields (fleets.<name>.<field>).
-        allowed = KEYS[parts[0]].allowed if len(parts) < 3 else _FLEET_FIELDS.get(parts[2], ", ".join(_FLEET_FIELDS))
-    return ConfigError(f"context key {path}={value!r}: {problem}; allowed: {allowed}")
+        allowed = _allowed(path)
+    return ConfigError(f"context key {path}={refusals.shown(value)}: {problem}; allowed: {allowed}")
+
+
+def _allowed(path: str) -> str:
+    """What a refusal says is allowed: the key's own text, or a short one where that is a long list."""
+    parts = path.split(".")
+    # A top-level key, a fleet (fleets.<name>) or one of its fields (fleets.<name>.<field>).
+    name = parts[0] if len(parts) < 3 else parts[2]
+    if name in _SHORT_ALLOWED:
+        return _SHORT_ALLOWED[name]
+    return KEYS[name].allowed if len(parts) < 3 else _FLEET_FIELDS.get(name, ", ".join(_FLEET_FIELDS))
 
 
 def _from_pydantic(error: ValidationError, given: Mapping[str, Any]) -> ConfigError:
@@ -311,7 +334,7 @@ def _from_pydantic(error: ValidationError, given: Mapping[str, Any]) -> ConfigEr
     if first["type"] == "extra_forbidden":
         return _fail(path, first["input"], "unknown field", "fields " + ", ".join(_FLEET_FIELDS))
     if first["type"] == "missing":
-        return ConfigError(f"context key {path}: required; allowed: {_FLEET_FIELDS.get(path.split('.')[-1], '')}")
+        return ConfigError(f"context key {path}: required; allowed: {_allowed(path)}")
     return _fail(path, first["input"], (problem or first["msg"]).format(**first.get("ctx", {})))
 
 
@@ -322,19 +345,24 @@ def check_keys(context: Mapping[str, Any]) -> None:
         if name in KEYS or not re.match(r"^[A-Za-z][A-Za-z0-9]*$", name):
             continue  # namespaced keys (feature flags, aws:cdk:*) belong to CDK
         guess = known.get(name.lower()) or next(iter(difflib.get_close_matches(name, KEYS, n=1, cutoff=0.75)), None)
-        hint = f"did you mean {guess}?" if guess else "known keys: " + ", ".join(KEYS)
+        hint = f"did you mean {guess}?" if guess else refusals.did_you_mean(name, KEYS, "README, Context keys")
         raise ConfigError(f"unknown context key {name!r}: {hint}")
 
 
 def _instance(path: str, name: str, allowed: tuple[str, ...], family: str) -> InstanceSpec:
     spec = CATALOG.get(name)
+    if spec is not None and spec.efa_supported and name in allowed:
+        return spec
+    listed = ", ".join(allowed)
+    # A short list in full; otherwise the closest names and where the catalog is.
+    choices = listed if len(listed) <= 60 else refusals.did_you_mean(name, allowed, "README, Instance catalog")
     if spec is None:
-        raise _fail(path, name, f"{name} is not in the instance catalog")
-    if not spec.efa_supported:
-        raise _fail(path, name, f"{name} has no EFA (multi-node training needs it)")
-    if name not in allowed:
-        raise _fail(path, name, f"{name} is a {spec.accelerator_kind} type, not {family}")
-    return spec
+        problem = "not in the instance catalog"
+    elif not spec.efa_supported:
+        problem = "has no EFA (multi-node training needs it)"
+    else:
+        problem = f"a {spec.accelerator_kind} type, not {family}"
+    raise _fail(path, name, problem, f"{family} types; {choices}")
 
 
 def _fleet(
@@ -348,8 +376,7 @@ def _fleet(
         problem = f"needs {path('capacityReservationId')}, the block's cr- id"
         raise _fail(path("capacityReservationType"), model.capacity_reservation_type, problem)
     az = model.availability_zone
-    if az and region and not az.startswith(region):
-        raise _fail(path("availabilityZone"), az, f"is not in the stack's region {region}")
+    _check_az(path("availabilityZone"), az, region)
     if model.ami_id and instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
         problem = "GPU fleets take AWS's current ECS GPU AMI through Batch (README, Changing a deployed fleet)"
         raise _fail(path("amiId"), model.ami_id, problem)
@@ -368,6 +395,12 @@ def _fleet(
     )
 
 
+def _check_az(path: str, az: str | None, region: str | None) -> None:
+    found = az and zones.az_problem(az, region)
+    if found:
+        raise _fail(path, az, *found)
+
+
 def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[FleetSettings, ...]:
     if ctx.fleets is not None:
         flat = next((k for k in FLAT_FLEET_KEYS if k in given), None)
@@ -383,7 +416,7 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
                 raise _fail("fleets", name, "a fleet name is a letter, then up to 31 letters and digits")
             if fleet_construct_id(name).lower() in _RESERVED:
                 problem = f"{name!r} is taken by the stacks' own {_RESERVED[name.lower()]!r}"
-                allowed = "a fleet name other than (in any case) " + ", ".join(sorted(RESERVED_CONSTRUCT_IDS))
+                allowed = "a fleet name that is not one of the stacks' own ids (in any case)"
                 raise _fail("fleets", name, problem, allowed)
             if name.lower() in seen:
                 raise _fail("fleets", name, f"names {seen[name.lower()]!r} and {name!r} differ only in case")
@@ -417,21 +450,17 @@ def _check_fleet_ids(names: tuple[str, ...]) -> None:
     for name in names:
         for suffix in FLEET_ID_SUFFIXES:
             child = fleet_construct_id(name) + suffix
-            other, other_suffix = claimed.setdefault(child.lower(), (name, suffix))
+            other, _ = claimed.setdefault(child.lower(), (name, suffix))
             if other != name:
-                first, second = (other, other_suffix), (name, suffix)
-                how = " and ".join(f"{f!r}{' + ' + repr(s) if s else ''}" for f, s in (first, second))
-                problem = f"fleets {other!r} and {name!r} both make the construct id {child!r} ({how})"
-                allowed = "fleet names none of which is another's plus " + ", ".join(s for s in FLEET_ID_SUFFIXES if s)
-                raise _fail("fleets", name, problem, allowed)
+                problem = f"fleets {other!r} and {name!r} both make the construct id {child!r}"
+                raise _fail("fleets", name, problem, "another name for one of them")
 
 
 def _network(
     ctx: Any, fleets: tuple[FleetSettings, ...], cluster: ParallelClusterSettings, region: str | None
 ) -> NetworkSettings:
     az = ctx.availability_zone
-    if az and region and not az.startswith(region):
-        raise _fail("availabilityZone", az, f"is not in the stack's region {region}")
+    _check_az("availabilityZone", az, region)
     if ctx.nat_gateways > 2:
         raise _fail("natGateways", ctx.nat_gateways, "out of range 1..2 (one per public subnet)")
     named = tuple(dict.fromkeys(f.availability_zone for f in fleets if f.availability_zone not in (None, az)))
@@ -439,11 +468,10 @@ def _network(
     blocks = len({f.availability_zone or az for f in fleets} - {None}) + (1 if cluster.enabled and az else 0)
     if blocks > limits.MAX_NAMED_AZ_BLOCKS:
         problem = (
-            f"fleets and the Slurm cluster name {blocks} subnets of their own; a VPC holds "
-            f"{limits.VPC_CIDR_BLOCKS} CIDR blocks, the first for its own subnets, and moving a fleet "
-            "to another AZ needs one more until the old AZ's block is deleted"
+            f"fleets and the Slurm cluster name {blocks} subnets; a VPC holds {limits.VPC_CIDR_BLOCKS} CIDR "
+            "blocks: its own and one for a fleet's move"
         )
-        allowed = f"at most {limits.MAX_NAMED_AZ_BLOCKS} named AZs, counting the Slurm cluster's"
+        allowed = f"at most {limits.MAX_NAMED_AZ_BLOCKS} named AZs, Slurm's included"
         if az:
             raise _fail("availabilityZone", az, problem, allowed)
         raise _fail("fleets", f"{blocks} AZs", problem, allowed)
@@ -471,17 +499,18 @@ def _check_subnet_room(fleets: tuple[FleetSettings, ...], cluster: ParallelClust
         where = f"the Slurm cluster's subnet in {az}" if az else "the VPC's first training subnet"
         slurm = users.setdefault(where, {})
         for spec in cluster.instances:
-            slurm[f"Slurm queue {spec.name}"] = cluster.max_nodes * limits.SLURM_ADDRESSES_PER_NODE
+            slurm[f"Slurm {spec.name}"] = cluster.max_nodes * limits.SLURM_ADDRESSES_PER_NODE
         slurm["Slurm head node"] = 1
     for where, need in users.items():
         if sum(need.values()) > limits.TRAINING_SUBNET_ADDRESSES:
-            detail = ", ".join(f"{name}: {n}" for name, n in need.items())
+            # The two largest users; README, Fleets explains the count per node.
+            largest = sorted(need.items(), key=lambda item: -item[1])
+            detail = ", ".join(f"{name}: {n}" for name, n in largest[:2])
+            detail += f", {len(largest) - 2} more" if len(largest) > 2 else ""
             raise ConfigError(
-                f"context: {where} needs {sum(need.values())} private IPv4 addresses at maxNodes and "
-                f"pclusterMaxNodes ({detail}; one per launch-template interface and task ENI per Batch node, one per "
-                f"Slurm node), more than the {limits.TRAINING_SUBNET_ADDRESSES} of a "
-                f"/{limits.TRAINING_SUBNET_MASK} training subnet; lower maxNodes or pclusterMaxNodes, or "
-                "give a fleet its own availabilityZone"
+                f"context: {where} needs {sum(need.values())} addresses at maxNodes ({detail}), over a "
+                f"/{limits.TRAINING_SUBNET_MASK}'s {limits.TRAINING_SUBNET_ADDRESSES}; lower the max nodes or set an "
+                "availabilityZone"
             )
 
 
@@ -515,6 +544,8 @@ def _health_check_schedule(raw: str) -> HealthCheckSchedule | None:
     text = raw.strip()
     if not text:
         return None
+    if len(text) > limits.MAX_SCHEDULE_EXPRESSION:
+        raise _fail("healthCheckSchedule", raw, f"longer than {limits.MAX_SCHEDULE_EXPRESSION} characters")
     rate = re.fullmatch(r"rate\((?P<n>[1-9]\d*) (?P<unit>minute|hour|day)(?P<plural>s?)\)", text)
     if rate:
         if (rate["n"] == "1") == bool(rate["plural"]):
@@ -529,6 +560,12 @@ def _health_check_schedule(raw: str) -> HealthCheckSchedule | None:
         raise _fail("healthCheckSchedule", raw, "not a rate(...) or six-field cron(...) expression")
     if not all(re.fullmatch(r"[0-9A-Za-z*?/,#L-]+", f) for f in fields):
         raise _fail("healthCheckSchedule", raw, "malformed cron field")
+    problem = schedule_rules.cron_problem(fields)
+    if problem:
+        raise _fail("healthCheckSchedule", raw, problem)
+    if fields[5] != "*":
+        # A year field ends the schedule; from then on only the missing-verdict alarm would fire.
+        raise _fail("healthCheckSchedule", raw, "the year field must be * (a check that stops leaves its alarm firing)")
     # The missing-verdict alarm needs a bounded gap between runs: a cron that runs every day.
     if fields[2] not in ("*", "?") or fields[3] != "*" or fields[4] not in ("*", "?"):
         raise _fail("healthCheckSchedule", raw, "a cron schedule must run every day (day fields * or ?)")
@@ -548,6 +585,12 @@ def _parallel_cluster(ctx: Any) -> ParallelClusterSettings:
     if ctx.pcluster_capacity_reservation_type == "capacity-block" and not ctx.pcluster_capacity_reservation_id:
         problem = "needs pclusterCapacityReservationId, the block's cr- id"
         raise _fail("pclusterCapacityReservationType", "capacity-block", problem)
+    head = ctx.pcluster_head_node_instance_type
+    if head not in ec2_instance_types():
+        allowed = refusals.did_you_mean(head, ec2_instance_types(), "aws ec2 describe-instance-types")
+        raise _fail(
+            "pclusterHeadNodeInstanceType", head, f"not an EC2 instance type (botocore {botocore_version})", allowed
+        )
     names = list(dict.fromkeys(n.strip() for n in ctx.pcluster_instance_type.split(",") if n.strip()))
     if not names:
         raise _fail("pclusterInstanceType", ctx.pcluster_instance_type, "empty")
@@ -576,10 +619,12 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
     except ValidationError as error:
         raise _from_pydantic(error, given) from None
     if ctx.log_retention_days not in limits.LOG_RETENTION_DAYS:
-        raise _fail("logRetentionDays", ctx.log_retention_days, "not a value CloudWatch Logs accepts")
+        near = sorted(sorted(limits.LOG_RETENTION_DAYS, key=lambda d: abs(d - ctx.log_retention_days))[:2])
+        allowed = f"a CloudWatch Logs retention such as {near[0]} or {near[1]} (README, Context keys)"
+        raise _fail("logRetentionDays", ctx.log_retention_days, "not a value CloudWatch Logs accepts", allowed)
     if ctx.parallel_cluster and ctx.log_retention_days not in limits.PCLUSTER_LOG_RETENTION_DAYS:
         allowed = "with parallelCluster=true one of " + ", ".join(map(str, limits.PCLUSTER_LOG_RETENTION_DAYS))
-        problem = "ParallelCluster refuses this log retention at cluster create"
+        problem = "ParallelCluster refuses it"
         raise _fail("logRetentionDays", ctx.log_retention_days, problem, allowed)
     if ctx.root_volume_throughput > ctx.root_volume_iops * limits.GP3_MIBPS_PER_IOPS:
         problem = f"above {limits.GP3_MIBPS_PER_IOPS} MiB/s per IOPS (rootVolumeIops={ctx.root_volume_iops})"

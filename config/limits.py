@@ -70,3 +70,6 @@ INTERFACE_ENDPOINTS += ("monitoring", "ssm", "ssmmessages", "sts")
 # the check's own time in one-hour periods, and an alarm's evaluation range is at most seven days
 # (CloudWatch API PutMetricAlarm, Period: Period x EvaluationPeriods at most 604,800 s).
 MAX_HEALTH_CHECK_DAYS = 6
+# ScheduleExpression of an EventBridge rule and of a Scheduler schedule: at most 256 characters
+# (the AWS::Events::Rule and AWS::Scheduler::Schedule resource schemas cfn-lint ships).
+MAX_SCHEDULE_EXPRESSION = 256

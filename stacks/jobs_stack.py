@@ -143,6 +143,7 @@ class JobsStack(Stack):
                 topic=self.alerts.topic,
                 schedule=jobs.health_check_schedule,
                 check_seconds=jobs.runnable_timeout_minutes * 60 + BENCHMARK_TIMEOUT_SECONDS,
+                fair_share=bool(jobs.shares),
             )
             for fleet in fleets
         }

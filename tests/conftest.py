@@ -78,3 +78,35 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return work_unit(nodeid)
 
     return SynthInOneWorker(config, log)
+
+
+# Every refusal of a context value, however a test produces it, is one line of at most about 200
+# characters (issue 32): ConfigError records each message it is built with, and every test checks
+# the ones it produced. The recording lives here so that no test file can forget it.
+MAX_REFUSAL = 200
+REFUSALS: list[str] = []
+
+
+def _record_refusals() -> None:
+    from config.context import ConfigError
+
+    if getattr(ConfigError, "_recorded", False):
+        return
+    plain_init = ConfigError.__init__
+
+    def recording_init(self: ConfigError, *args: object) -> None:
+        REFUSALS.append(str(args[0]) if args else "")
+        plain_init(self, *args)
+
+    ConfigError.__init__ = recording_init  # type: ignore[method-assign]
+    ConfigError._recorded = True  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def refusals_stay_short() -> object:
+    _record_refusals()
+    start = len(REFUSALS)
+    yield
+    made = REFUSALS[start:]
+    too_long = [m for m in made if len(m) > MAX_REFUSAL or "\n" in m]
+    assert not too_long, f"refusal over {MAX_REFUSAL} characters or lines: {too_long[0]!r} ({len(too_long[0])})"

@@ -87,7 +87,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     # ECS Exec turned off shares this synth: nothing in the network depends on it.
     "two-nat": {"natGateways": "2", "ecsExec": "false"},
     "existing-images": {
-        "gpuImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/isaaclab-batch:latest",
+        # A Docker Hub short name, as Batch takes it (issue 32); a private ECR URI: tests/test_registry.py.
+        "gpuImage": "ubuntu:22.04",
         "trainiumImage": "public.ecr.aws/neuron/pytorch-training-neuronx:2.5.1-neuronx-py310-sdk2.21.0-ubuntu22.04",
     },
     "reservations": {
@@ -103,13 +104,15 @@ VARIANTS: dict[str, dict[str, str]] = {
         "imageBuild": "cloud",
         "ngcSecret": "ngc-api-key",
     },
-    # The jobs issue's acceptance case, with fair shares, timeout and attempts.
+    # The jobs issue's acceptance case, with fair shares, timeout and attempts, and a fleet check.
     "p5-four-nodes": {
         "gpuInstanceType": "p5.48xlarge",
         "gpuNodes": "4",
         "shares": "llama:2,vision:1,sweep*:4",
         "jobTimeoutSeconds": "7200",
         "jobAttempts": "5",
+        # The fleet check on a fair-share queue goes through EventBridge Scheduler (issue 32).
+        "healthCheckSchedule": "rate(12 hours)",
     },
     # The seed plan's Slurm cluster: 80 x p5e.48xlarge.
     "parallelcluster": {"parallelCluster": "true", "pclusterMaxNodes": "80"},

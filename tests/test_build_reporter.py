@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -33,14 +35,52 @@ class Handle(BaseHTTPRequestHandler):
         pass
 
 
+REGION = "us-west-2"
+# A handle URL in the shape CloudFormation presigns (its wait-condition bucket in the stack's region,
+# the stack ARN as the key); the tests' stand-in for S3 listens on 127.0.0.1.
+HANDLE_PATH = (
+    "/arn%3Aaws%3Acloudformation%3Aus-west-2%3A123456789012%3Astack/TrainingRegistry/"
+    "8745a7a9-c340-11f0-a669-0a344b714dd5/GpuImageHandle"
+)
+OPENED: list[str] = []  # every URL the reporter asked to open, through the `handle` fixture
+HANDLE_URL = (
+    f"https://cloudformation-waitcondition-us-west-2.s3.us-west-2.amazonaws.com{HANDLE_PATH}?X-Amz-Signature=abc"
+)
+
+
 @pytest.fixture(scope="module")
-def handle() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def server() -> Iterator[tuple[int, list[dict[str, Any]]]]:
     received: list[dict[str, Any]] = []
-    server = HTTPServer(("127.0.0.1", 0), type("H", (Handle,), {"received": received}))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    http = HTTPServer(("127.0.0.1", 0), type("H", (Handle,), {"received": received}))
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/waitcondition/handle?X-Amz-Signature=abc", received
-    server.shutdown()
+    yield http.server_port, received
+    http.shutdown()
+
+
+@pytest.fixture
+def handle(server, monkeypatch) -> tuple[str, list[dict[str, Any]]]:
+    """The reporter's PUT goes to the stand-in instead of S3, unchanged otherwise; any URL the
+    reporter opens is recorded, so a refused one shows up as a request that should not exist."""
+    port, received = server
+    OPENED.clear()
+
+    def forward(request: urllib.request.Request, timeout: float) -> int:
+        OPENED.append(request.full_url)
+        parts = urllib.parse.urlsplit(request.full_url)
+        local = urllib.request.Request(
+            f"http://127.0.0.1:{port}{parts.path}?{parts.query}",
+            data=request.data,
+            method=request.get_method(),
+            headers=dict(request.header_items()),
+        )
+        with urllib.request.urlopen(local, timeout=timeout) as response:  # noqa: S310 - the local stand-in
+            return int(response.status)
+
+    monkeypatch.setattr(report_build, "_open", forward)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    received.clear()
+    return HANDLE_URL, received
 
 
 def event(status: str, url: str | None, **extra: Any) -> dict[str, Any]:
@@ -72,7 +112,7 @@ def test_success_signals_the_handle_with_the_tag(handle):
     result = report_build.handler(event("SUCCEEDED", url))
     assert result["reported"] is True and result["http"] == 200
     (put,) = received
-    assert put["path"].startswith("/waitcondition/handle?X-Amz-Signature=abc")
+    assert put["path"] == HANDLE_PATH + "?X-Amz-Signature=abc"
     # The presigned URL is signed for an empty Content-Type.
     assert put["content_type"] == ""
     body = json.loads(put["body"])
@@ -144,10 +184,48 @@ def test_builds_nobody_waits_for_and_unfinished_builds_are_left_alone(handle, mo
     assert received == []
 
 
-def test_a_handle_that_is_not_https_is_refused():
-    for url in ("http://example.com/x", "http://127.0.0.1.example.com/x", "file:///etc/passwd"):
-        with pytest.raises(ValueError, match="WAIT_HANDLE_URL"):
-            report_build.put_signal(url, {"Status": "SUCCESS"})
+REFUSED_HANDLES = {
+    "plain http": HANDLE_URL.replace("https://", "http://"),
+    "foreign host": HANDLE_URL.replace(
+        "cloudformation-waitcondition-us-west-2.s3.us-west-2.amazonaws.com", "evil.example"
+    ),
+    "lookalike host": HANDLE_URL.replace(".amazonaws.com/", ".amazonaws.com.evil.example/"),
+    "another region's bucket": HANDLE_URL.replace("us-west-2.s3.us-west-2", "us-east-1.s3.us-east-1"),
+    "wrong path": HANDLE_URL.replace(HANDLE_PATH, "/some/other/object"),
+    "another region's stack": HANDLE_URL.replace("cloudformation%3Aus-west-2", "cloudformation%3Aeu-west-1"),
+    "a port": HANDLE_URL.replace(".amazonaws.com/", ".amazonaws.com:8443/"),
+    "credentials": HANDLE_URL.replace("https://", "https://user:pw@"),
+    "a file": "file:///etc/passwd",
+    "instance metadata": "http://169.254.169.254/latest/meta-data/",
+}
+
+
+@pytest.mark.parametrize("url", REFUSED_HANDLES.values(), ids=REFUSED_HANDLES.keys())
+def test_a_url_that_is_not_this_regions_wait_condition_handle_is_refused_and_nothing_sent(handle, url):
+    _, received = handle
+    result = report_build.handler(event("SUCCEEDED", url))
+    assert result["reported"] is False and result["why"].startswith("WAIT_HANDLE_URL refused: ")
+    with pytest.raises(ValueError, match="WAIT_HANDLE_URL refused, nothing sent"):
+        report_build.put_signal(url, {"Status": "SUCCESS"}, REGION)
+    assert received == [] and OPENED == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        # CloudFormation user guide, "Create wait conditions", the curl example (us-east-1, slashes encoded).
+        "https://cloudformation-waitcondition-us-east-1.s3.amazonaws.com/arn%3Aaws%3Acloudformation%3Aus-east-1"
+        "%3A034017226601%3Astack%2Fstack-x%2Fe498ce60-70a1-11e0-81a7-5081d0136786%2FmyWaitConditionHandle?Expires=1",
+        # The regional host forms handles carry in newer and older regions.
+        "https://cloudformation-waitcondition-us-east-1.s3.us-east-1.amazonaws.com/arn%3Aaws%3Acloudformation%3A"
+        "us-east-1%3A123456789012%3Astack/S/guid/H?X-Amz-Signature=x",
+        "https://cloudformation-waitcondition-us-east-1.s3-us-east-1.amazonaws.com/arn%3Aaws%3Acloudformation%3A"
+        "us-east-1%3A123456789012%3Astack/S/guid/H?Signature=x",
+    ],
+)
+def test_the_handle_shapes_cloudformation_uses_are_accepted(url):
+    assert report_build.handle_problem(url, "us-east-1") is None
+    assert report_build.handle_problem(url, "us-west-2") is not None
 
 
 # The build script, as CodeBuild runs it, with stand-ins that log their arguments and stdin.
@@ -163,11 +241,11 @@ esac
 """
 
 
-def run_build(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], str]:
+def run_build(tmp_path: Path, docker_stub: str = STUB, **env: str) -> tuple[subprocess.CompletedProcess[str], str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    for name in ("aws", "docker"):
-        (bin_dir / name).write_text(STUB)
+    for name, stub in (("aws", STUB), ("docker", docker_stub)):
+        (bin_dir / name).write_text(stub)
         (bin_dir / name).chmod(0o755)
     calls = tmp_path / "calls"
     calls.write_text("")
@@ -178,7 +256,7 @@ def run_build(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[s
         "REPOSITORY_NAME": "team",
         "IMAGE_TAG": "gpu-" + "b" * 64,
         "DOCKERFILE": "gpu/Dockerfile",
-        "BUILDKIT_IMAGE": "moby/buildkit:v0",
+        "BUILDKIT_IMAGE": "public.ecr.aws/vend/moby/buildkit:v0@sha256:" + "0" * 64,
         "AWS_REGION": "us-west-2",
         "BUILD_OUTPUT": "pushed",
         "HOME": str(tmp_path),
@@ -223,6 +301,19 @@ def test_the_ngc_key_logs_in_to_nvcr_and_a_refusal_names_the_secret(tmp_path):
     assert result.returncode == 1 and "secret ngc-api-key" in result.stdout.strip().splitlines()[-1]
 
 
+def test_a_buildkit_that_cannot_be_pulled_is_named_in_one_line(tmp_path):
+    stub = STUB.replace(
+        'case "$(basename "$0") $*" in', 'case "$(basename "$0") $*" in\n  "docker buildx create"*) exit 1 ;;'
+    )
+    result, calls = run_build(
+        tmp_path, docker_stub=stub, BUILDKIT_IMAGE="public.ecr.aws/vend/moby/buildkit:v0@sha256:" + "a" * 64
+    )
+    assert result.returncode == 1 and "docker buildx build" not in calls
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("could not start BuildKit from public.ecr.aws/vend/moby/buildkit:v0@sha256:aaaa")
+    assert "--bootstrap" in calls
+
+
 def test_other_build_failures_fail_without_the_ngc_line(tmp_path):
     result, _ = run_build(tmp_path, BUILD_STATUS="1", BUILD_OUTPUT="ERROR: process apt-get did not complete")
     assert result.returncode == 1 and "nvcr.io" not in result.stdout
@@ -233,4 +324,4 @@ def test_reporter_needs_only_what_lambdas_python_runtime_ships():
     imports = {
         line.split()[1].split(".")[0] for line in source.splitlines() if line.strip().startswith(("import ", "from "))
     }
-    assert imports <= {"__future__", "json", "urllib", "collections", "typing", "boto3"}, imports
+    assert imports <= {"__future__", "json", "os", "re", "urllib", "collections", "typing", "boto3"}, imports

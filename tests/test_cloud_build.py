@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -114,6 +115,35 @@ def test_build_role_pushes_to_one_repository_reads_one_secret_and_the_source_obj
         "codebuild:BatchPutTestCases", "codebuild:BatchPutCodeCoverages",
     }  # fmt: skip
     assert not [a for a in by_action if a.endswith(":*") or a == "*"]
+
+
+# Docker Hub's hosts, and an image reference with no registry host (a Docker Hub short name).
+DOCKER_HUB = re.compile(r"docker\.io|registry\.hub\.docker\.com|(?<![\w./-])(moby|library|docker)/[\w.-]+")
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def test_the_cloud_build_pulls_nothing_from_docker_hub_and_pins_every_image_by_digest():
+    """Issue 32: Docker Hub limits anonymous pulls per address and CodeBuild builds share addresses;
+    a refused pull failed the build and rolled the registry stack back, now and then."""
+    project = only(template(), "AWS::CodeBuild::Project")["Properties"]
+    variables = {v["Name"]: v["Value"] for v in project["Environment"]["EnvironmentVariables"]}
+    buildspec = project["Source"]["BuildSpec"]
+    script = build.BUILD_SCRIPT.read_text()
+    # The buildspec runs the script; neither names a Docker Hub image.
+    assert json.loads(buildspec)["phases"]["build"]["commands"] == [f"bash -c {shlex.quote(script)}"]
+    assert not DOCKER_HUB.search(buildspec) and not DOCKER_HUB.search(script)
+    # Every image the build itself pulls: BuildKit, passed in by variable, from ECR Public, by digest.
+    pulls = re.findall(r"image=\"?\$(\w+)", script)
+    assert pulls == ["BUILDKIT_IMAGE"] and "docker pull" not in script and "docker run" not in script
+    for name in pulls:
+        image = variables[name]
+        assert image.startswith("public.ecr.aws/") and DIGEST.search(image), image
+    assert variables["BUILDKIT_IMAGE"] == build.BUILDKIT_IMAGE
+    # The Dockerfiles' base images come from NGC and ECR Public, never Docker Hub.
+    for dockerfile in sorted((ROOT / "container").glob("*/Dockerfile")):
+        for base in re.findall(r"^ARG \w+_IMAGE=(\S+)$", dockerfile.read_text(), re.MULTILINE):
+            assert base.split("/")[0] in ("nvcr.io", "public.ecr.aws"), (dockerfile, base)
+        assert not re.search(r"^#\s*syntax=", dockerfile.read_text(), re.MULTILINE)  # no frontend image pulled
 
 
 def test_image_build_keys_refuse_what_they_cannot_use():

@@ -4,6 +4,7 @@ healthCheckSchedule (a scheduled fleet check per fleet with its alarms), absent 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -162,9 +163,120 @@ def test_bad_schedules_name_the_key_and_what_is_allowed(expression, problem):
         read_settings({"healthCheckSchedule": expression})
     message = str(error.value)
     assert message.startswith(f"context key healthCheckSchedule={expression!r}: ") and problem in message
-    assert "allowed: empty (none), rate(" in message and "\n" not in message
+    assert message.endswith("allowed: empty, rate(1 hour) to rate(6 days), or cron(M H * * ? *)")
 
 
 def test_unset_and_empty_mean_no_schedule():
     assert read_settings({}).jobs.health_check_schedule is None
     assert read_settings({"healthCheckSchedule": ""}).jobs.health_check_schedule is None
+
+
+def scheduler_schedules(template):
+    return {k: r["Properties"] for k, r in resources(template, "AWS::Scheduler::Schedule").items()}
+
+
+def test_on_fair_share_queues_the_check_is_submitted_with_a_share_identifier():
+    """Issue 32: EventBridge's Batch target has no share identifier and Batch refuses a job without
+    one on a fair-share queue, so the check goes through Scheduler's universal SubmitJob target."""
+    template = synth("p5-four-nodes").templates[STACK]
+    assert schedule_rules(template) == {}  # no EventBridge rule that Batch would refuse
+    schedules = scheduler_schedules(template)
+    assert len(schedules) == 2  # the gpu and trainium fleets
+    queues = resources(template, "AWS::Batch::JobQueue")
+    for name in ("gpu", "trainium"):
+        (schedule,) = [s for k, s in schedules.items() if k.startswith(f"{construct_id(name)}Health")]
+        assert schedule["ScheduleExpression"] == VARIANTS["p5-four-nodes"]["healthCheckSchedule"]
+        target = schedule["Target"]
+        assert target["Arn"]["Fn::Join"][1][-1] == ":scheduler:::aws-sdk:batch:submitJob"
+        # The Input is SubmitJob's request: render it with the tokens as their logical ids.
+        parts = target["Input"]["Fn::Join"][1]
+        rendered = "".join(
+            p if isinstance(p, str) else json.dumps(p["Fn::GetAtt"][0] if "Fn::GetAtt" in p else p["Ref"])[1:-1]
+            for p in parts
+        )
+        submit = json.loads(rendered)
+        (queue,) = [k for k in queues if k.startswith(f"{construct_id(name)}Queue")]
+        (benchmark,) = [
+            k
+            for k in resources(template, "AWS::Batch::JobDefinition")
+            if k.startswith(f"{construct_id(name)}BenchmarkJob")
+        ]
+        assert queues[queue]["Properties"]["SchedulingPolicyArn"]  # a fair-share queue
+        assert submit == {
+            "JobName": f"{name}-fleet-check",
+            "JobQueue": queue,
+            "JobDefinition": benchmark,
+            "ShareIdentifier": "fleetcheck",
+        }
+        # The scheduler's role may submit exactly that job to that queue, nothing else.
+        role = target["RoleArn"]["Fn::GetAtt"][0]
+        granted = [
+            s
+            for p in resources(template, "AWS::IAM::Policy").values()
+            if {"Ref": role} in p["Properties"]["Roles"]
+            for s in p["Properties"]["PolicyDocument"]["Statement"]
+        ]
+        assert all(s["Action"] == "batch:SubmitJob" for s in granted)
+        assert any({"Fn::GetAtt": [queue, "JobQueueArn"]} in s["Resource"] and {"Ref": benchmark} in s["Resource"]
+                   for s in granted)  # fmt: skip
+        assert not any("*" in json.dumps(s["Resource"]) for s in granted)
+        trust = resources(template, "AWS::IAM::Role")[role]["Properties"]["AssumeRolePolicyDocument"]
+        assert trust["Statement"][0]["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    # The identifier is a valid Batch share identifier (255 letters and digits, API SubmitJob).
+    from training_constructs.fleet_health import FLEET_CHECK_SHARE
+
+    assert re.fullmatch(r"[A-Za-z0-9]{1,255}", FLEET_CHECK_SHARE)
+
+
+def test_fifo_queues_keep_the_eventbridge_rule():
+    assert scheduler_schedules(synth("three-fleets").templates[STACK]) == {}
+
+
+@pytest.mark.parametrize(
+    ("expression", "problem"),
+    [
+        # Issue 32: each synthesized, and EventBridge refused it at deploy or it never fired.
+        ("cron(0 25 * * ? *)", "hour 25 outside 0-23"),
+        ("cron(61 3 * * ? *)", "minute 61 outside 0-59"),
+        ("cron(0 3 * * ? 1999)", "the year field must be *"),
+        ("cron(0 3 * * ? 2199)", "the year field must be *"),  # a valid year that still ends the check
+        ("cron(0 3 * * ? 1969)", "year 1969 outside 1970-2199"),
+        ("cron(0 1-25 * * ? *)", "hour 25 outside 0-23"),
+        ("cron(5,70 3 * * ? *)", "minute 70 outside 0-59"),
+        ("cron(0/0 3 * * ? *)", "minute increment '0' is not 1-59"),
+        ("cron(0/60 3 * * ? *)", "minute increment '60' is not 1-59"),
+        ("cron(0 ? * * ? *)", "? only in the day fields, not the hour"),
+        ("cron(0 3 ? * 8 *)", "day-of-week 8 outside 1-7"),
+        ("cron(0 3 ? * FUN *)", "day-of-week 'FUN' is not 1-7 or SUN-SAT"),
+        ("cron(0 3 32 * ? *)", "day-of-month 32 outside 1-31"),
+        ("cron(0 3 * 13 ? *)", "month 13 outside 1-12"),
+        ("cron(0 3-x * * ? *)", "hour 'x' is not 0-23"),
+    ],
+)
+def test_cron_fields_are_checked_against_eventbridges_ranges(expression, problem):
+    with pytest.raises(ConfigError) as error:
+        read_settings({"healthCheckSchedule": expression})
+    message = str(error.value)
+    assert message.startswith(f"context key healthCheckSchedule={expression!r}: {problem}"), message
+
+
+@pytest.mark.parametrize(
+    "expression", ["cron(0 23 * * ? *)", "cron(59 0 ? * * *)", "cron(0,30 3 * * ? *)", "cron(15 0/6 * * ? *)"]
+)
+def test_cron_fields_at_the_edges_of_their_ranges_are_accepted(expression):
+    assert read_settings({"healthCheckSchedule": expression}).jobs.health_check_schedule.expression == expression
+
+
+def test_the_field_rules_match_eventbridges_table():
+    """EventBridge user guide, "Using cron and rate expressions to schedule rules": the six fields'
+    ranges, written out here from the page rather than read from the module under test."""
+    from config.schedule_rules import FIELDS, field_problem
+
+    documented = [(0, 59), (0, 23), (1, 31), (1, 12), (1, 7), (1970, 2199)]
+    for spec, (low, high) in zip(FIELDS, documented, strict=True):
+        assert field_problem(spec, str(low)) is None and field_problem(spec, str(high)) is None
+        assert field_problem(spec, str(low - 1)) and field_problem(spec, str(high + 1))
+    assert field_problem(FIELDS[3], "JAN-DEC") is None and field_problem(FIELDS[4], "SUN-SAT") is None
+    assert field_problem(FIELDS[2], "L") is None and field_problem(FIELDS[2], "15W") is None
+    assert field_problem(FIELDS[4], "3#2") is None and field_problem(FIELDS[4], "6L") is None
+    assert field_problem(FIELDS[4], "8#2") and field_problem(FIELDS[0], "L")

@@ -40,6 +40,8 @@ def test_image_uris_replace_the_assets_and_reach_the_job_definitions():
         for k, r in resources(result.templates["TrainingJobs"], "AWS::Batch::JobDefinition").items()
     }
     variant = VARIANTS["existing-images"]
+    # A Docker Hub short name synthesizes and reaches Batch as written (issue 32).
+    assert variant["gpuImage"] == "ubuntu:22.04" and "ubuntu:22.04" in images.values()
     for logical_id, image in images.items():
         assert image == (variant["gpuImage"] if logical_id.startswith("Gpu") else variant["trainiumImage"])
 

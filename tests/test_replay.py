@@ -67,8 +67,8 @@ GPU = {"instanceType": "g6e.48xlarge", "maxNodes": 8}
 TRN = {"instanceType": "trn1.32xlarge"}
 CONTEXTS: dict[str, dict[str, str]] = {
     "default": {},
-    "az-a": {"availabilityZone": "us-west-2a"},
-    "az-b": {"availabilityZone": "us-west-2b"},
+    "az-a": {"availabilityZone": "us-east-1a"},
+    "az-b": {"availabilityZone": "us-east-1b"},
     "bigger-gpu": {
         "gpuInstanceType": "g6e.48xlarge",
         "gpuNodes": "4",
@@ -79,31 +79,32 @@ CONTEXTS: dict[str, dict[str, str]] = {
         "rootVolumeIops": "8000",
     },
     "slurm": {"parallelCluster": "true"},
-    "slurm-az-a": {"parallelCluster": "true", "availabilityZone": "us-west-2a"},
+    "slurm-az-a": {"parallelCluster": "true", "availabilityZone": "us-east-1a"},
     "named-azs": fleets(
-        gpu=GPU | {"availabilityZone": "us-west-2a"}, trainium=TRN | {"availabilityZone": "us-west-2b"}
+        gpu=GPU | {"availabilityZone": "us-east-1a"}, trainium=TRN | {"availabilityZone": "us-east-1b"}
     ),
     "gpu-moved": fleets(
-        gpu=GPU | {"availabilityZone": "us-west-2c"}, trainium=TRN | {"availabilityZone": "us-west-2b"}
+        gpu=GPU | {"availabilityZone": "us-east-1c"}, trainium=TRN | {"availabilityZone": "us-east-1b"}
     ),
     "reordered": fleets(
-        trainium=TRN | {"availabilityZone": "us-west-2b"}, gpu=GPU | {"availabilityZone": "us-west-2c"}
+        trainium=TRN | {"availabilityZone": "us-east-1b"}, gpu=GPU | {"availabilityZone": "us-east-1c"}
     ),
     "third-az": fleets(
-        gpu=GPU | {"availabilityZone": "us-west-2a"},
-        trainium=TRN | {"availabilityZone": "us-west-2b"},
-        extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-west-2d"},
+        gpu=GPU | {"availabilityZone": "us-east-1a"},
+        trainium=TRN | {"availabilityZone": "us-east-1b"},
+        extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-east-1d"},
     ),
     # Three named AZs, the most config.context allows; then one fleet moved, then two at once.
     "third-az-gpu-moved": fleets(
-        gpu=GPU | {"availabilityZone": "us-west-2c"},
-        trainium=TRN | {"availabilityZone": "us-west-2b"},
-        extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-west-2d"},
+        gpu=GPU | {"availabilityZone": "us-east-1c"},
+        trainium=TRN | {"availabilityZone": "us-east-1b"},
+        extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-east-1d"},
     ),
+    # Five zones in one layout history: us-east-1 has them (us-west-2 has four, config/availability_zones.json).
     "third-az-two-moved": fleets(
-        gpu=GPU | {"availabilityZone": "us-west-2c"},
-        trainium=TRN | {"availabilityZone": "us-west-2e"},
-        extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-west-2d"},
+        gpu=GPU | {"availabilityZone": "us-east-1c"},
+        trainium=TRN | {"availabilityZone": "us-east-1e"},
+        extra={"instanceType": "g6.12xlarge", "availabilityZone": "us-east-1d"},
     ),
 }
 
@@ -242,8 +243,8 @@ def diffs(synthed: dict[str, Synthed]) -> dict[str, dict[str, Any]]:
     # A code change that moves a subnet to another AZ on the same CIDR, as the position-based layout
     # did: the PR comment's test input for a replacement.
     moved = json.loads(json.dumps(synthed["gpu-moved"].templates["TrainingCompute"]))
-    subnet = next(k for k in moved["Resources"] if k.startswith("SubnetsUsWest2cSubnet"))
-    moved["Resources"][subnet]["Properties"]["AvailabilityZone"] = "us-west-2d"
+    subnet = next(k for k in moved["Resources"] if k.startswith("SubnetsUsEast1cSubnet"))
+    moved["Resources"][subnet]["Properties"]["AvailabilityZone"] = "us-east-1d"
     moved_path = synthed["gpu-moved"].directory / "moved-in-place.template.json"
     moved_path.write_text(json.dumps(moved))
     old = synthed["gpu-moved"].directory / "TrainingCompute.template.json"
@@ -409,7 +410,7 @@ def test_the_slurm_cluster_gets_its_own_subnet_in_a_named_az(synthed: dict[str, 
     template = synthed["slurm-az-a"].templates["TrainingParallelCluster"]
     subnets = {k: r["Properties"] for k, r in template["Resources"].items() if r["Type"] == "AWS::EC2::Subnet"}
     ((key, subnet),) = subnets.items()
-    assert key.startswith("SubnetsUsWest2a") and subnet["CidrBlock"] == "10.1.64.0/18"
+    assert key.startswith("SubnetsUsEast1a") and subnet["CidrBlock"] == "10.1.64.0/18"
     (cluster,) = (r for r in template["Resources"].values() if r["Type"] == "Custom::PclusterCluster")
     configuration = cluster["Properties"]["ClusterConfiguration"]
     assert configuration["HeadNode"]["Networking"]["SubnetId"] == {"Ref": key}
@@ -439,14 +440,14 @@ def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
     RESERVED_CONSTRUCT_IDS. Any child added later by any stack must be listed there, and any id a
     stack derives from a fleet's must be the fleet's id plus one of FLEET_ID_SUFFIXES. The app is built
     with every optional part (Slurm in a named AZ, fair share, alerts), not synthesized."""
-    context = {"parallelCluster": "true", "availabilityZone": "us-west-2a", "shares": "a:1"}
+    context = {"parallelCluster": "true", "availabilityZone": "us-east-1a", "shares": "a:1"}
     context |= {
         "alertEmail": "ml-oncall@example.com",
         "interfaceEndpoints": "logs",
         "healthCheckSchedule": "rate(1 day)",
     }
     # Fleet names that start no other id, one of each accelerator kind, one in an AZ of its own.
-    context |= fleets(qa={"instanceType": "g6.12xlarge"}, qb=TRN | {"availabilityZone": "us-west-2b"})
+    context |= fleets(qa={"instanceType": "g6.12xlarge"}, qb=TRN | {"availabilityZone": "us-east-1b"})
     # Compared, not checked: no cdk-nag and no CDK validation (tests/harness.py says why).
     app = cdk.App(
         context={**FEATURE_FLAGS, **context},
@@ -510,4 +511,4 @@ def test_pr_comment_marks_a_replaced_subnet(diffs: dict[str, Any]) -> None:
     text = diffs[MOVED_IN_PLACE]["text"]
     (subnet,) = [r for r in script.risks(script.parse(text)) if r.resource_type == "AWS::EC2::Subnet"]
     assert subnet.impact == "replace" and "collides on the CIDR" in subnet.danger
-    assert "| ⛔ | TrainingCompute | `SubnetsUsWest2cSubnet" in script.render(script.parse(text))
+    assert "| ⛔ | TrainingCompute | `SubnetsUsEast1cSubnet" in script.render(script.parse(text))

@@ -17,6 +17,9 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_scheduler_targets as scheduler_targets
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
@@ -29,6 +32,10 @@ FAILING_BELOW = 0.25
 VERDICT_PERIOD = Duration.hours(1)
 # An alarm looks back at most seven days (CloudWatch API PutMetricAlarm, Period).
 MAX_EVALUATION_SECONDS = 7 * 24 * 3600
+# The share identifier of the fleet check on a fair-share queue. Batch refuses a job without one
+# there (API SubmitJob, shareIdentifier), and an identifier the policy does not list weighs 1.0
+# (AWS::Batch::SchedulingPolicy ShareAttributes), so the check takes no team's share.
+FLEET_CHECK_SHARE = "fleetcheck"
 
 
 def verdict_window_periods(schedule: HealthCheckSchedule, check_seconds: int) -> int:
@@ -40,8 +47,8 @@ def verdict_window_periods(schedule: HealthCheckSchedule, check_seconds: int) ->
 
 
 class FleetHealth(Construct):
-    """Attributes: `boot_check_alarm`; with a schedule also `schedule_rule`, `failing_alarm`,
-    `missing_alarm` (None without one)."""
+    """Attributes: `boot_check_alarm`; with a schedule also `failing_alarm`, `missing_alarm`, and
+    `schedule_rule` (FIFO queues) or `schedule` (fair-share queues) (None without one)."""
 
     def __init__(
         self,
@@ -54,6 +61,7 @@ class FleetHealth(Construct):
         topic: sns.ITopic,
         schedule: HealthCheckSchedule | None,
         check_seconds: int,
+        fair_share: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         notify = actions.SnsAction(topic)
@@ -82,28 +90,15 @@ class FleetHealth(Construct):
         self.boot_check_alarm.add_alarm_action(notify)
 
         self.schedule_rule: events.Rule | None = None
+        self.schedule: scheduler.Schedule | None = None
         self.failing_alarm: cloudwatch.Alarm | None = None
         self.missing_alarm: cloudwatch.Alarm | None = None
         if schedule is None:
             return
-        # An EventBridge rule on a schedule with a Batch job queue as its target submits the job
-        # (EventBridge user guide, "Creating a rule that runs on a schedule"; targets: "Batch job queue").
-        self.schedule_rule = events.Rule(
-            self,
-            "Schedule",
-            description=f"Fleet check of {fleet}: the all-reduce benchmark with the node preflight",
-            schedule=events.Schedule.expression(schedule.expression),
-            targets=[
-                targets.BatchJob(
-                    job_queue.job_queue_arn,
-                    job_queue,
-                    benchmark.job_definition_arn,
-                    benchmark,
-                    job_name=f"{fleet}-fleet-check",
-                    retry_attempts=2,
-                )
-            ],
-        )
+        if fair_share:
+            self.schedule = self._fair_share_schedule(fleet, job_queue, benchmark, schedule)
+        else:
+            self.schedule_rule = self._fifo_rule(fleet, job_queue, benchmark, schedule)
         self.failing_alarm = metric(metrics.BENCHMARK_VERDICT, "Minimum", VERDICT_PERIOD).create_alarm(
             self,
             "CheckFailing",
@@ -128,3 +123,59 @@ class FleetHealth(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
         )
         self.missing_alarm.add_alarm_action(notify)
+
+    def _fifo_rule(
+        self, fleet: str, job_queue: batch.IJobQueue, benchmark: MultiNodeJobDefinition, schedule: HealthCheckSchedule
+    ) -> events.Rule:
+        # An EventBridge rule on a schedule with a Batch job queue as its target submits the job
+        # (EventBridge user guide, "Creating a rule that runs on a schedule"; targets: "Batch job queue").
+        return events.Rule(
+            self,
+            "Schedule",
+            description=f"Fleet check of {fleet}: the all-reduce benchmark with the node preflight",
+            schedule=events.Schedule.expression(schedule.expression),
+            targets=[
+                targets.BatchJob(
+                    job_queue.job_queue_arn,
+                    job_queue,
+                    benchmark.job_definition_arn,
+                    benchmark,
+                    job_name=f"{fleet}-fleet-check",
+                    retry_attempts=2,
+                )
+            ],
+        )
+
+    def _fair_share_schedule(
+        self, fleet: str, job_queue: batch.IJobQueue, benchmark: MultiNodeJobDefinition, schedule: HealthCheckSchedule
+    ) -> scheduler.Schedule:
+        """EventBridge's Batch target (BatchParameters) has no share identifier, so on a fair-share
+        queue the check goes through EventBridge Scheduler's universal target, which calls SubmitJob
+        with the request parameters given as Input (EventBridge Scheduler user guide, "Using
+        universal targets": arn:aws:scheduler:::aws-sdk:batch:submitJob)."""
+        submit = {
+            "JobName": f"{fleet}-fleet-check",
+            "JobQueue": job_queue.job_queue_arn,
+            "JobDefinition": benchmark.job_definition_arn,
+            "ShareIdentifier": FLEET_CHECK_SHARE,
+        }
+        return scheduler.Schedule(
+            self,
+            "FairShareSchedule",
+            description=f"Fleet check of {fleet}: the all-reduce benchmark with the node preflight",
+            schedule=scheduler.ScheduleExpression.expression(schedule.expression),
+            target=scheduler_targets.Universal(
+                service="batch",
+                action="submitJob",
+                input=scheduler.ScheduleTargetInput.from_object(submit),
+                # SubmitJob's resources are the job queue and the job definition (Batch user guide,
+                # "Supported resource-level permissions"): this job on this queue only.
+                policy_statements=[
+                    iam.PolicyStatement(
+                        actions=["batch:SubmitJob"],
+                        resources=[job_queue.job_queue_arn, benchmark.job_definition_arn],
+                    )
+                ],
+                retry_attempts=2,
+            ),
+        )

@@ -23,7 +23,12 @@ fi
 
 # The default `docker` driver cannot push zstd layers; a docker-container builder can (Docker docs,
 # "Image and registry exporters": compression, force-compression, oci-mediatypes).
-docker buildx create --use --driver docker-container --driver-opt image="$BUILDKIT_IMAGE" >/dev/null
+# BuildKit comes from ECR Public, pinned by digest (cloud_image_build.py); nothing here pulls from
+# Docker Hub. --bootstrap pulls and starts it now, so a failed pull is named here, not mid-build.
+if ! docker buildx create --use --bootstrap --driver docker-container --driver-opt image="$BUILDKIT_IMAGE" >/dev/null; then
+  echo "could not start BuildKit from $BUILDKIT_IMAGE (ECR Public): check that the image and digest exist"
+  exit 1
+fi
 output="type=image,name=$REPOSITORY_URI:$IMAGE_TAG,push=true"
 output+=",oci-mediatypes=true,compression=zstd,force-compression=true"
 log=$(mktemp)

@@ -36,8 +36,14 @@ QUEUED_TIMEOUT_MINUTES = 60
 # after at most 3600 s (ServiceTimeout), shorter than one Isaac Sim build (README, "Images built in AWS").
 WAIT_SECONDS = (QUEUED_TIMEOUT_MINUTES + BUILD_TIMEOUT_MINUTES + 10) * 60
 MAX_WAIT_SECONDS = 43200
-# Pinned BuildKit for the docker-container builder that pushes zstd layers (see build_image.sh).
-BUILDKIT_IMAGE = "moby/buildkit:v0.25.1"
+# BuildKit for the docker-container builder that pushes zstd layers (see build_image.sh), pulled
+# from ECR Public, not Docker Hub: Docker Hub limits anonymous pulls per address and CodeBuild builds
+# share addresses. The digest is Docker Hub's moby/buildkit:v0.25.1 image index (as pinned in several
+# public repositories); a pull by digest fetches exactly those bytes whichever registry serves them,
+# and fails loudly (build_image.sh names the image) if the ECR Public mirror has no such index.
+BUILDKIT_IMAGE = (
+    "public.ecr.aws/vend/moby/buildkit:v0.25.1@sha256:79cc6476ab1a3371c9afd8b44e7c55610057c43e18d9b39b68e2b0c2475cc1b6"
+)
 # Pushed with zstd layers: the ECS-optimized AL2023 GPU and Neuron AMIs run Docker 25.0
 # (aws/amazon-ecs-ami release-al2023.auto.pkrvars.hcl, docker_version_al2023 = 25.0.16, used by
 # al2023gpu.pkr.hcl and al2023neu.pkr.hcl), and Docker pulls zstd layers since 23.0 (moby/moby

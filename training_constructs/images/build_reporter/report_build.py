@@ -9,6 +9,8 @@ runtime ships for the fallback lookup.
 from __future__ import annotations
 
 import json
+import os
+import re
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
@@ -20,6 +22,13 @@ TAG_VARIABLE = "IMAGE_TAG"
 FINAL_STATUSES = ("SUCCEEDED", "FAILED", "FAULT", "STOPPED", "TIMED_OUT")
 # A reason short enough to read in cdk deploy's event output; the log link is always kept whole.
 MAX_REASON = 4000
+# A wait condition handle is a presigned S3 URL on CloudFormation's wait-condition bucket of the
+# stack's region, its key the stack's ARN, URL-encoded (CloudFormation user guide, "Create wait
+# conditions in a CloudFormation template", the curl example; handles seen in the wild use the
+# hosts cloudformation-waitcondition-<region>.s3.amazonaws.com, .s3-<region>.amazonaws.com and
+# .s3.<region>.amazonaws.com, with .com.cn in China). Anything else is not ours to PUT to.
+_HANDLE_HOST = r"cloudformation-waitcondition-{region}\.s3(?:[.-]{region})?\.amazonaws\.com(?:\.cn)?"
+_HANDLE_PATH = r"/arn%3Aaws(?:-[a-z]+)*%3Acloudformation%3A{region}%3A\d{{12}}%3Astack(?:/|%2F).+"
 
 
 def _variables(detail: Mapping[str, Any]) -> dict[str, str]:
@@ -69,18 +78,41 @@ def signal(detail: Mapping[str, Any], variables: Mapping[str, str]) -> dict[str,
     return {"Status": "FAILURE", "Reason": reason, "UniqueId": build_id, "Data": ""}
 
 
-def put_signal(url: str, body: Mapping[str, str], timeout: float = 30.0) -> int:
-    """PUT the signal to the presigned handle URL. The signature covers an empty Content-Type, so the
-    header is sent empty (CloudFormation user guide, "Using wait condition handles")."""
-    parts = urllib.parse.urlsplit(url)
-    # Presigned S3 URLs are https; plain http only to this machine (the tests' stand-in).
-    if not (parts.scheme == "https" or (parts.scheme == "http" and parts.hostname == "127.0.0.1")):
-        raise ValueError(f"{HANDLE_VARIABLE} is not an https URL: {url[:60]!r}")
-    request = urllib.request.Request(  # noqa: S310 - scheme checked above
+def handle_problem(url: str, region: str) -> str | None:
+    """Why `url` is not a wait condition handle of `region`, or None when it is one."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "not a URL"
+    where = re.escape(region)
+    if parts.scheme != "https":
+        return f"scheme {parts.scheme or 'none'!r}, not https"
+    if port not in (None, 443) or parts.username or parts.password:
+        return "a port or credentials in the URL"
+    if not re.fullmatch(_HANDLE_HOST.format(region=where), parts.hostname or ""):
+        return f"host {parts.hostname!r} is not CloudFormation's wait-condition bucket in {region}"
+    if not re.fullmatch(_HANDLE_PATH.format(region=where), parts.path, re.IGNORECASE):
+        return f"path is not a stack's handle in {region}"
+    return None
+
+
+def _open(request: urllib.request.Request, timeout: float) -> int:
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - https, host checked
+        return int(response.status)
+
+
+def put_signal(url: str, body: Mapping[str, str], region: str, timeout: float = 30.0) -> int:
+    """PUT the signal to the presigned handle URL, only if it is a handle of `region`. The signature
+    covers an empty Content-Type, so the header is sent empty (CloudFormation user guide, "Using
+    wait condition handles")."""
+    problem = handle_problem(url, region)
+    if problem:
+        raise ValueError(f"{HANDLE_VARIABLE} refused, nothing sent: {problem}")
+    request = urllib.request.Request(  # noqa: S310 - checked above
         url, data=json.dumps(body).encode(), method="PUT", headers={"Content-Type": ""}
     )
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-        return int(response.status)
+    return _open(request, timeout)
 
 
 def handler(event: Mapping[str, Any], _context: object = None) -> dict[str, Any]:
@@ -93,6 +125,15 @@ def handler(event: Mapping[str, Any], _context: object = None) -> dict[str, Any]
         # A build started by hand, not by a deploy: nothing waits for it.
         return {"reported": False, "why": f"build has no {HANDLE_VARIABLE}"}
     body = signal(detail, variables)
-    status = put_signal(url, body)
+    # Lambda sets AWS_REGION to the function's region, the stack's (Lambda developer guide,
+    # "Defined runtime environment variables").
+    region = os.environ.get("AWS_REGION", "")
+    problem = handle_problem(url, region)
+    if problem:
+        # Whoever may start a build can set the variable: never PUT to what it names. The deploy's
+        # wait then times out, and this line in the reporter's log says why.
+        print(json.dumps({"build": detail.get("build-id"), "refused": f"{HANDLE_VARIABLE}: {problem}"}))
+        return {"reported": False, "why": f"{HANDLE_VARIABLE} refused: {problem}"}
+    status = put_signal(url, body, region)
     print(json.dumps({"build": detail.get("build-id"), "signal": body["Status"], "http": status}))
     return {"reported": True, "signal": body, "http": status}

@@ -1,0 +1,37 @@
+"""Keeps every refusal of a context value to one line of about 200 characters: the value as the user
+wrote it (cut short when long), the closest allowed names rather than all of them, and where the full
+list is. The README's context key table keeps the complete "allowed" text of each key."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+MAX_LINE = 200
+MAX_VALUE = 48
+
+# Short "allowed" texts for keys and fleet fields whose full text is a long list or a long sentence.
+CATALOG_TYPES = "an EFA-capable type of README, Instance catalog"
+SHORT_ALLOWED = {
+    "fleets": "a JSON object of named fleets (README, Fleets)",
+    "healthCheckSchedule": "empty, rate(1 hour) to rate(6 days), or cron(M H * * ? *)",
+    "shares": "empty, or identifier:share,... (identifier: letters and digits, * suffix; share 1..1000)",
+    "interfaceEndpoints": "any of: ",  # completed with the names in config/context.py
+}
+
+
+def shown(value: Any) -> str:
+    """repr(value), cut to MAX_VALUE characters."""
+    text = repr(value)
+    return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 4] + "...'"
+
+
+def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
+    return difflib.get_close_matches(name, list(choices), n=n, cutoff=0.5)
+
+
+def did_you_mean(name: str, choices: Iterable[str], where: str) -> str:
+    """'did you mean a, b? (where)', or just 'where' when nothing is close."""
+    near = closest(name, choices)
+    return f"did you mean {', '.join(near)}? ({where})" if near else f"see {where}"
