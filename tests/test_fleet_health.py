@@ -223,7 +223,7 @@ def test_on_fair_share_queues_the_check_is_submitted_with_a_share_identifier():
         trust = resources(template, "AWS::IAM::Role")[role]["Properties"]["AssumeRolePolicyDocument"]
         assert trust["Statement"][0]["Principal"] == {"Service": "scheduler.amazonaws.com"}
     # The identifier is a valid Batch share identifier (255 letters and digits, API SubmitJob).
-    from training_constructs.fleet_health import FLEET_CHECK_SHARE
+    from training_constructs.health.fleet_health import FLEET_CHECK_SHARE
 
     assert re.fullmatch(r"[A-Za-z0-9]{1,255}", FLEET_CHECK_SHARE)
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from trainctl.errors import TrainctlError
 from trainctl.requests import ENV_NAME, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, RESERVED_ENV_PREFIX
 
-# The launcher every job definition runs its script through (training_constructs/workloads.py
+# The launcher every job definition runs its script through (training_constructs/jobs/workloads.py
 # LAUNCHER; a test keeps the two equal): torchrun / neuron rendezvous across the nodes.
 LAUNCHER = "/opt/training/distributed_run.sh"
 # Batch retry strategy: 1..10 attempts (API RetryStrategy, attempts).
