@@ -45,6 +45,16 @@ def test_reference_pages_are_current():
     assert {f"reference/{name}" for name in docs_reference.PAGES} <= set(nav_pages())
 
 
+def test_a_stale_or_missing_reference_page_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(docs_reference, "REFERENCE", tmp_path)
+    assert docs_reference.main([]) == 0
+    assert docs_reference.stale() == []
+    (tmp_path / "catalog.md").write_text(page("reference/catalog.md").replace("| 3200 |", "| 3100 |", 1))
+    (tmp_path / "cli.md").unlink()
+    assert docs_reference.stale() == ["catalog.md", "cli.md"]
+    assert docs_reference.main(["--check"]) == 1
+
+
 def test_context_key_page_lists_every_key_with_its_default():
     text = page("reference/context-keys.md")
     rows = dict(re.findall(r"^\| `(\w+)` \| (.*?) \|", text, re.M))
