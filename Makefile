@@ -16,7 +16,7 @@ export PATH := $(BIN):$(PATH)
 # No telemetry or notices from the CLI: these machines reach only package registries.
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: bootstrap synth test deploy diff destroy bench bench-checkpoints bench-trainctl lint format clean
+.PHONY: bootstrap synth test deploy diff destroy bench bench-checkpoints bench-trainctl lint format docs docs-gen clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,9 @@ $(VENV)/.runtime: requirements.txt requirements-node.txt | $(VENV)/bin/python
 	fi
 	@touch $@
 
-$(VENV)/.dev: requirements-dev.txt requirements-test.txt $(VENV)/.runtime
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt -r requirements-test.txt
+$(VENV)/.dev: requirements-dev.txt requirements-test.txt requirements-docs.txt $(VENV)/.runtime
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt -r requirements-test.txt \
+		-r requirements-docs.txt
 	@touch $@
 
 # trainctl, editable: the console script runs this checkout's trainctl/ and config/.
@@ -83,5 +84,13 @@ bench-checkpoints: $(VENV)/.dev
 bench-trainctl: $(VENV)/.dev
 	$(BIN)/python bench/trainctl_bench.py $(ARGS)
 
+# The reference pages in docs/reference/ from the code that defines them (tests/test_docs.py fails when one is stale).
+docs-gen: $(VENV)/.dev $(VENV)/.trainctl
+	$(BIN)/python -m tools.docs_reference
+
+# The site, strictly (a broken link or a page outside the nav fails it), into site/ (not committed).
+docs: docs-gen
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) node_modules cdk.out .pytest_cache .ruff_cache
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache .ruff_cache site

@@ -15,6 +15,7 @@ from config.context import read_settings
 from config.gpu_interconnect import INTRA_NODE
 from config.job_events import TRAINCTL_CANCEL_REASON
 from config.settings import fleet_construct_id as construct_id
+from tests.docs_text import all_pages
 from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, synth
 from training_constructs.jobs.multi_node_job import PREFLIGHT_EXIT_CODE
 from training_constructs.jobs.training_jobs import ECS_EXEC_ACTIONS
@@ -500,20 +501,16 @@ def test_jobs_stack_deploys_after_images_and_buckets():
     assert {"TrainingRegistry", "TrainingData", "TrainingCompute"} <= {d.id for d in artifact.dependencies}
 
 
-def readme() -> str:
-    return (ROOT / "README.md").read_text()
-
-
-def test_readme_walkthrough_reads_outputs_that_exist():
-    used = set(re.findall(r"\$\(out (Training\w+) (\w+)\)", readme()))
+def test_docs_walkthrough_reads_outputs_that_exist():
+    used = set(re.findall(r"\$\(out (Training\w+) (\w+)\)", all_pages()))
     assert len(used) >= 8
     templates = synth("default").templates
     for stack, key in used:
         assert key in templates[stack]["Outputs"], (stack, key)
 
 
-def test_readme_node_overrides_are_valid_and_fit_the_job_definition():
-    overrides = re.findall(r"--node-overrides '(\{.*?\})'", readme(), re.S)
+def test_docs_node_overrides_are_valid_and_fit_the_job_definition():
+    overrides = re.findall(r"--node-overrides '(\{.*?\})'", all_pages(), re.S)
     assert overrides
     target = job_definition("default", "Gpu", "TrainingJob")["NodeProperties"]["NodeRangeProperties"][0]
     for text in overrides:

@@ -112,10 +112,10 @@ CONTEXTS: dict[str, dict[str, str]] = {
 @dataclass(frozen=True)
 class Step:
     context: str
-    # Stacks deployed alone (`cdk deploy STACK --exclusively`) before `cdk deploy --all`: the README's
+    # Stacks deployed alone (`cdk deploy STACK --exclusively`) before `cdk deploy --all`: the docs'
     # order for a change that truly needs two deploys.
     first: tuple[str, ...] = ()
-    # Stacks deleted (`cdk destroy STACK`) before `cdk deploy --all`, the README's order for moving
+    # Stacks deleted (`cdk destroy STACK`) before `cdk deploy --all`, the docs' order for moving
     # the Slurm cluster: ParallelCluster cannot move a head node to another subnet.
     destroyed: tuple[str, ...] = ()
 
@@ -143,7 +143,7 @@ SEQUENCES: dict[str, list[Step]] = {
     ],
     "every fleet names its AZ, from the default": [Step("default"), Step("named-azs"), Step("default")],
 }
-# Orders the README warns against, with what CloudFormation or ParallelCluster would refuse.
+# Orders the docs (deploy and fleets pages) warn against, with what CloudFormation or ParallelCluster would refuse.
 REFUSED: dict[str, str] = {
     "a fleet removed in one deploy": "removed while a deployed stack imports it",
     "the Slurm cluster moved in place": "moves the Slurm head node",
@@ -386,7 +386,7 @@ def test_reordering_fleets_only_reorders_the_alert_rules_queues(
 def test_the_replay_catches_what_cloudformation_refuses(
     sequence: str, synthed: dict[str, Synthed], diffs: dict[str, Any]
 ) -> None:
-    """The same checks fail where the README says a change needs another order."""
+    """The same checks fail where the docs say a change needs another order."""
     *before, (problems, _) = _replay(sequence, synthed, diffs)
     assert not any(p for p, _ in before)
     assert problems and all(REFUSED[sequence] in p for p in problems), problems

@@ -1,11 +1,11 @@
-"""Repository hygiene: lint, format, pins, documentation in step with the code."""
+"""Repository hygiene: lint, format, pins, documentation pages in step with the code."""
 
 import json
 import re
 import subprocess
 import sys
 
-from config.context import KEYS
+from tests.docs_text import page, section
 from tests.harness import ROOT
 
 
@@ -32,6 +32,7 @@ def test_python_requirements_are_pinned():
         "requirements-node.txt",
         "requirements-test.txt",
         "requirements-pcluster.txt",
+        "requirements-docs.txt",
     ):
         for line in (ROOT / name).read_text().splitlines():
             line = line.split("#")[0].strip()
@@ -44,29 +45,14 @@ def test_no_package_shadows_the_constructs_library():
     assert not (ROOT / "constructs.py").exists()
 
 
-def readme_context_table() -> dict[str, str]:
-    readme = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| `(\w+)` \| (.*?) \|", readme, re.M)
-    return dict(rows)
-
-
-def test_every_context_key_is_in_the_readme_with_its_default():
-    table = readme_context_table()
-    assert set(KEYS) <= set(table), set(KEYS) - set(table)
-    for key in KEYS.values():
-        if key.default not in (None, ""):
-            assert str(key.default).lower() in table[key.name].lower(), key.name
-
-
-def readme_json(heredoc: str) -> dict:
-    """The JSON the README writes with `cat > NAME <<'JSON'`."""
-    readme = (ROOT / "README.md").read_text()
-    (text,) = re.findall(rf"cat > {re.escape(heredoc)} <<'JSON'\n(.*?)\nJSON\n", readme, re.S)
+def docs_json(heredoc: str) -> dict:
+    """The JSON the pull-request page writes with `cat > NAME <<'JSON'`."""
+    (text,) = re.findall(rf"cat > {re.escape(heredoc)} <<'JSON'\n(.*?)\nJSON\n", page("pull-requests.md"), re.S)
     return json.loads(text)
 
 
-def test_readme_diff_role_reads_templates_and_nothing_else():
-    policy = readme_json("diff-policy.json")
+def test_docs_diff_role_reads_templates_and_nothing_else():
+    policy = docs_json("diff-policy.json")
     actions = {a for s in policy["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     # No role to assume (the bootstrap lookup role reads the whole account), no data, no writes.
     assert all(s["Effect"] == "Allow" for s in policy["Statement"])
@@ -80,21 +66,21 @@ def test_readme_diff_role_reads_templates_and_nothing_else():
     assert "lookup-role" not in json.dumps(policy)
 
 
-def test_readme_diff_role_trusts_only_this_repositorys_pull_requests():
-    (statement,) = readme_json("trust.json")["Statement"]
+def test_docs_diff_role_trusts_only_this_repositorys_pull_requests():
+    (statement,) = docs_json("trust.json")["Statement"]
     assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
     assert statement["Principal"]["Federated"].endswith(":oidc-provider/token.actions.githubusercontent.com")
     condition = statement["Condition"]
     assert condition["StringEquals"] == {"token.actions.githubusercontent.com:aud": "sts.amazonaws.com"}
     assert condition["StringLike"] == {"token.actions.githubusercontent.com:sub": "repo:ORG/REPO:pull_request"}
     # The approval-gated alternative is documented with the subject GitHub gives environment jobs.
-    readme = (ROOT / "README.md").read_text()
-    assert '"repo:ORG/REPO:environment:cdk-diff"' in readme and "environment: cdk-diff" in readme
+    pull_requests = page("pull-requests.md")
+    assert '"repo:ORG/REPO:environment:cdk-diff"' in pull_requests and "environment: cdk-diff" in pull_requests
 
 
-def test_readme_warns_about_default_security_group_auto_remediation():
-    readme = (ROOT / "README.md").read_text()
-    warning = readme[readme.index("**Security Hub control EC2.2**") :][:1500]
+def test_docs_warn_about_default_security_group_auto_remediation():
+    design = page("design.md")
+    warning = design[design.index("**Security Hub control EC2.2**") :][:1500]
     assert "auto-remediat" in warning and "exempt" in warning
 
 
@@ -113,31 +99,23 @@ def test_make_deploy_can_skip_the_approval_prompt():
     assert "--require-approval" not in make_dry_run("deploy")
 
 
-def _readme_section(title: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index(f"\n### {title}\n") if f"\n### {title}\n" in readme else readme.index(f"\n#### {title}\n")
-    level = readme[start + 1 :].split(" ", 1)[0]
-    end = re.search(rf"\n#{{2,{len(level)}}} ", readme[start + 1 :])
-    return readme[start : start + 1 + end.start()] if end else readme[start:]
-
-
-def test_readme_says_a_failed_subnet_delete_does_not_roll_back():
+def test_docs_say_a_failed_subnet_delete_does_not_roll_back():
     """CloudFormation deletes a moved fleet's old subnet in the cleanup phase; a failed delete there
     leaves the stack UPDATE_COMPLETE and the subnet and its block orphaned (CloudFormation User Guide,
     Troubleshooting, "Resource removed from stack but not deleted")."""
-    changing = _readme_section("Changing a deployed fleet")
+    changing = section("Changing a deployed fleet")
     (row,) = [line for line in changing.splitlines() if line.startswith("| a fleet's AZ")]
     assert "rolls back" not in row.replace("nothing rolls back", "")
     assert "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS" in row and "`UPDATE_COMPLETE`" in row
     assert "#moving-a-fleet-to-another-az" in row
-    moving = _readme_section("Moving a fleet to another AZ")
+    moving = section("Moving a fleet to another AZ")
     assert moving.index("**Drain**") < moving.index("**Deploy**") < moving.index("**Check**")
     for command in ("ec2 describe-subnets", "ec2 delete-subnet", "ec2 disassociate-vpc-cidr-block"):
         assert f"aws {command}" in moving, command
 
 
-def test_readme_explains_upgrading_a_deployment_that_named_an_az():
-    upgrading = _readme_section("Upgrading an existing deployment")
+def test_docs_explain_upgrading_a_deployment_that_named_an_az():
+    upgrading = section("Upgrading an existing deployment")
     assert "`availabilityZone` set" in upgrading and "a fleet's `availabilityZone` set" in upgrading
     # The old release cannot unset the key either: it moves the same subnets on the same CIDRs.
     assert "Unsetting `availabilityZone` on the old release first does not help" in upgrading

@@ -1,0 +1,135 @@
+"""The README and the documentation site: the strict build, the generated reference pages, and that the
+old README's sections all have a home."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import typer
+import yaml
+
+from config.context import KEYS
+from tests.docs_text import DOCS, ROOT, all_pages, headings, nav_pages, page, slug
+from tools import docs_reference
+
+README = ROOT / "README.md"
+
+
+def test_site_builds_strictly(tmp_path):
+    # The build `make docs` runs: every warning (a broken link or anchor, a page outside the nav) fails it.
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "site" / "reference" / "cli" / "index.html").exists()
+
+
+def test_strict_mode_covers_links_anchors_and_the_nav():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert config["strict"] is True
+    validation = config["validation"]
+    assert validation["nav"]["omitted_files"] == "warn" and validation["nav"]["not_found"] == "warn"
+    assert validation["links"]["not_found"] == "warn" and validation["links"]["anchors"] == "warn"
+
+
+def test_reference_pages_are_current():
+    assert docs_reference.stale() == [], "run `make docs-gen`"
+    assert {f"reference/{name}" for name in docs_reference.PAGES} <= set(nav_pages())
+
+
+def test_a_stale_or_missing_reference_page_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(docs_reference, "REFERENCE", tmp_path)
+    assert docs_reference.main([]) == 0
+    assert docs_reference.stale() == []
+    (tmp_path / "catalog.md").write_text(page("reference/catalog.md").replace("| 3200 |", "| 3100 |", 1))
+    (tmp_path / "cli.md").unlink()
+    assert docs_reference.stale() == ["catalog.md", "cli.md"]
+    assert docs_reference.main(["--check"]) == 1
+
+
+def test_context_key_page_lists_every_key_with_its_default():
+    text = page("reference/context-keys.md")
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*?) \|", text, re.M))
+    assert set(KEYS) <= set(rows), set(KEYS) - set(rows)
+    for key in KEYS.values():
+        expected = "none" if key.default in (None, "") else f"`{str(key.default).lower()}`"
+        assert rows[key.name].lower() == expected, key.name
+
+
+def test_cli_page_walks_the_command_tree():
+    # A command or a sub-group added to an app shows up in its page, hidden ones do not.
+    app = typer.Typer(help="Demo.")
+    jobs = typer.Typer(help="Jobs.")
+    app.add_typer(jobs, name="jobs")
+
+    @app.command()
+    def first(fleet: str = typer.Argument(..., help="Fleet to use.")) -> None:
+        """Does the first thing."""
+
+    @jobs.command("tail")
+    def tail(follow: bool = typer.Option(False, "--follow", help="Keep going.")) -> None:
+        """Tails a job."""
+
+    @app.command(hidden=True)
+    def secret() -> None:
+        """Hidden."""
+
+    text = docs_reference.cli_page(app)
+    assert "## `trainctl first`" in text and "Does the first thing." in text and "Fleet to use." in text
+    assert "## `trainctl jobs tail`" in text and "| `--follow` | Keep going. |" in text
+    assert "secret" not in text
+
+
+def test_cli_page_has_every_trainctl_command():
+    import typer.main
+
+    from trainctl.cli import app
+
+    group = typer.main.get_command(app)
+    text = page("reference/cli.md")
+    for name in group.list_commands(group.context_class(group, info_name="trainctl")):
+        assert f"## `trainctl {name}`" in text, name
+
+
+def test_every_old_readme_heading_has_a_home():
+    old = [
+        line.split(" ", 1)[1] for line in (ROOT / "tests/fixtures/readme_headings_2026-11.txt").read_text().splitlines()
+    ]
+    assert len(old) == 37
+    homes = {text for name in nav_pages() for _, text in headings(page(name))}
+    assert [title for title in old if title not in homes] == []
+
+
+def test_readme_is_short_and_starts_with_the_setup_commands():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 200
+    first_screen = "\n".join(lines[:40])
+    assert re.search(r"^make synth\b", first_screen, re.M) and re.search(r"^make test\b", first_screen, re.M)
+
+
+def test_readme_links_into_the_site_resolve():
+    links = re.findall(r"\]\(docs/([\w/.-]+\.md)(?:#([\w-]+))?\)", README.read_text())
+    assert len({target for target, _ in links}) >= 15
+    for target, anchor in links:
+        assert (DOCS / target).exists(), target
+        if anchor:
+            assert anchor in {slug(text) for _, text in headings(page(target))}, (target, anchor)
+
+
+def test_readme_first_job_uses_the_commands_trainctl_has():
+    readme = README.read_text()
+    used = set(re.findall(r"^trainctl (\w+)", readme, re.M))
+    assert {"check", "submit", "logs"} <= used
+    assert all(f"## `trainctl {name}`" in page("reference/cli.md") for name in used), used
+
+
+def test_docs_text_still_reads_every_page():
+    assert "## What it builds" in all_pages() and len(nav_pages()) == len(list(DOCS.rglob("*.md")))
