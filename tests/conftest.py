@@ -10,6 +10,7 @@ grouping is a scheduler of our own, through xdist's `pytest_xdist_make_scheduler
 
 from __future__ import annotations
 
+import os
 from pathlib import PurePosixPath
 
 import pytest
@@ -25,6 +26,7 @@ SYNTH_FILES = frozenset(
         "test_host_check.py",
         "test_jobs.py",
         "test_nag.py",
+        "test_node_recovery.py",
         "test_network.py",
         "test_parallelcluster.py",
         "test_monitoring.py",
@@ -48,3 +50,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return work_unit(nodeid)
 
     return SynthInOneWorker(config, log)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def node_state_dir(tmp_path_factory: pytest.TempPathFactory):
+    """The launcher's node-state directory (NODE_STATE_DIR, /var/lib/training-node on a node) in a
+    temporary folder, so that no test run writes a take-out marker onto this machine."""
+    path = tmp_path_factory.mktemp("training-node")
+    previous = os.environ.get("NODE_STATE_DIR")
+    os.environ["NODE_STATE_DIR"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("NODE_STATE_DIR", None)
+    else:
+        os.environ["NODE_STATE_DIR"] = previous

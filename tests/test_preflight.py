@@ -262,8 +262,10 @@ def launch(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[s
     probe = tmp_path / "probe.sh"
     probe.write_text(PROBE)
     probe.chmod(0o755)
-    keep = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG")}
+    keep = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "NODE_STATE_DIR")}
     base = {**keep, "PYTHON": str(probe), "PREFLIGHT_PYTHON": sys.executable, "NPROC_PER_NODE": "1"}
+    # Node 1 tells the main node of its failure; none listens here, so one try.
+    base["NODE_REPORT_SECONDS"] = "0"
     batch = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1", "MASTER_ADDR": "127.0.0.1"}
     return subprocess.run(
         [str(LAUNCHER), "train.py"], env={**base, **batch, **env}, capture_output=True, text=True, timeout=60
@@ -274,7 +276,8 @@ def test_a_failed_preflight_exits_75_with_one_line_and_starts_nothing(gpu_node, 
     result = launch(tmp_path, {**gpu_node, "EXPECTED_GPUS": "8"})
     assert result.returncode == preflight.PREFLIGHT_EXIT == 75
     assert "ARGS:" not in result.stdout
-    (line,) = result.stderr.strip().splitlines()
+    line, *rest = result.stderr.strip().splitlines()
+    assert rest == ["node_fault.py: could not tell the main node 127.0.0.1:29501"]
     assert line.startswith("preflight failed on node 1 (")
     assert line.endswith("expected 8 GPUs (nvidia-smi --list-gpus), found 4")
 
