@@ -16,6 +16,7 @@ from stacks.registry_stack import RegistryStack
 from training_constructs.fleet_health import FleetHealth
 from training_constructs.job_alerts import JobAlerts
 from training_constructs.job_metrics import JobMetrics
+from training_constructs.recovery_alerts import ResumedJobAlerts
 from training_constructs.training_fleet import TrainingFleet
 from training_constructs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs
 
@@ -122,6 +123,12 @@ class JobsStack(Stack):
             email=jobs.alert_email,
         )
         CfnOutput(self, "AlertTopic", value=self.alerts.topic.topic_arn)
+        self.resumed_alerts = ResumedJobAlerts(
+            self,
+            "ResumedJobAlerts",
+            job_queue_arns=[jobs_.job_queue.job_queue_arn for jobs_ in self.fleets.values()],
+            topic=self.alerts.topic,
+        )
         self.job_metrics = JobMetrics(
             self,
             "JobMetrics",

@@ -215,6 +215,17 @@ def test_what_every_node_of_the_fleet_shares_exits_78_and_a_node_fault_75(gpu_no
     assert "expected 8 GPUs" in capsys.readouterr().err
 
 
+def test_a_fault_the_boot_check_found_fleet_wide_refuses_the_job_with_78_naming_it(gpu_node, tmp_path, capsys):
+    state = {**gpu_node, "NODE_STATE_DIR": str(tmp_path)}
+    assert preflight.main(state) == 0
+    (tmp_path / "shared-fault").write_text("libnvidia-ml.so.1 missing from the AMI (ldconfig -p)\n")
+    # Even on a node that also lacks GPUs: the shared fault explains it, and no retry can help.
+    assert preflight.main({**state, "EXPECTED_GPUS": "8"}) == preflight.IMAGE_EXIT == 78
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("preflight failed on ") and "libnvidia-ml.so.1 missing from the AMI" in line
+    assert len(line) < 300
+
+
 def test_every_failure_lands_in_one_list(gpu_node, tmp_path):
     env = {**gpu_node, "EFA_DEVICE_DIR": str(tmp_path / "none"), "EXPECTED_GPUS": "8"}
     assert len(preflight.failures(env)) == 2
