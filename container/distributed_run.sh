@@ -79,6 +79,7 @@ node_fault() {
 }
 
 # EXIT trap: a child tells the main node why it exits before training; the main node's listener goes.
+# shellcheck disable=SC2329 # called by the EXIT trap
 on_exit() {
   local status=$?
   [[ -z "${listener:-}" ]] || kill "$listener" 2>/dev/null || true
@@ -377,7 +378,8 @@ if [[ "$status" -ne 0 && "$stop_requested" -eq 0 ]]; then
     done
   fi
   if ! reported; then
-    fault=$(node_fault judge --since "${launcher_start%.*}") || fault=""
+    # XID_SETTLE_SECONDS (default 5): how long to wait for the host's Xid watcher after a crash.
+    fault=$(node_fault judge --since "${launcher_start%.*}" --settle "${XID_SETTLE_SECONDS:-5}") || fault=""
     if [[ -n "$fault" ]]; then
       echo "$NAME: node ${index:-0} ($(hostname)): trainer exited $status on a hardware fault: $fault; exiting $NODE_FAULT_EXIT so that Batch retries on other nodes" >&2
       if [[ "${is_main:-1}" -eq 0 ]]; then
@@ -397,7 +399,8 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
     [[ "$status" -ne 0 ]] || status=1
   fi
 fi
-if reported; then
+# A report that came after this node's trainer succeeded does not undo the success.
+if reported && [[ "$status" -ne 0 ]]; then
   exit_for_report
 fi
 if [[ -n "$fault" ]]; then

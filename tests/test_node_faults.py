@@ -51,7 +51,7 @@ def test_a_child_that_fails_its_preflight_ends_the_main_node_within_60_s_with_75
     assert not (tmp_path / "main" / "take-out").exists()
 
 
-def crash(tmp_path: Path, *kernel_lines: str) -> subprocess.CompletedProcess[str]:
+def crash(tmp_path: Path, *kernel_lines: str, settle: str = "5") -> subprocess.CompletedProcess[str]:
     """A one-node Batch run whose trainer raises (exit 1), after the host's Xid watcher saw `kernel_lines`."""
     state = tmp_path / "state"
     state.mkdir()
@@ -61,6 +61,7 @@ def crash(tmp_path: Path, *kernel_lines: str) -> subprocess.CompletedProcess[str
     xid.record_node_faults(state, kernel_lines)
     env = base_env(PYTHON=str(trainer), NODE_STATE_DIR=str(state), AWS_BATCH_JOB_NUM_NODES="1")
     env |= {"AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "127.0.0.1", "NPROC_PER_NODE": "1"}
+    env["XID_SETTLE_SECONDS"] = settle
     return subprocess.run([str(LAUNCHER), "t.py"], env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -75,7 +76,8 @@ def test_a_crash_with_a_node_fault_xid_exits_75_and_asks_for_take_out(tmp_path):
 
 def test_the_same_crash_without_the_xid_stays_1_with_no_marker(tmp_path):
     # Xid 13 is the application's own fault (NVIDIA: restart the application).
-    result = crash(tmp_path, XID_13)
+    # No settle wait: the record is there before the crash (the wait itself is node_fault.judge's).
+    result = crash(tmp_path, XID_13, settle="0")
     assert result.returncode == 1, result.stderr
     assert "hardware fault" not in result.stderr
     assert not (tmp_path / "state" / "take-out").exists()
@@ -109,3 +111,32 @@ def test_metric_names_match_config():
     assert node_fault.NODES_TAKEN_OUT == metrics.NODES_TAKEN_OUT
     assert (node_fault.NAMESPACE, node_fault.FLEET_DIMENSION) == (metrics.NAMESPACE, metrics.FLEET_DIMENSION)
     assert node_fault.FLEET_ENV == metrics.FLEET_ENV
+
+
+def test_a_childs_hardware_fault_during_training_ends_the_main_node_with_75(tmp_path):
+    master, report = free_port(), free_port()
+    nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#0", "MASTER_ADDR": "127.0.0.1"}
+    nodes |= {"MASTER_PORT": str(master), "NODE_REPORT_PORT": str(report), "NPROC_PER_NODE": "1"}
+    for name, body in (("main", "exec sleep 60"), ("child", "sleep 1; exit 1")):
+        (tmp_path / name).mkdir()
+        trainer = tmp_path / f"{name}.sh"
+        trainer.write_text(f"#!/bin/sh\n{body}\n")
+        trainer.chmod(0o755)
+    xid.record_node_faults(tmp_path / "child", [XID_79], now=time.time() + 1)
+    started = time.monotonic()
+    main = launch(base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="0", PYTHON=str(tmp_path / "main.sh"),
+                           NODE_STATE_DIR=str(tmp_path / "main")), "t.py")  # fmt: skip
+    child_env = base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="1", PYTHON=str(tmp_path / "child.sh"))
+    child_env["NODE_STATE_DIR"] = str(tmp_path / "child")
+    child = subprocess.run([str(LAUNCHER), "t.py"], env=child_env, capture_output=True, text=True, timeout=60)
+    try:
+        _, main_err = main.communicate(timeout=60)
+    finally:
+        main.kill()
+    assert child.returncode == 75, child.stderr
+    assert main.returncode == 75, main_err
+    assert time.monotonic() - started < 30  # the main trainer alone would have run 60 s
+    (line,) = [x for x in main_err.splitlines() if x.startswith("distributed_run.sh: node 1 (")]
+    assert "hardware fault: NVIDIA Xid needing a GPU reset or a new node" in line and "79" in line
+    assert "GPU has fallen off the bus" in (tmp_path / "child" / "take-out").read_text()
+    assert not (tmp_path / "main" / "take-out").exists()
