@@ -57,8 +57,10 @@ def explain(
     tail: Tail | None = None,
 ) -> Explanation:
     status = str(job.get("status", "UNKNOWN"))
-    # Every attempt so far: which node failed, what it found, how long the resume took (recovery.py).
-    story = attempt_story(job, tail)
+    # Every attempt so far: which node failed, what it found, how long the resume took (recovery.py);
+    # told once an attempt has ended with an exit code or a reason.
+    ended = [a for a in job.get("attempts", []) if a.get("statusReason") or "exitCode" in a.get("container", {})]
+    story = attempt_story(job, tail) if ended else []
     reasons: list[str] = []
     status_reason = job.get("statusReason")
     if status_reason:
