@@ -84,7 +84,7 @@ on_exit() {
   local status=$?
   [[ -z "${listener:-}" ]] || kill "$listener" 2>/dev/null || true
   if [[ "$status" -ne 0 && -n "${report_to:-}" && "${training_started:-0}" -eq 0 ]]; then
-    node_fault report --address "$report_to" --port "$report_port" --code "$status" --within "$report_seconds" \
+    node_fault report --address "$report_to" --port "$report_port" --code "$status" --job "$job_id" --within "$report_seconds" \
       --line "node $index ($(hostname)): ${last_error:-launcher exited $status before the rendezvous}" >&2 || true
   fi
 }
@@ -246,7 +246,7 @@ else
   if [[ "$is_main" -eq 1 && "$nodes" -gt 1 ]]; then
     faults=$(mktemp -d)
     # Its output goes to a file: it must not hold the launcher's stdout and stderr open.
-    node_fault listen --port "$report_port" --pid $$ --out "$faults/report" >"$faults/listener.log" 2>&1 &
+    node_fault listen --port "$report_port" --pid $$ --out "$faults/report" --job "$job_id" >"$faults/listener.log" 2>&1 &
     listener=$!
   fi
   args=(
@@ -383,7 +383,7 @@ if [[ "$status" -ne 0 && "$stop_requested" -eq 0 ]]; then
     if [[ -n "$fault" ]]; then
       echo "$NAME: node ${index:-0} ($(hostname)): trainer exited $status on a hardware fault: $fault; exiting $NODE_FAULT_EXIT so that Batch retries on other nodes" >&2
       if [[ "${is_main:-1}" -eq 0 ]]; then
-        node_fault report --address "$report_to" --port "$report_port" --code "$NODE_FAULT_EXIT" --within "$report_seconds" \
+        node_fault report --address "$report_to" --port "$report_port" --code "$NODE_FAULT_EXIT" --job "$job_id" --within "$report_seconds" \
           --line "node $index ($(hostname)): hardware fault: $fault" >&2 || true
       fi
     fi

@@ -10,13 +10,14 @@ Batch decides a multi-node job by its main node alone: a child that fails ends o
 guide, "Multi-node parallel jobs"). So a child that fails before its rendezvous, or whose trainer dies
 on a hardware fault, connects to the main node's address on a side port (MASTER_PORT + 1 unless
 NODE_REPORT_PORT is set; the nodes' task ENIs share the EFA security group, which admits all traffic
-between its members) and sends one line, "<exit code> <text>". The main node's listener writes it to
-FILE and sends the launcher SIGUSR1; the launcher stops torchrun and then exits 75 (78 when the child's fault is one the
-whole fleet shares) with the child's line.
+between its members) and sends one line, "<exit code> <job id> <text>". The main node's listener
+ignores other jobs' lines, writes the line to FILE and sends the launcher SIGUSR1; the launcher stops
+torchrun and exits 75 (78 when the child's fault is one the whole fleet shares) with the child's line.
 
 Hardware fault: the trainer exited non-zero while this node shows one of
-  - an NVIDIA Xid that needs a GPU reset or a new node, written by the host's Xid watcher
-    (training_constructs/node_metrics/xid.py) to $NODE_STATE_DIR/xid-faults as "<epoch> <code> <line>";
+  - an NVIDIA Xid that needs a GPU reset or a new node, written by the host's node collector
+    (training_constructs/node_metrics/collector.py) to $NODE_STATE_DIR/xid-faults as
+    "<epoch> <code> <line>";
   - the node checks of preflight.py failing now (fewer GPUs, EFA devices or Neuron devices than the
     job expects, the EFA provider or neuron-ls broken).
 The take-out marker is $NODE_STATE_DIR/take-out (one line: the reason); the host's path unit
@@ -55,9 +56,9 @@ def state_dir(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("NODE_STATE_DIR") or NODE_STATE_DIR)
 
 
-def listen(port: int, pid: int, out: Path, poll: float = 1.0) -> int:
-    """Wait for one child's report while the launcher (`pid`) runs; write it to `out` and send the
-    launcher SIGUSR1, on which it stops training."""
+def listen(port: int, pid: int, out: Path, job: str, poll: float = 1.0) -> int:
+    """Wait for one child's report on job `job` while the launcher (`pid`) runs; write it to `out` and
+    send the launcher SIGUSR1, on which it stops training. Reports on other jobs are ignored."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("0.0.0.0", port))  # noqa: S104 - the children reach the main node on its task ENI
@@ -73,8 +74,9 @@ def listen(port: int, pid: int, out: Path, poll: float = 1.0) -> int:
                     text = connection.recv(4096).decode(errors="replace").strip()
                 except OSError:
                     continue
-            code, _, line = text.partition(" ")
-            if not code.isdigit() or not line:
+            code, _, rest = text.partition(" ")
+            reported_job, _, line = rest.partition(" ")
+            if not code.isdigit() or reported_job != job or not line:
                 continue
             tmp = out.with_suffix(".tmp")
             tmp.write_text(f"{code} {line[:MAX_LINE]}\n")
@@ -99,10 +101,10 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def report(address: str, port: int, code: int, line: str, within: float) -> bool:
-    """Send "<code> <line>" to the main node, retrying the connection for `within` seconds."""
+def report(address: str, port: int, code: int, job: str, line: str, within: float) -> bool:
+    """Send "<code> <job> <line>" to the main node, retrying the connection for `within` seconds."""
     deadline = time.monotonic() + within
-    payload = f"{code} {line[:MAX_LINE]}\n".encode()
+    payload = f"{code} {job} {line[:MAX_LINE]}\n".encode()
     while True:
         try:
             with socket.create_connection((address, port), timeout=5) as connection:
@@ -202,10 +204,12 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--pid", type=int, required=True)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--job", required=True)
     p = commands.add_parser("report")
     p.add_argument("--address", required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--code", type=int, required=True)
+    p.add_argument("--job", required=True)
     p.add_argument("--line", required=True)
     p.add_argument("--within", type=float, default=30.0)
     p = commands.add_parser("judge")
@@ -215,9 +219,9 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     p.add_argument("--line", required=True)
     args = parser.parse_args(argv)
     if args.command == "listen":
-        return listen(args.port, args.pid, args.out)
+        return listen(args.port, args.pid, args.out, args.job)
     if args.command == "report":
-        if not report(args.address, args.port, args.code, args.line, args.within):
+        if not report(args.address, args.port, args.code, args.job, args.line, args.within):
             print(f"node_fault.py: could not tell the main node {args.address}:{args.port}", file=sys.stderr)
         return 0
     if args.command == "judge":

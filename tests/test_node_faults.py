@@ -140,3 +140,21 @@ def test_a_childs_hardware_fault_during_training_ends_the_main_node_with_75(tmp_
     assert "hardware fault: NVIDIA Xid needing a GPU reset or a new node" in line and "79" in line
     assert "GPU has fallen off the bus" in (tmp_path / "child" / "take-out").read_text()
     assert not (tmp_path / "main" / "take-out").exists()
+
+
+def test_the_listener_takes_only_its_own_jobs_report(tmp_path):
+    import threading
+
+    port = free_port()
+    launcher = subprocess.Popen(["sleep", "30"])  # stands in for the launcher, which SIGUSR1 stops here
+    out = tmp_path / "report"
+    listener = threading.Thread(target=node_fault.listen, args=(port, launcher.pid, out, "job-a", 0.1))
+    listener.start()
+    try:
+        assert node_fault.report("127.0.0.1", port, 75, "job-b", "node 1 (h): from another job", within=10)
+        assert node_fault.report("127.0.0.1", port, 75, "job-a", "node 1 (h): expected 4 GPUs, found 3", within=10)
+        listener.join(timeout=10)
+        assert out.read_text() == "75 node 1 (h): expected 4 GPUs, found 3\n"
+        assert launcher.wait(timeout=10) == -10  # SIGUSR1
+    finally:
+        launcher.kill()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -275,7 +276,10 @@ def launch(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[s
     probe.chmod(0o755)
     keep = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "NODE_STATE_DIR")}
     base = {**keep, "PYTHON": str(probe), "PREFLIGHT_PYTHON": sys.executable, "NPROC_PER_NODE": "1"}
-    # Node 1 tells the main node of its failure; none listens here, so one try.
+    # Node 1 tells the main node of its failure; none listens on this free port, so one try.
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        base["NODE_REPORT_PORT"] = str(probe_socket.getsockname()[1])
     base["NODE_REPORT_SECONDS"] = "0"
     batch = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1", "MASTER_ADDR": "127.0.0.1"}
     return subprocess.run(
@@ -288,7 +292,7 @@ def test_a_failed_preflight_exits_75_with_one_line_and_starts_nothing(gpu_node, 
     assert result.returncode == preflight.PREFLIGHT_EXIT == 75
     assert "ARGS:" not in result.stdout
     line, *rest = result.stderr.strip().splitlines()
-    assert rest == ["node_fault.py: could not tell the main node 127.0.0.1:29501"]
+    assert len(rest) == 1 and rest[0].startswith("node_fault.py: could not tell the main node 127.0.0.1:")
     assert line.startswith("preflight failed on node 1 (")
     assert line.endswith("expected 8 GPUs (nvidia-smi --list-gpus), found 4")
 
