@@ -57,3 +57,8 @@ COLD_START_IMAGE_PULL = "ColdStartImagePullSeconds"
 COLD_START_CONTAINER_TO_LAUNCHER = "ColdStartContainerToLauncherSeconds"
 COLD_START_PREFLIGHT = "ColdStartPreflightSeconds"
 COLD_START_RENDEZVOUS = "ColdStartRendezvousSeconds"
+# Self-healing (issue 31), dimension Fleet: a node that took itself out after a node fault (an EMF line
+# from container/node_fault.py in the job's log), and a job Batch retried after a failed attempt
+# (from Batch job state change events, training_constructs/job_metrics.py).
+NODES_TAKEN_OUT = "NodesTakenOut"
+JOBS_RESUMED = "JobsResumed"

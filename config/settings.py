@@ -62,6 +62,7 @@ RESERVED_CONSTRUCT_IDS = frozenset(
         "JobRole",
         "FairShare",
         "JobAlerts",
+        "ResumedJobAlerts",
         "AlertTopic",
         "Slurm",
         "ClusterName",

@@ -37,6 +37,14 @@
 # Cold start, on ECS (ECS_CONTAINER_METADATA_URI_V4 set): cold_start.py (beside this file, run with
 # COLD_START_PYTHON, default: PYTHON, else python3) prints one embedded-metric JSON line per node
 # with the image pull, container-to-launcher, preflight and rendezvous seconds.
+# Node faults (node_fault.py beside this file, run with NODE_FAULT_PYTHON, default PREFLIGHT_PYTHON,
+# else python3), on multi-node runs: a child that fails its preflight or exits before its rendezvous, or
+# whose trainer dies on a hardware fault, tells the main node on NODE_REPORT_PORT (default
+# MASTER_PORT + 1); the main node stops training and exits 75 (78 for a fault the fleet shares) with
+# the child's line, within seconds. After a failed trainer, a node that shows a hardware fault (an
+# NVIDIA Xid its host recorded, or its devices failing the preflight's checks) exits 75 instead of the
+# trainer's status; an application error keeps it (1 stays 1, not retried). A node fault (preflight 75
+# or hardware) leaves a take-out marker in NODE_STATE_DIR (default /var/lib/training-node) for its host.
 # Exits with the training command's status (1 if it succeeded but the last upload failed).
 set -euo pipefail
 launcher_start="${EPOCHREALTIME:-$(date +%s)}"
@@ -44,18 +52,41 @@ launcher_start="${EPOCHREALTIME:-$(date +%s)}"
 # otherwise ignore it, and the node would start training only to be SIGKILLed later.
 stop_requested=0
 trap 'stop_requested=1' TERM INT
+# A child's report reached the main node's listener (node_fault.py) before training started.
+fault_reported=0
+trap 'fault_reported=1' USR1
 
 readonly NAME="distributed_run.sh"
 # A failed preflight (preflight.py PREFLIGHT_EXIT): the one exit code the job definitions retry.
 readonly PREFLIGHT_EXIT=75
 # The fleet's AMI or image cannot train on this GPU (preflight.py IMAGE_EXIT): not retried.
 readonly IMAGE_EXIT=78
+readonly NODE_FAULT_EXIT=75
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly HERE
 
 die() {
+  last_error="$*"
   echo "$NAME: $*" >&2
   exit 2
+}
+
+node_fault() {
+  local python="${NODE_FAULT_PYTHON:-${PREFLIGHT_PYTHON:-}}"
+  # Stdlib only, like the preflight.
+  [[ -n "$python" ]] || python=$(command -v python3 || echo "${PYTHON:-python3}")
+  "$python" "$HERE/node_fault.py" "$@"
+}
+
+# EXIT trap: a child tells the main node why it exits before training; the main node's listener goes.
+# shellcheck disable=SC2329 # called by the EXIT trap
+on_exit() {
+  local status=$?
+  [[ -z "${listener:-}" ]] || kill "$listener" 2>/dev/null || true
+  if [[ "$status" -ne 0 && -n "${report_to:-}" && "${training_started:-0}" -eq 0 ]]; then
+    node_fault report --address "$report_to" --port "$report_port" --code "$status" --job "$job_id" --within "$report_seconds" \
+      --line "node $index ($(hostname)): ${last_error:-launcher exited $status before the rendezvous}" >&2 || true
+  fi
 }
 
 is_uint() {
@@ -97,14 +128,22 @@ own_address() {
 }
 
 preflight() {
-  local python="${PREFLIGHT_PYTHON:-}" output status=0
+  local python="${PREFLIGHT_PYTHON:-}" output status=0 errors
   # Stdlib only: a plain python3 starts fastest; Isaac Sim's python.sh where there is none.
   if [[ -z "$python" ]]; then
     python=$(command -v python3 || echo "${PYTHON:-python3}")
   fi
-  output=$("$python" "$HERE/preflight.py") || status=$?
-  # preflight.py printed the line: a failed check, or (2) a malformed variable.
-  [[ "$status" -ne "$PREFLIGHT_EXIT" && "$status" -ne "$IMAGE_EXIT" && "$status" -ne 2 ]] || exit "$status"
+  errors=$(mktemp)
+  output=$("$python" "$HERE/preflight.py" 2>"$errors") || status=$?
+  cat "$errors" >&2
+  last_error=$(grep -v '^$' "$errors" | tail -n 1 || true)
+  rm -f "$errors"
+  # preflight.py printed the line: a failed check, or (2) a malformed variable. The exit waits until
+  # a child knows where to report it.
+  if [[ "$status" -eq "$PREFLIGHT_EXIT" || "$status" -eq "$IMAGE_EXIT" || "$status" -eq 2 ]]; then
+    preflight_failed=$status
+    return
+  fi
   [[ "$status" -eq 0 ]] || die "preflight.py could not check this node (exit $status, see above)"
   # Only its own line counts: an interpreter's wrapper may print more.
   socket_interface=$(sed -n 's/^socket_interface=//p' <<<"$output" | tail -n 1)
@@ -147,6 +186,8 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   [[ "$settle_seconds" =~ ^[0-9]*\.?[0-9]+$ ]] || die "CHECKPOINT_SETTLE_SECONDS='$settle_seconds' is not a number of seconds (0 or more)"
 fi
 preflight_start="${EPOCHREALTIME:-$(date +%s)}"
+preflight_failed=0
+socket_interface=""
 preflight
 preflight_end="${EPOCHREALTIME:-$(date +%s)}"
 
@@ -177,6 +218,13 @@ else
   [[ "$index" -lt "$nodes" ]] || die "AWS_BATCH_JOB_NODE_INDEX=$index is not below AWS_BATCH_JOB_NUM_NODES=$nodes"
   [[ "$main" -lt "$nodes" ]] || die "AWS_BATCH_JOB_MAIN_NODE_INDEX=$main is not below AWS_BATCH_JOB_NUM_NODES=$nodes"
   is_uint "$join_timeout" && [[ "$join_timeout" -ge 1 ]] || die "RDZV_JOIN_TIMEOUT='$join_timeout' is not a positive integer"
+  report_port="${NODE_REPORT_PORT:-$((port + 1))}"
+  # How long a child keeps trying to reach the main node's listener (it starts after the main node's
+  # preflight, before its checkpoint restore).
+  report_seconds="${NODE_REPORT_SECONDS:-60}"
+  is_uint "$report_seconds" || die "NODE_REPORT_SECONDS='$report_seconds' is not a number of seconds (0 or more)"
+  is_uint "$report_port" && [[ "$report_port" -ge 1 && "$report_port" -le 65535 && "$report_port" -ne "$port" ]] ||
+    die "NODE_REPORT_PORT='$report_port' is not a port number (1..65535) other than MASTER_PORT; set NODE_REPORT_PORT"
 
   if [[ -n "$socket_interface" ]]; then
     export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$socket_interface}"
@@ -192,6 +240,14 @@ else
     is_main=0
     address="${MASTER_ADDR:-${AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS:-}}"
     [[ -n "$address" ]] || die "child node $index has neither MASTER_ADDR nor AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
+    report_to="$address"
+  fi
+  trap on_exit EXIT
+  if [[ "$is_main" -eq 1 && "$nodes" -gt 1 ]]; then
+    faults=$(mktemp -d)
+    # Its output goes to a file: it must not hold the launcher's stdout and stderr open.
+    node_fault listen --port "$report_port" --pid $$ --out "$faults/report" --job "$job_id" >"$faults/listener.log" 2>&1 &
+    listener=$!
   fi
   args=(
     --nnodes="$nodes"
@@ -202,6 +258,14 @@ else
     --rdzv_id="$job_id"
     --rdzv_conf="is_host=$is_main,join_timeout=$join_timeout"
   )
+fi
+
+if [[ "$preflight_failed" -ne 0 ]]; then
+  # A node fault (not a shared one, not bad input): the host takes this node out.
+  if [[ "$preflight_failed" -eq "$PREFLIGHT_EXIT" ]]; then
+    node_fault mark --line "preflight: ${last_error:-exit $PREFLIGHT_EXIT}" || true
+  fi
+  exit "$preflight_failed"
 fi
 
 script=("$@")
@@ -251,41 +315,97 @@ if [[ -n "${ECS_CONTAINER_METADATA_URI_V4:-}" ]]; then
     --watch-pid $$ --rendezvous-start "${EPOCHREALTIME:-$(date +%s)}" --rendezvous-timeout "${join_timeout:-60}" &
 fi
 
+# Ends the main node for a child's report (node_fault.py listen wrote it): 75, or 78 for a shared fault.
+exit_for_report() {
+  local code line
+  read -r code line <"$faults/report"
+  echo "$NAME: $line; ending this job with exit $([[ "$code" -eq "$IMAGE_EXIT" ]] && echo "$IMAGE_EXIT" || echo "$NODE_FAULT_EXIT") so that Batch retries it on other nodes" >&2
+  [[ "$code" -eq "$IMAGE_EXIT" ]] && exit "$IMAGE_EXIT"
+  exit "$NODE_FAULT_EXIT"
+}
+reported() {
+  [[ -n "${faults:-}" && -s "$faults/report" ]]
+}
+
 if [[ "$stop_requested" -ne 0 ]]; then
   echo "$NAME: stopped (SIGTERM) before training started" >&2
   exit 143
 fi
-if [[ -z "${CHECKPOINT_URI:-}" ]]; then
+if reported; then
+  exit_for_report
+fi
+# From here on, a child's failure is judged after its trainer exits.
+training_started=1
+if [[ "$batch" -eq 0 && -z "${CHECKPOINT_URI:-}" ]]; then
   exec "${runner[@]}" "${args[@]}" "${script[@]}"
 fi
 
-# With checkpoints: train in the background while checkpoint_sync.py uploads complete files. It
-# learns of a stop and of the trainer's exit status through files in $state.
+# Train in the background: with checkpoints, checkpoint_sync.py uploads complete files meanwhile (it
+# learns of a stop and of the trainer's exit status through files in $state); on a multi-node run, a
+# child's report or this node's hardware decides the exit.
 "${runner[@]}" "${args[@]}" "${script[@]}" &
 training=$!
-# shellcheck disable=SC2329 # called by the trap below
+# shellcheck disable=SC2329 # called by the traps below
 stop_training() {
   kill -TERM "$training" 2>/dev/null || true
-  [[ -e "$state/stopping" ]] || echo "$EPOCHREALTIME" >"$state/stopping"
+  if [[ -n "${state:-}" && ! -e "$state/stopping" ]]; then
+    echo "$EPOCHREALTIME" >"$state/stopping"
+  fi
 }
-trap stop_training TERM INT
-# A stop that came between the check above and this trap.
-[[ "$stop_requested" -eq 0 ]] || stop_training
-checkpoint_sync watch "${node_args[@]}" --pid "$training" \
-  --sync-seconds "$sync_seconds" --settle-seconds "$settle_seconds" "$CHECKPOINT_DIR" &
-syncer=$!
+trap 'stop_requested=1; stop_training' TERM INT
+trap 'fault_reported=1; stop_training' USR1
+# A stop or a report that came between the checks above and these traps.
+[[ "$stop_requested" -eq 0 && "$fault_reported" -eq 0 ]] || stop_training
+if [[ -n "${CHECKPOINT_URI:-}" ]]; then
+  checkpoint_sync watch "${node_args[@]}" --pid "$training" \
+    --sync-seconds "$sync_seconds" --settle-seconds "$settle_seconds" "$CHECKPOINT_DIR" &
+  syncer=$!
+fi
 wait_status "$training"
 status=$waited
 # A crash counts back from its own time, like a stop.
-if [[ "$status" -ne 0 && ! -e "$state/stopping" ]]; then
+if [[ -n "${CHECKPOINT_URI:-}" && "$status" -ne 0 && ! -e "$state/stopping" ]]; then
   echo "$EPOCHREALTIME" >"$state/stopping"
 fi
-echo "$status" >"$state/status.tmp" && mv "$state/status.tmp" "$state/status"
-wait_status "$syncer"
-synced=$waited
-rm -rf "$state"
-if [[ "$synced" -ne 0 ]]; then
-  echo "$NAME: final checkpoint upload to $checkpoint_uri FAILED; results of this attempt are only on this node" >&2
-  [[ "$status" -ne 0 ]] || status=1
+fault=""
+if [[ "$status" -ne 0 && "$stop_requested" -eq 0 ]]; then
+  # A child's trainer may die of its fault a little after this one: its report gets a grace period.
+  grace="${NODE_REPORT_GRACE_SECONDS:-15}"
+  if [[ -n "${listener:-}" ]]; then
+    for ((waited_for = 0; waited_for < grace * 5; waited_for++)); do
+      reported && break
+      sleep 0.2
+    done
+  fi
+  if ! reported; then
+    # XID_SETTLE_SECONDS (default 5): how long to wait for the host's Xid watcher after a crash.
+    fault=$(node_fault judge --since "${launcher_start%.*}" --settle "${XID_SETTLE_SECONDS:-5}") || fault=""
+    if [[ -n "$fault" ]]; then
+      echo "$NAME: node ${index:-0} ($(hostname)): trainer exited $status on a hardware fault: $fault; exiting $NODE_FAULT_EXIT so that Batch retries on other nodes" >&2
+      if [[ "${is_main:-1}" -eq 0 ]]; then
+        node_fault report --address "$report_to" --port "$report_port" --code "$NODE_FAULT_EXIT" --job "$job_id" --within "$report_seconds" \
+          --line "node $index ($(hostname)): hardware fault: $fault" >&2 || true
+      fi
+    fi
+  fi
+fi
+if [[ -n "${CHECKPOINT_URI:-}" ]]; then
+  echo "$status" >"$state/status.tmp" && mv "$state/status.tmp" "$state/status"
+  wait_status "$syncer"
+  synced=$waited
+  rm -rf "$state"
+  if [[ "$synced" -ne 0 ]]; then
+    echo "$NAME: final checkpoint upload to $checkpoint_uri FAILED; results of this attempt are only on this node" >&2
+    [[ "$status" -ne 0 ]] || status=1
+  fi
+fi
+# A report that came after this node's trainer succeeded does not undo the success.
+if reported && [[ "$status" -ne 0 ]]; then
+  exit_for_report
+fi
+if [[ -n "$fault" ]]; then
+  # Last, so that the host takes the node out only once this container's exit is on its way to Batch.
+  node_fault mark --line "hardware fault: $fault" || true
+  exit "$NODE_FAULT_EXIT"
 fi
 exit "$status"

@@ -16,6 +16,9 @@ Checks, each only when its variable asks for it:
                              /proc/driver/nvidia/version) is V or newer: driver_check.py beside this file
   EXPECTED_NEURON_DEVICES=N  at least N /dev/neuron* devices in NEURON_DEVICE_DIR (default /dev), and
                              `neuron-ls --json-output` (the Neuron driver and runtime tools) lists N
+Always: a file NODE_STATE_DIR/shared-fault (default /var/lib/training-node, the host's directory the job
+definitions mount), written by the host's boot check for a fault every node of the fleet shares, fails
+the node with IMAGE_EXIT, naming the cause it holds.
 A failed check prints ONE line to stderr, naming the node, what was expected and what was found, and
 exits PREFLIGHT_EXIT (75; the job definitions retry it), or IMAGE_EXIT (78; not retried) when only
 MIN_NVIDIA_DRIVER or EXPECT_TORCH_CUDA failed, which every node of the fleet shares. A malformed
@@ -54,6 +57,8 @@ USAGE_EXIT = 2
 NVIDIA_ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
 COMMAND_TIMEOUT_SECONDS = 60
 TORCH_PROBE_SECONDS = 300
+# The node's state directory, shared with its host (training_constructs/health/node_recovery.py mounts it).
+NODE_STATE_DIR = "/var/lib/training-node"
 # fi_info lives here in images built with the EFA installer, which may not be on PATH.
 EFA_BIN = "/opt/amazon/efa/bin"
 
@@ -258,7 +263,28 @@ def node_name(environ: Mapping[str, str]) -> str:
     return f"node {index} ({host})" if index else host
 
 
+def shared_fault(environ: Mapping[str, str]) -> str | None:
+    """The cause the host's boot check wrote to NODE_STATE_DIR/shared-fault (a fault every node of the
+    fleet shares, such as a library the AMI lacks); None when there is no such file."""
+    path = Path(environ.get("NODE_STATE_DIR") or NODE_STATE_DIR, "shared-fault")
+    try:
+        cause = path.read_text(errors="replace").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        cause = f"unreadable ({error.strerror})"
+    return _last_line(cause) if cause else "no cause written"
+
+
 def main(environ: Mapping[str, str]) -> int:
+    shared = shared_fault(environ)
+    if shared is not None:
+        print(
+            f"preflight failed on {node_name(environ)}: the boot check found a fault every node of this fleet "
+            f"shares: {shared}; not retried (fix the fleet's AMI or launch template)",
+            file=sys.stderr,
+        )
+        return IMAGE_EXIT
     try:
         missing = failures(environ)
         # Only on an otherwise sound node: the PyTorch probe takes seconds, and a node fault comes first.

@@ -18,6 +18,7 @@ from training_constructs.health.fleet_health import FleetHealth
 from training_constructs.jobs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs, grant_ecs_exec
 from training_constructs.observability.job_alerts import JobAlerts
 from training_constructs.observability.job_metrics import JobMetrics
+from training_constructs.observability.recovery_alerts import ResumedJobAlerts
 
 # How long past usage counts against a share: an hour, so a team whose run just ended does not
 # jump ahead of one that has been waiting (Batch user guide, fair-share scheduling).
@@ -125,6 +126,12 @@ class JobsStack(Stack):
             email=jobs.alert_email,
         )
         CfnOutput(self, "AlertTopic", value=self.alerts.topic.topic_arn)
+        self.resumed_alerts = ResumedJobAlerts(
+            self,
+            "ResumedJobAlerts",
+            job_queue_arns=[jobs_.job_queue.job_queue_arn for jobs_ in self.fleets.values()],
+            topic=self.alerts.topic,
+        )
         self.job_metrics = JobMetrics(
             self,
             "JobMetrics",

@@ -54,6 +54,7 @@ SYNTH_FILES = frozenset(
         "test_host_check.py",
         "test_jobs.py",
         "test_nag.py",
+        "test_node_recovery.py",
         "test_network.py",
         "test_parallelcluster.py",
         "test_monitoring.py",
@@ -110,3 +111,17 @@ def refusals_stay_short() -> object:
     made = REFUSALS[start:]
     too_long = [m for m in made if len(m) > MAX_REFUSAL or "\n" in m]
     assert not too_long, f"refusal over {MAX_REFUSAL} characters or lines: {too_long[0]!r} ({len(too_long[0])})"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def node_state_dir(tmp_path_factory: pytest.TempPathFactory):
+    """The launcher's node-state directory (NODE_STATE_DIR, /var/lib/training-node on a node) in a
+    temporary folder, so that no test run writes a take-out marker onto this machine."""
+    path = tmp_path_factory.mktemp("training-node")
+    previous = os.environ.get("NODE_STATE_DIR")
+    os.environ["NODE_STATE_DIR"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("NODE_STATE_DIR", None)
+    else:
+        os.environ["NODE_STATE_DIR"] = previous

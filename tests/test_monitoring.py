@@ -14,6 +14,7 @@ import pytest
 from config.metrics import FLEET_DIMENSION, GPU_UTILIZATION, JOB_STATE_METRICS, NAMESPACE, XID_ERRORS
 from tests.harness import THREE_FLEETS, resources, synth
 from tests.test_compute import render
+from training_constructs.common.node_files import compact_python
 from training_constructs.observability.node_metrics import COLLECTOR
 
 JOBS, COMPUTE, MONITORING = "TrainingJobs", "TrainingCompute", "TrainingMonitoring"
@@ -29,8 +30,12 @@ def flatten(value) -> str:
     return "<token>"
 
 
-def job_event_rules(template):
-    return {k: r["Properties"] for k, r in resources(template, "AWS::Events::Rule").items() if "JobMetrics" in k}
+def job_event_rules(template, resumed: bool = False):
+    return {
+        k: r["Properties"]
+        for k, r in resources(template, "AWS::Events::Rule").items()
+        if "JobMetrics" in k and ("ResumedRule" in k) is resumed
+    }
 
 
 def transform(target, event) -> dict:
@@ -105,7 +110,8 @@ def test_metric_filters_count_each_state_per_fleet():
         assert transformation["MetricNamespace"] == NAMESPACE and transformation["MetricValue"] == "1"
         assert transformation["Dimensions"] == [{"Key": FLEET_DIMENSION, "Value": "$.fleet"}]
         by_metric[transformation["MetricName"]] = metric_filter["FilterPattern"]
-    assert by_metric == {name: f'{{ $.status = "{status}" }}' for status, name in JOB_STATE_METRICS.items()}
+    expected = {name: f'{{ $.status = "{status}" }}' for status, name in JOB_STATE_METRICS.items()}
+    assert by_metric == {**expected, "JobsResumed": '{ $.status = "RESUMED" }'}
 
 
 def user_data(template, fleet_id) -> str:
@@ -137,12 +143,12 @@ def test_user_data_sets_up_the_agent_and_collector_for_the_fleet(fleet):
     assert ("nvidia_gpu" in config["metrics_collected"]) is gpu
     if gpu:
         assert config["metrics_collected"]["nvidia_gpu"]["append_dimensions"] == {FLEET_DIMENSION: fleet}
-    (exec_start,) = [line for line in script.splitlines() if line.startswith("ExecStart=")]
+    (exec_start,) = [line for line in script.splitlines() if line.startswith("ExecStart=/usr/bin/python3")]
     assert f"--fleet {fleet}" in exec_start and ("--gpu" in exec_start) is gpu
     assert "systemctl enable --now training-node-metrics.service" in script
-    # The node runs exactly the collector in the repository, packed to fit EC2's 16 KB.
+    # The node runs the collector in the repository, compacted and packed to fit EC2's 16 KB.
     (packed,) = [line for line in script.splitlines() if line.endswith("/opt/training-node-metrics/collector.py")]
-    assert gzip.decompress(base64.b64decode(packed.split("'")[1])) == COLLECTOR.read_bytes()
+    assert gzip.decompress(base64.b64decode(packed.split("'")[1])).decode() == compact_python(COLLECTOR.read_text())
 
 
 def test_instance_roles_may_publish_metrics_only_in_our_namespace():
@@ -257,3 +263,90 @@ def test_nothing_runs_on_a_schedule_so_nothing_emits_at_zero_nodes():
         assert not resources(template, "AWS::Lambda::Function"), name
         for rule in resources(template, "AWS::Events::Rule").values():
             assert "ScheduleExpression" not in rule["Properties"], name
+
+
+# The same job, RUNNABLE again after its first attempt ended with the main node's exit 75.
+RESUMED_EVENT = {
+    **EVENT,
+    "detail": {
+        **EVENT["detail"],
+        "status": "RUNNABLE",
+        "attempts": [
+            {
+                "container": {"exitCode": 75, "logStreamName": "training/default/abc"},
+                "startedAt": 1795432900000,
+                "stoppedAt": 1795433000000,
+                "statusReason": "Essential container in task exited",
+            }
+        ],
+    },
+}
+
+
+def matches(pattern, event) -> bool:
+    """The subset of EventBridge matching these patterns use: value lists, exists, anything-but wildcard,
+    and fields inside an array of objects matching on any element."""
+
+    def match(p, value) -> bool:
+        if isinstance(p, dict):
+            items = value if isinstance(value, list) else [value]
+            return any(isinstance(v, dict) and all(k in v and match(p[k], v[k]) for k in p) for v in items)
+        for option in p:
+            if isinstance(option, dict) and "exists" in option:
+                return option["exists"]
+            if isinstance(option, dict) and "anything-but" in option:
+                prefix = option["anything-but"]["wildcard"].split("*")[1]
+                return prefix not in value
+            if option == value or (isinstance(value, list) and option in value):
+                return True
+        return False
+
+    return all(k in event and match(v, event[k]) for k, v in pattern.items())
+
+
+def test_every_fleet_counts_its_resumed_jobs_and_only_retries():
+    template = synth("three-fleets").templates[JOBS]
+    rules = job_event_rules(template, resumed=True)
+    assert len(rules) == len(THREE_FLEETS)
+    fleets = set()
+    for rule in rules.values():
+        pattern = rule["EventPattern"]
+        queue = pattern["detail"]["jobQueue"]
+        concrete = {**pattern, "detail": {**pattern["detail"], "jobQueue": [EVENT["detail"]["jobQueue"]]}}
+        assert matches(concrete, RESUMED_EVENT)
+        # The first placement (no attempt yet), another state, or one node of the job: not a resume.
+        assert not matches(concrete, {**EVENT, "detail": {**EVENT["detail"], "status": "RUNNABLE"}})
+        assert not matches(concrete, {**RESUMED_EVENT, "detail": {**RESUMED_EVENT["detail"], "status": "RUNNING"}})
+        node = {**RESUMED_EVENT, "detail": {**RESUMED_EVENT["detail"], "jobId": "4c75#1"}}
+        assert not matches(concrete, node)
+        assert len(queue) == 1
+        (target,) = rule["Targets"]
+        line = json.loads(transform(target, RESUMED_EVENT)["message"])
+        assert line["status"] == "RESUMED"
+        fleets.add(line["fleet"])
+    assert fleets == set(THREE_FLEETS)
+
+
+def test_a_resumed_job_alerts_through_its_own_rule_with_the_failed_attempt():
+    template = synth("three-fleets").templates[JOBS]
+    (rule,) = [
+        r["Properties"] for k, r in resources(template, "AWS::Events::Rule").items() if k.startswith("ResumedJobAlerts")
+    ]
+    (failed,) = [
+        r["Properties"] for k, r in resources(template, "AWS::Events::Rule").items() if k.startswith("JobAlerts")
+    ]
+    (target,) = rule["Targets"]
+    assert target["Arn"] == failed["Targets"][0]["Arn"]  # the job-alert topic
+    assert len(rule["EventPattern"]["detail"]["jobQueue"]) == len(THREE_FLEETS)
+    paths = target["InputTransformer"]["InputPathsMap"].values()
+    assert "$.detail.attempts[0].container.logStreamName" in paths and "$.detail.jobId" in paths
+    assert "trainctl why" in target["InputTransformer"]["InputTemplate"]
+
+
+def test_the_fleet_row_graphs_nodes_taken_out_and_jobs_resumed():
+    template = synth("three-fleets").templates[MONITORING]
+    (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
+    body = flatten(dashboard["Properties"]["DashboardBody"])
+    for fleet in THREE_FLEETS:
+        assert body.count(f'"NodesTakenOut","Fleet","{fleet}"') == 1
+        assert body.count(f'"JobsResumed","Fleet","{fleet}"') == 1

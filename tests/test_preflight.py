@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -215,6 +216,17 @@ def test_what_every_node_of_the_fleet_shares_exits_78_and_a_node_fault_75(gpu_no
     assert "expected 8 GPUs" in capsys.readouterr().err
 
 
+def test_a_fault_the_boot_check_found_fleet_wide_refuses_the_job_with_78_naming_it(gpu_node, tmp_path, capsys):
+    state = {**gpu_node, "NODE_STATE_DIR": str(tmp_path)}
+    assert preflight.main(state) == 0
+    (tmp_path / "shared-fault").write_text("libnvidia-ml.so.1 missing from the AMI (ldconfig -p)\n")
+    # Even on a node that also lacks GPUs: the shared fault explains it, and no retry can help.
+    assert preflight.main({**state, "EXPECTED_GPUS": "8"}) == preflight.IMAGE_EXIT == 78
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("preflight failed on ") and "libnvidia-ml.so.1 missing from the AMI" in line
+    assert len(line) < 300
+
+
 def test_every_failure_lands_in_one_list(gpu_node, tmp_path):
     env = {**gpu_node, "EFA_DEVICE_DIR": str(tmp_path / "none"), "EXPECTED_GPUS": "8"}
     assert len(preflight.failures(env)) == 2
@@ -262,8 +274,13 @@ def launch(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[s
     probe = tmp_path / "probe.sh"
     probe.write_text(PROBE)
     probe.chmod(0o755)
-    keep = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG")}
+    keep = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "NODE_STATE_DIR")}
     base = {**keep, "PYTHON": str(probe), "PREFLIGHT_PYTHON": sys.executable, "NPROC_PER_NODE": "1"}
+    # Node 1 tells the main node of its failure; none listens on this free port, so one try.
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        base["NODE_REPORT_PORT"] = str(probe_socket.getsockname()[1])
+    base["NODE_REPORT_SECONDS"] = "0"
     batch = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1", "MASTER_ADDR": "127.0.0.1"}
     return subprocess.run(
         [str(LAUNCHER), "train.py"], env={**base, **batch, **env}, capture_output=True, text=True, timeout=60
@@ -274,7 +291,8 @@ def test_a_failed_preflight_exits_75_with_one_line_and_starts_nothing(gpu_node, 
     result = launch(tmp_path, {**gpu_node, "EXPECTED_GPUS": "8"})
     assert result.returncode == preflight.PREFLIGHT_EXIT == 75
     assert "ARGS:" not in result.stdout
-    (line,) = result.stderr.strip().splitlines()
+    line, *rest = result.stderr.strip().splitlines()
+    assert len(rest) == 1 and rest[0].startswith("node_fault.py: could not tell the main node 127.0.0.1:")
     assert line.startswith("preflight failed on node 1 (")
     assert line.endswith("expected 8 GPUs (nvidia-smi --list-gpus), found 4")
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from config.catalog import InstanceSpec
 from trainctl.jobs import node_requirements, num_nodes
+from trainctl.recovery import Tail, attempt_story
 
 # Why Batch holds a RUNNABLE job, as the start of its statusReason, and the reasons a queue's
 # jobStateTimeLimitActions act on (Batch user guide, "Jobs stuck in a RUNNABLE status"). A job the
@@ -53,8 +54,13 @@ def explain(
     environment: dict[str, Any] | None,
     instance: InstanceSpec | None,
     now: datetime,
+    tail: Tail | None = None,
 ) -> Explanation:
     status = str(job.get("status", "UNKNOWN"))
+    # Every attempt so far: which node failed, what it found, how long the resume took (recovery.py);
+    # told once an attempt has ended with an exit code or a reason.
+    ended = [a for a in job.get("attempts", []) if a.get("statusReason") or "exitCode" in a.get("container", {})]
+    story = attempt_story(job, tail) if ended else []
     reasons: list[str] = []
     status_reason = job.get("statusReason")
     if status_reason:
@@ -62,12 +68,12 @@ def explain(
         reasons.append(f"Batch says: {status_reason}" + (f" ({REASONS[code]})" if code else ""))
     if status in ("RUNNING", "STARTING"):
         reasons.append(f"the job is {status}: nothing holds it back (`trainctl logs {job.get('jobId')}` shows it)")
-        return Explanation(status, reasons)
+        return Explanation(status, reasons + story)
     if status == "SUCCEEDED":
         reasons.append(f"the job finished SUCCEEDED at {_when(int(job.get('stoppedAt', 0)))}")
-        return Explanation(status, reasons)
+        return Explanation(status, reasons + story)
     if status == "FAILED":
-        reasons += _failure(job)
+        reasons += story or _failure(job)
         return Explanation(status, reasons)
 
     problems = _misfit(job, environment, instance) + _environment_state(environment) + _queue_state(queue)
@@ -80,7 +86,7 @@ def explain(
         reasons.append(
             f"the job is {status}: Batch has not yet placed it in a queue position (check again in a minute)"
         )
-    return Explanation(status, reasons)
+    return Explanation(status, reasons + story)
 
 
 def _failure(job: dict[str, Any]) -> list[str]:

@@ -13,6 +13,7 @@ from constructs import Construct
 from config import limits
 from config.catalog import AcceleratorKind, InstanceSpec
 from config.settings import CapacityReservation, RootVolume
+from training_constructs.health.node_recovery import node_recovery_commands
 from training_constructs.observability.node_metrics import node_metrics_commands
 
 # Root device of the ECS-optimized Amazon Linux 2023 AMIs.
@@ -82,7 +83,8 @@ def efa_layout(instance: InstanceSpec) -> list[InterfaceSlot]:
 def ecs_agent_user_data(*command_groups: Sequence[str]) -> str:
     """MIME multi-part user data that appends the agent settings to /etc/ecs/ecs.config, then runs
     each group of commands in order: the host check first (a node that fails it never registers),
-    then node metrics (the one package installed at boot, see training_constructs.observability.node_metrics)."""
+    then node metrics (the one package installed at boot, see training_constructs.observability.node_metrics),
+    then node recovery (training_constructs.health.node_recovery)."""
     script = ec2.UserData.for_linux()
     script.add_commands(*(f"echo {setting} >> /etc/ecs/ecs.config" for setting in ECS_AGENT_SETTINGS))
     for commands in command_groups:
@@ -119,6 +121,7 @@ class EfaLaunchTemplate(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         slots = efa_layout(instance)
+        gpu = instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU
         self.efa_interface_count = sum(slot.is_efa for slot in slots)
 
         def groups(slot: InterfaceSlot) -> list[str]:
@@ -164,13 +167,13 @@ class EfaLaunchTemplate(Construct):
                 user_data=Fn.base64(
                     ecs_agent_user_data(
                         boot_commands,
-                        node_metrics_commands(
-                            fleet=fleet_name, gpu=instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU
-                        ),
+                        node_metrics_commands(fleet=fleet_name, gpu=gpu),
+                        node_recovery_commands(),
                     )
                 ),
-                # A node that fails its boot check powers itself off: terminate it rather than keep
-                # a stopped instance (training_constructs/health/host_check.py).
+                # A node that fails its boot check, or finds a node fault during a job, powers itself
+                # off: terminate it rather than keep a stopped instance (training_constructs/health/host_check.py,
+                # training_constructs/health/node_recovery.py).
                 instance_initiated_shutdown_behavior="terminate",
                 block_device_mappings=[
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(

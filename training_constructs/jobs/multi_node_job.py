@@ -13,6 +13,9 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.catalog import AcceleratorKind, InstanceSpec
+from training_constructs.health.node_recovery import NODE_STATE_DIR
+
+NODE_STATE_VOLUME = "training-node"
 
 # The ECS agent registers less memory than the instance has installed (kernel, firmware and
 # driver reservations, plus ECS_RESERVED_MEMORY), and a job asking for more than the agent
@@ -75,11 +78,11 @@ PREFLIGHT_EXIT_CODE = 75
 # order and an unmatched failure would be retried (API EvaluateOnExit), hence the final EXIT.
 # "Host EC2*" is the status reason of a terminated or lost host (the pattern behind CDK's
 # batch.Reason.SPOT_INSTANCE_RECLAIMED); AGENT and "Task failed to start" are the Batch user
-# guide's examples ("Automated job retries"). A failed preflight (PREFLIGHT_EXIT_CODE) is a node, not
-# the application: retried. Only a main-node failure retries a multi-node job, and the job's
-# statusReason and exit code are the main node's (Batch user guide, "Multi-node parallel jobs"): a
-# child that fails its preflight ends only itself, and the main node then fails at the rendezvous
-# after RDZV_JOIN_TIMEOUT (README, "Verify a new fleet").
+# guide's examples ("Automated job retries"). A node fault (PREFLIGHT_EXIT_CODE: a failed preflight, or
+# a hardware fault during training) is a node, not the application: retried. Only a main-node failure
+# retries a multi-node job, and the job's statusReason and exit code are the main node's (Batch user
+# guide, "Multi-node parallel jobs"): a child that fails tells the main node, which then exits 75
+# (container/node_fault.py).
 RETRY_RULES = (
     RetryRule("RETRY", on_status_reason="Host EC2*"),
     RetryRule("RETRY", on_reason="AGENT"),
@@ -145,6 +148,18 @@ class MultiNodeJobDefinition(Construct):
             resource_requirements=requirements,
             # EFA and collective libraries pin their buffers in memory.
             ulimits=[batch.CfnJobDefinition.UlimitProperty(name="memlock", soft_limit=-1, hard_limit=-1)],
+            # The node's state, shared with its host: the boot check's shared-fault file, the Xid
+            # watcher's records, and the take-out marker the launcher writes (node_recovery.py).
+            volumes=[
+                batch.CfnJobDefinition.VolumesProperty(
+                    name=NODE_STATE_VOLUME, host=batch.CfnJobDefinition.VolumesHostProperty(source_path=NODE_STATE_DIR)
+                )
+            ],
+            mount_points=[
+                batch.CfnJobDefinition.MountPointsProperty(
+                    source_volume=NODE_STATE_VOLUME, container_path=NODE_STATE_DIR, read_only=False
+                )
+            ],
             linux_parameters=batch.CfnJobDefinition.LinuxParametersProperty(
                 devices=[
                     batch.CfnJobDefinition.DeviceProperty(

@@ -72,6 +72,10 @@ def _node_environment(instance: InstanceSpec) -> dict[str, str]:
         environment["EXPECTED_NEURON_DEVICES"] = str(instance.accelerator_count)
     else:
         environment["EXPECTED_GPUS"] = str(instance.accelerator_count)
+        if instance.max_efa_interfaces:
+            # Training too, not only the benchmark: a broken plugin stops the job at its start instead
+            # of training over TCP sockets at a fraction of the fabric's speed.
+            environment["NCCL_NET"] = AWS_OFI_NCCL_PLUGIN
         # The image's PyTorch must run a kernel on this GPU (a build without its architecture fails
         # only at the first CUDA call otherwise; Blackwell needs CUDA 12.8 builds).
         environment["EXPECT_TORCH_CUDA"] = "1"
@@ -141,8 +145,7 @@ def benchmark_workload(instance: InstanceSpec) -> Workload:
     if interconnect is not None and not interconnect.single_gpu:
         environment["NODE_GBPS"] = str(interconnect.gbps)
     if instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
-        # Fail rather than fall back to TCP sockets; INFO prints the transport ("NET/OFI").
-        environment["NCCL_NET"] = AWS_OFI_NCCL_PLUGIN
+        # NCCL_NET comes with every node's environment; INFO prints the transport ("NET/OFI").
         environment["NCCL_DEBUG"] = "INFO"
     command = (LAUNCHER, ALLREDUCE_BENCH, "--sizes", BENCH_ALLREDUCE_SIZES, "--iters", str(BENCH_ALLREDUCE_ITERS))
     return Workload((*command, "--per-node"), environment)

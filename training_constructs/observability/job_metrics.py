@@ -23,16 +23,21 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.interfaces.aws_events import IRuleRef
 from constructs import Construct
 
-from config.metrics import FLEET_DIMENSION, JOB_STATE_METRICS, NAMESPACE
+from config.metrics import FLEET_DIMENSION, JOB_STATE_METRICS, JOBS_RESUMED, NAMESPACE
 from config.settings import fleet_construct_id
+from training_constructs.observability.recovery_alerts import resumed_job_pattern
+
+# The status written for a job Batch retried (JobsResumed).
+RESUMED = "RESUMED"
 
 
-def job_event_line(fleet: str) -> str:
-    """The log line of one event: a JSON object with the fleet, the state entered, the job and when it
-    was created (epoch milliseconds; a RUNNING line's timestamp minus createdAt is the job's wait)."""
+def job_event_line(fleet: str, status: str | None = None) -> str:
+    """The log line of one event: a JSON object with the fleet, the state entered (or `status`), the job
+    and when it was created (epoch milliseconds; a RUNNING line's timestamp minus createdAt is the
+    job's wait)."""
     field = events.EventField.from_path
     return (
-        f'{{"fleet":"{fleet}","status":"{field("$.detail.status")}","jobId":"{field("$.detail.jobId")}",'
+        f'{{"fleet":"{fleet}","status":"{status or field("$.detail.status")}","jobId":"{field("$.detail.jobId")}",'
         f'"jobName":"{field("$.detail.jobName")}","createdAt":{field("$.detail.createdAt")}}}'
     )
 
@@ -53,7 +58,8 @@ class _LogGroupTarget:
 
 
 class JobMetrics(Construct):
-    """Attributes: `log_group` (one line per job state change of every fleet), `rules` (fleet -> rule)."""
+    """Attributes: `log_group` (one line per job state change of every fleet), `rules` (fleet -> rule),
+    `resumed_rules` (fleet -> the rule that counts its retried jobs)."""
 
     def __init__(
         self,
@@ -66,6 +72,7 @@ class JobMetrics(Construct):
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "Events", retention=retention, removal_policy=RemovalPolicy.RETAIN)
         self.rules: dict[str, events.Rule] = {}
+        self.resumed_rules: dict[str, events.Rule] = {}
         for fleet, queue_arn in job_queue_arns.items():
             self.rules[fleet] = events.Rule(
                 self,
@@ -92,6 +99,21 @@ class JobMetrics(Construct):
                     )
                 ],
             )
+            # A retried job (RUNNABLE again after an attempt), as a line of status RESUMED.
+            self.resumed_rules[fleet] = events.Rule(
+                self,
+                f"{fleet_construct_id(fleet)}ResumedRule",
+                description=f"Jobs of fleet {fleet} resumed after a failed attempt, counted into {JOBS_RESUMED}",
+                event_pattern=resumed_job_pattern([queue_arn]),
+                targets=[
+                    _LogGroupTarget(
+                        self.log_group,
+                        targets.LogGroupTargetInput.from_object_v2(
+                            timestamp=events.EventField.time, message=job_event_line(fleet, status=RESUMED)
+                        ),
+                    )
+                ],
+            )
         logs.ResourcePolicy(
             self,
             "EventsWrite",
@@ -104,7 +126,7 @@ class JobMetrics(Construct):
             ],
         )
         # One filter per state for all fleets: the Fleet dimension comes from the line.
-        for status, metric_name in JOB_STATE_METRICS.items():
+        for status, metric_name in {**JOB_STATE_METRICS, RESUMED: JOBS_RESUMED}.items():
             self.log_group.add_metric_filter(
                 f"{metric_name}Filter",
                 filter_pattern=logs.FilterPattern.string_value("$.status", "=", status),

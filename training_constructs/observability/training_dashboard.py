@@ -21,8 +21,10 @@ from config.metrics import (
     FLEET_DIMENSION,
     GPU_UTILIZATION,
     JOB_STATE_METRICS,
+    JOBS_RESUMED,
     NAMESPACE,
     NODE_HEARTBEAT,
+    NODES_TAKEN_OUT,
     XID_ERRORS,
 )
 from config.settings import FleetSettings
@@ -166,7 +168,7 @@ class TrainingDashboard(Construct):
                     )
                     for counter in ("tx_bytes", "rx_bytes", "rdma_read_bytes", "rdma_write_bytes")
                 ],
-                width=6,
+                width=5,
             ),
             cw.GraphWidget(
                 title=f"{name}: EFA retransmits and errors per minute",
@@ -182,14 +184,30 @@ class TrainingDashboard(Construct):
                         "impaired_remote_conn_events",
                     )
                 ],
-                width=6,
+                width=5,
+            ),
+            cw.GraphWidget(
+                title=f"{name}: self-healing (nodes taken out, jobs resumed, per hour)",
+                left=[
+                    cw.Metric(
+                        namespace=NAMESPACE,
+                        metric_name=metric_name,
+                        dimensions_map={FLEET_DIMENSION: name},
+                        statistic="Sum",
+                        period=Duration.hours(1),
+                        label=label,
+                    )
+                    for metric_name, label in ((NODES_TAKEN_OUT, "nodes taken out"), (JOBS_RESUMED, "jobs resumed"))
+                ],
+                left_y_axis=cw.YAxisProps(min=0),
+                width=4,
             ),
             cw.SingleValueWidget(
                 title=f"{name}: last benchmark verdict (1 healthy, 0.5 degraded, 0 failing)",
                 metrics=[
                     cw.MathExpression(expression=search(BENCHMARK_VERDICT, name, "Minimum", Duration.days(1)), label="")
                 ],
-                width=6,
+                width=4,
             ),
         )
 

@@ -8,6 +8,10 @@
   power drawn by all GPUs from `nvidia-smi --query-gpu=power.draw` (the CloudWatch agent's nvidia_gpu
   input does not find power in the XML that current drivers write).
 - A heartbeat of 1, so that a dashboard can count the nodes of a fleet.
+- GPU nodes, meanwhile: every Xid that needs a GPU reset or a new node goes, as it appears in the kernel
+  log (`dmesg --follow`), to <state dir>/xid-faults as "<epoch> <code> <line>". The job container reads
+  it through the mounted /var/lib/training-node when its trainer dies (container/node_fault.py): a
+  container cannot read the host's kernel log.
 
 Each value goes out as a StatsD line with a Fleet tag to the agent's StatsD listener; the agent adds
 the InstanceId dimension and publishes in the TrainingPlatform namespace (CloudWatch agent guide,
@@ -23,8 +27,9 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 # hw_counters file -> metric name (config/metrics.py EFA_COUNTER_METRICS; a test keeps them equal).
@@ -44,10 +49,18 @@ GPU_POWER = "GpuPowerDrawWatts"
 NODE_HEARTBEAT = "NodeHeartbeat"
 FLEET_DIMENSION = "Fleet"
 SYSFS_INFINIBAND = Path("/sys/class/infiniband")
+STATE_DIR = Path("/var/lib/training-node")
+XID_FAULTS = "xid-faults"
 DMESG = "/usr/bin/dmesg"
 NVIDIA_SMI = "/usr/bin/nvidia-smi"
 # The driver logs every Xid as "NVRM: Xid (PCI:<bus id>): <code>, ..." (NVIDIA Xid errors guide).
-XID_LINE = re.compile(r"NVRM: Xid \(")
+XID_LINE = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
+# Xids whose immediate action in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors, "Analyzing Xid
+# Errors with the Xid Catalog", column "Resolution Bucket (Immediate Action)") is a GPU reset or a node
+# reboot, not an application restart: 48 double-bit ECC, 64 row-remapping failure, 74 NVLink, 79 fallen
+# off the bus, 95 uncontained ECC, 119 and 120 GSP timeout and error, 140 unrecovered ECC, 154 recovery
+# action changed (reset or reboot). Others (13, 31, 43, 45, 94) leave the trainer's status alone.
+NODE_FAULT_XIDS = frozenset({48, 64, 74, 79, 95, 119, 120, 140, 154})
 
 
 def read_efa_counters(root: Path) -> dict[str, int] | None:
@@ -65,8 +78,30 @@ def read_efa_counters(root: Path) -> dict[str, int] | None:
     return totals
 
 
+def xid_code(line: str) -> int | None:
+    match = XID_LINE.search(line)
+    return int(match.group(1)) if match else None
+
+
 def count_xid_lines(kernel_log: str) -> int:
     return sum(1 for line in kernel_log.splitlines() if XID_LINE.search(line))
+
+
+def record_node_faults(state_dir: Path, lines: Iterable[str], now: float | None = None) -> int:
+    """Append the Xids among `lines` that need a GPU reset or a new node to <state_dir>/xid-faults."""
+    faults = [(xid_code(line), line.strip()) for line in lines if xid_code(line) in NODE_FAULT_XIDS]
+    if faults:
+        stamp = time.time() if now is None else now
+        with (state_dir / XID_FAULTS).open("a") as out:
+            out.writelines(f"{stamp:.3f} {code} {line}\n" for code, line in faults)
+    return len(faults)
+
+
+def follow_kernel_log(state_dir: Path) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with subprocess.Popen([DMESG, "--follow"], stdout=subprocess.PIPE, text=True, errors="replace") as dmesg:  # noqa: S603
+        for line in dmesg.stdout or ():
+            record_node_faults(state_dir, [line])
 
 
 def total_power_watts(query_output: str) -> float | None:
@@ -146,7 +181,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--statsd", default="127.0.0.1:8125")
     parser.add_argument("--interval", type=float, default=60.0)
     parser.add_argument("--samples", type=int, default=0, help="stop after this many samples (0: never)")
+    parser.add_argument("--state-dir", type=Path, default=STATE_DIR, help="where node-fault Xids go (GPU nodes)")
     args = parser.parse_args(argv)
+    if args.gpu:
+        threading.Thread(target=follow_kernel_log, args=(args.state_dir,), daemon=True).start()
     host, port = args.statsd.rsplit(":", 1)
     collector = Collector(fleet=args.fleet, sysfs=args.sysfs, gpu=args.gpu)
     sent = 0

@@ -1,0 +1,237 @@
+"""Node faults for distributed_run.sh: the children tell the main node, and a faulty node asks its host
+to take it out of the fleet.
+
+    node_fault.py listen --port P --pid PID --out FILE   # main node: wait for a child's report
+    node_fault.py report --address A --port P --code C --line TEXT
+    node_fault.py judge --since EPOCH                   # after a failed trainer: a hardware fault here?
+    node_fault.py mark --line TEXT                      # ask the host to take this node out
+
+Batch decides a multi-node job by its main node alone: a child that fails ends only itself (Batch user
+guide, "Multi-node parallel jobs"). So a child that fails before its rendezvous, or whose trainer dies
+on a hardware fault, connects to the main node's address on a side port (MASTER_PORT + 1 unless
+NODE_REPORT_PORT is set; the nodes' task ENIs share the EFA security group, which admits all traffic
+between its members) and sends one line, "<exit code> <job id> <text>". The main node's listener
+ignores other jobs' lines, writes the line to FILE and sends the launcher SIGUSR1; the launcher stops
+torchrun and exits 75 (78 when the child's fault is one the whole fleet shares) with the child's line.
+
+Hardware fault: the trainer exited non-zero while this node shows one of
+  - an NVIDIA Xid that needs a GPU reset or a new node, written by the host's node collector
+    (training_constructs/observability/node_metrics/collector.py) to $NODE_STATE_DIR/xid-faults as
+    "<epoch> <code> <line>";
+  - the node checks of preflight.py failing now (fewer GPUs, EFA devices or Neuron devices than the
+    job expects, the EFA provider or neuron-ls broken).
+The take-out marker is $NODE_STATE_DIR/take-out (one line: the reason); the host's path unit
+(training_constructs/health/node_recovery.py) stops the ECS agent and powers the node off. With it goes one
+EMF line for NodesTakenOut (Fleet dimension). Stdlib only, Python 3.10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+NODE_STATE_DIR = "/var/lib/training-node"
+XID_FAULTS = "xid-faults"
+TAKE_OUT = "take-out"
+SHARED_EXIT = 78
+# Repeated from config/metrics.py (a test pins them equal).
+NAMESPACE = "TrainingPlatform"
+FLEET_DIMENSION = "Fleet"
+NODES_TAKEN_OUT = "NodesTakenOut"
+FLEET_ENV = "TRAINING_FLEET"
+MAX_LINE = 300
+
+
+def state_dir(environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("NODE_STATE_DIR") or NODE_STATE_DIR)
+
+
+def listen(port: int, pid: int, out: Path, job: str, poll: float = 1.0) -> int:
+    """Wait for one child's report on job `job` while the launcher (`pid`) runs; write it to `out` and
+    send the launcher SIGUSR1, on which it stops training. Reports on other jobs are ignored."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("0.0.0.0", port))  # noqa: S104 - the children reach the main node on its task ENI
+        server.listen(16)
+        while _alive(pid):
+            ready, _, _ = select.select([server], [], [], poll)
+            if not ready:
+                continue
+            connection, _ = server.accept()
+            with connection:
+                connection.settimeout(5)
+                try:
+                    text = connection.recv(4096).decode(errors="replace").strip()
+                except OSError:
+                    continue
+            code, _, rest = text.partition(" ")
+            reported_job, _, line = rest.partition(" ")
+            if not code.isdigit() or reported_job != job or not line:
+                continue
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text(f"{code} {line[:MAX_LINE]}\n")
+            tmp.replace(out)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGUSR1)
+            return 0
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        # A zombie (exited, not yet reaped) still answers signal 0: field 3 of /proc/<pid>/stat is Z.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def report(address: str, port: int, code: int, job: str, line: str, within: float) -> bool:
+    """Send "<code> <job> <line>" to the main node, retrying the connection for `within` seconds."""
+    deadline = time.monotonic() + within
+    payload = f"{code} {job} {line[:MAX_LINE]}\n".encode()
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=5) as connection:
+                connection.sendall(payload)
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
+
+
+def xid_faults(directory: Path, since: float) -> list[str]:
+    """The Xid lines the host's watcher recorded at or after `since` (epoch seconds)."""
+    try:
+        text = (directory / XID_FAULTS).read_text(errors="replace")
+    except OSError:
+        return []
+    found = []
+    for entry in text.splitlines():
+        stamp, _, rest = entry.partition(" ")
+        try:
+            if float(stamp) >= since:
+                found.append(rest.strip())
+        except ValueError:
+            continue
+    return found
+
+
+def _preflight_failures(environ: Mapping[str, str]) -> list[str]:
+    spec = importlib.util.spec_from_file_location("preflight", Path(__file__).with_name("preflight.py"))
+    if spec is None or spec.loader is None:
+        return []
+    preflight = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(preflight)
+    # The device checks only: Vulkan and the image do not break during a run.
+    checked = {k: v for k, v in environ.items() if k != "EXPECT_VULKAN"}
+    try:
+        found: list[str] = preflight.failures(checked)
+    except ValueError:
+        return []
+    return found
+
+
+def judge(environ: Mapping[str, str], since: float, settle: float) -> str | None:
+    """A hardware fault on this node, as text; None when the node looks healthy. Waits up to `settle`
+    seconds for the host's Xid watcher, which follows the kernel log."""
+    directory = state_dir(environ)
+    deadline = time.monotonic() + settle
+    while True:
+        xids = xid_faults(directory, since)
+        if xids:
+            return f"NVIDIA Xid needing a GPU reset or a new node: {xids[-1][:200]}"
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    missing = _preflight_failures(environ)
+    if missing:
+        return "expected " + "; expected ".join(missing)
+    return None
+
+
+def emf_line(fleet: str, node: str, reason: str) -> str:
+    """NodesTakenOut as an embedded-metric-format line (CloudWatch user guide, "Specification: Embedded
+    metric format")."""
+    document = {
+        "_aws": {
+            "Timestamp": int(time.time() * 1000),
+            "CloudWatchMetrics": [
+                {"Namespace": NAMESPACE, "Dimensions": [[FLEET_DIMENSION]], "Metrics": [{"Name": NODES_TAKEN_OUT}]}
+            ],
+        },
+        FLEET_DIMENSION: fleet,
+        NODES_TAKEN_OUT: 1,
+        "Node": node,
+        "Reason": reason[:MAX_LINE],
+    }
+    return json.dumps(document, separators=(",", ":"))
+
+
+def mark(environ: Mapping[str, str], line: str) -> Path:
+    """Write the take-out marker for the host and print the metric line."""
+    directory = state_dir(environ)
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / TAKE_OUT
+    tmp = directory / f".{TAKE_OUT}.tmp"
+    tmp.write_text(line[:MAX_LINE] + "\n")
+    tmp.replace(marker)
+    node = environ.get("AWS_BATCH_JOB_NODE_INDEX", "0")
+    print(emf_line(environ.get(FLEET_ENV, "unknown"), node, line), flush=True)
+    return marker
+
+
+def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("listen")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--pid", type=int, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--job", required=True)
+    p = commands.add_parser("report")
+    p.add_argument("--address", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--code", type=int, required=True)
+    p.add_argument("--job", required=True)
+    p.add_argument("--line", required=True)
+    p.add_argument("--within", type=float, default=30.0)
+    p = commands.add_parser("judge")
+    p.add_argument("--since", type=float, required=True)
+    p.add_argument("--settle", type=float, default=5.0)
+    p = commands.add_parser("mark")
+    p.add_argument("--line", required=True)
+    args = parser.parse_args(argv)
+    if args.command == "listen":
+        return listen(args.port, args.pid, args.out, args.job)
+    if args.command == "report":
+        if not report(args.address, args.port, args.code, args.job, args.line, args.within):
+            print(f"node_fault.py: could not tell the main node {args.address}:{args.port}", file=sys.stderr)
+        return 0
+    if args.command == "judge":
+        fault = judge(environ, args.since, args.settle)
+        if fault:
+            print(fault)
+        return 0
+    mark(environ, args.line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

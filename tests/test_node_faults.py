@@ -1,0 +1,160 @@
+"""Node faults through the real launcher (container/distributed_run.sh) on one host: a child that fails
+its preflight ends the main node within seconds with exit 75 naming it; a trainer that dies while the
+host recorded a node-fault Xid exits 75 and leaves the take-out marker; the same crash without the Xid
+stays exit 1 with no marker. Every address is loopback; the devices are fake directories."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.test_launcher import LAUNCHER, base_env, free_port, launch
+from training_constructs.observability.node_metrics import collector as xid
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "container"))
+import node_fault  # noqa: E402
+
+XID_79 = "[ 8812.000001] NVRM: Xid (PCI:0000:00:1e): 79, pid=4242, name=python, GPU has fallen off the bus."
+XID_13 = "[ 8812.000001] NVRM: Xid (PCI:0000:00:1e): 13, pid=4242, name=python, Graphics Exception"
+
+
+def test_a_child_that_fails_its_preflight_ends_the_main_node_within_60_s_with_75_naming_it(tmp_path):
+    master, report = free_port(), free_port()
+    nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#0", "MASTER_ADDR": "127.0.0.1"}
+    nodes |= {"MASTER_PORT": str(master), "NODE_REPORT_PORT": str(report), "NPROC_PER_NODE": "1"}
+    (tmp_path / "main").mkdir()
+    (tmp_path / "child").mkdir()
+    (tmp_path / "infiniband").mkdir()  # the child's fake device directory: no uverbs device
+    started = time.monotonic()
+    # The real torchrun on the main node: without the report it would wait RDZV_JOIN_TIMEOUT (1800 s).
+    main = launch(base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="0", NODE_STATE_DIR=str(tmp_path / "main")), "t.py")
+    child_env = base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="1", NODE_STATE_DIR=str(tmp_path / "child"))
+    child_env |= {"EFA_DEVICES": "1", "EFA_DEVICE_DIR": str(tmp_path / "infiniband")}
+    child = subprocess.run([str(LAUNCHER), "t.py"], env=child_env, capture_output=True, text=True, timeout=120)
+    try:
+        _, main_err = main.communicate(timeout=120)
+    finally:
+        main.kill()
+    elapsed = time.monotonic() - started
+    assert child.returncode == 75, child.stderr
+    assert main.returncode == 75, main_err
+    assert elapsed < 60
+    (line,) = [x for x in main_err.splitlines() if x.startswith("distributed_run.sh: node 1 (")]
+    assert "expected 1 EFA devices (uverbs*)" in line and "found 0" in line
+    assert "ending this job with exit 75" in line
+    print(f"\nmain node exit 75 after {elapsed:.1f} s: {line}")
+    # Only the faulty node asks its host to take it out.
+    assert "expected 1 EFA devices" in (tmp_path / "child" / "take-out").read_text()
+    assert not (tmp_path / "main" / "take-out").exists()
+
+
+def crash(tmp_path: Path, *kernel_lines: str, settle: str = "5") -> subprocess.CompletedProcess[str]:
+    """A one-node Batch run whose trainer raises (exit 1), after the host's Xid watcher saw `kernel_lines`."""
+    state = tmp_path / "state"
+    state.mkdir()
+    trainer = tmp_path / "python.sh"
+    trainer.write_text("#!/bin/sh\necho 'RuntimeError: CUDA error: unspecified launch failure' >&2\nexit 1\n")
+    trainer.chmod(0o755)
+    xid.record_node_faults(state, kernel_lines)
+    env = base_env(PYTHON=str(trainer), NODE_STATE_DIR=str(state), AWS_BATCH_JOB_NUM_NODES="1")
+    env |= {"AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "127.0.0.1", "NPROC_PER_NODE": "1"}
+    env["XID_SETTLE_SECONDS"] = settle
+    return subprocess.run([str(LAUNCHER), "t.py"], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_crash_with_a_node_fault_xid_exits_75_and_asks_for_take_out(tmp_path):
+    result = crash(tmp_path, "[ 1.0] usb 1-1: new device", XID_79)
+    assert result.returncode == 75, result.stderr
+    assert "hardware fault: NVIDIA Xid needing a GPU reset or a new node" in result.stderr
+    marker = (tmp_path / "state" / "take-out").read_text()
+    assert "GPU has fallen off the bus" in marker
+    assert '"NodesTakenOut":1' in result.stdout
+
+
+def test_the_same_crash_without_the_xid_stays_1_with_no_marker(tmp_path):
+    # Xid 13 is the application's own fault (NVIDIA: restart the application).
+    # No settle wait: the record is there before the crash (the wait itself is node_fault.judge's).
+    result = crash(tmp_path, XID_13, settle="0")
+    assert result.returncode == 1, result.stderr
+    assert "hardware fault" not in result.stderr
+    assert not (tmp_path / "state" / "take-out").exists()
+
+
+def test_an_xid_from_before_this_run_does_not_count(tmp_path):
+    state = tmp_path
+    xid.record_node_faults(state, [XID_79], now=1000.0)
+    assert node_fault.xid_faults(state, since=2000.0) == []
+    assert node_fault.xid_faults(state, since=1000.0) == [f"79 {XID_79}"]
+
+
+def test_the_xid_list_is_the_catalog_reset_or_reboot_codes():
+    # NVIDIA's Xid catalog: reset the GPU or reboot for these; 13, 31, 43, 45 and 94 restart the application.
+    assert {48, 64, 74, 79, 95, 119, 120, 140, 154} == xid.NODE_FAULT_XIDS
+    assert not {13, 31, 43, 45, 94} & xid.NODE_FAULT_XIDS
+    assert xid.xid_code(XID_79) == 79 and xid.xid_code("NVRM: loading driver") is None
+
+
+def test_missing_devices_after_the_crash_are_a_hardware_fault(tmp_path):
+    (tmp_path / "infiniband").mkdir()
+    environ = {"NODE_STATE_DIR": str(tmp_path), "EFA_DEVICES": "2", "EFA_DEVICE_DIR": str(tmp_path / "infiniband")}
+    fault = node_fault.judge(environ, since=0, settle=0)
+    assert fault is not None and "expected 2 EFA devices (uverbs*)" in fault and "found 0" in fault
+    assert node_fault.judge({"NODE_STATE_DIR": str(tmp_path)}, since=0, settle=0) is None
+
+
+def test_metric_names_match_config():
+    from config import metrics
+
+    assert node_fault.NODES_TAKEN_OUT == metrics.NODES_TAKEN_OUT
+    assert (node_fault.NAMESPACE, node_fault.FLEET_DIMENSION) == (metrics.NAMESPACE, metrics.FLEET_DIMENSION)
+    assert node_fault.FLEET_ENV == metrics.FLEET_ENV
+
+
+def test_a_childs_hardware_fault_during_training_ends_the_main_node_with_75(tmp_path):
+    master, report = free_port(), free_port()
+    nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#0", "MASTER_ADDR": "127.0.0.1"}
+    nodes |= {"MASTER_PORT": str(master), "NODE_REPORT_PORT": str(report), "NPROC_PER_NODE": "1"}
+    for name, body in (("main", "exec sleep 60"), ("child", "sleep 1; exit 1")):
+        (tmp_path / name).mkdir()
+        trainer = tmp_path / f"{name}.sh"
+        trainer.write_text(f"#!/bin/sh\n{body}\n")
+        trainer.chmod(0o755)
+    xid.record_node_faults(tmp_path / "child", [XID_79], now=time.time() + 1)
+    started = time.monotonic()
+    main = launch(base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="0", PYTHON=str(tmp_path / "main.sh"),
+                           NODE_STATE_DIR=str(tmp_path / "main")), "t.py")  # fmt: skip
+    child_env = base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="1", PYTHON=str(tmp_path / "child.sh"))
+    child_env["NODE_STATE_DIR"] = str(tmp_path / "child")
+    child = subprocess.run([str(LAUNCHER), "t.py"], env=child_env, capture_output=True, text=True, timeout=60)
+    try:
+        _, main_err = main.communicate(timeout=60)
+    finally:
+        main.kill()
+    assert child.returncode == 75, child.stderr
+    assert main.returncode == 75, main_err
+    assert time.monotonic() - started < 30  # the main trainer alone would have run 60 s
+    (line,) = [x for x in main_err.splitlines() if x.startswith("distributed_run.sh: node 1 (")]
+    assert "hardware fault: NVIDIA Xid needing a GPU reset or a new node" in line and "79" in line
+    assert "GPU has fallen off the bus" in (tmp_path / "child" / "take-out").read_text()
+    assert not (tmp_path / "main" / "take-out").exists()
+
+
+def test_the_listener_takes_only_its_own_jobs_report(tmp_path):
+    import threading
+
+    port = free_port()
+    launcher = subprocess.Popen(["sleep", "30"])  # stands in for the launcher, which SIGUSR1 stops here
+    out = tmp_path / "report"
+    listener = threading.Thread(target=node_fault.listen, args=(port, launcher.pid, out, "job-a", 0.1))
+    listener.start()
+    try:
+        assert node_fault.report("127.0.0.1", port, 75, "job-b", "node 1 (h): from another job", within=10)
+        assert node_fault.report("127.0.0.1", port, 75, "job-a", "node 1 (h): expected 4 GPUs, found 3", within=10)
+        listener.join(timeout=10)
+        assert out.read_text() == "75 node 1 (h): expected 4 GPUs, found 3\n"
+        assert launcher.wait(timeout=10) == -10  # SIGUSR1
+    finally:
+        launcher.kill()

@@ -1,0 +1,114 @@
+"""`trainctl why`'s story of every attempt (trainctl/recovery.py): a job resumed after a node fault says
+which node failed, what it found and how long the resume took, reading the main node's log on a local
+AWS API (moto on 127.0.0.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+
+from trainctl.recovery import attempt_story, log_tail, node_line
+from trainctl.why import explain
+
+MAIN_LINE = (
+    "distributed_run.sh: node 1 (ip-10-0-1-7): preflight failed on node 1 (ip-10-0-1-7): expected 32 EFA devices "
+    "(uverbs*) in /dev/infiniband, found 31; ending this job with exit 75 so that Batch retries it on other nodes"
+)
+T0 = 1_795_432_800_000
+
+
+def job(status: str = "RUNNING") -> dict[str, Any]:
+    return {
+        "jobId": "4c75",
+        "jobName": "llm-run",
+        "status": status,
+        "nodeProperties": {
+            "nodeRangeProperties": [{"container": {"logConfiguration": {"options": {"awslogs-group": "training-llm"}}}}]
+        },
+        "attempts": [
+            {
+                "startedAt": T0,
+                "stoppedAt": T0 + 100_000,
+                "statusReason": "Essential container in task exited",
+                "container": {"exitCode": 75, "logStreamName": "training/default/a1"},
+            },
+            {"startedAt": T0 + 100_000 + 420_000, "container": {}},
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def logs() -> Iterator[Any]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    try:
+        yield boto3.client(
+            "logs",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",  # noqa: S106 - moto's
+        )
+    finally:
+        server.stop()
+
+
+def test_the_story_names_the_node_what_it_found_and_the_resume_time(logs: Any) -> None:
+    import time
+
+    logs.create_log_group(logGroupName="training-llm")
+    logs.create_log_stream(logGroupName="training-llm", logStreamName="training/default/a1")
+    now = int(time.time() * 1000)
+    logs.put_log_events(
+        logGroupName="training-llm",
+        logStreamName="training/default/a1",
+        logEvents=[
+            {"timestamp": now - 3000, "message": "distributed_run.sh: node 0 of 2 (rank 0, main 0), 8 processes"},
+            {"timestamp": now - 2000, "message": MAIN_LINE},
+            {"timestamp": now - 1000, "message": '{"_aws": {}}'},
+        ],
+    )
+    first, second = attempt_story(job(), log_tail(logs))
+    assert first.startswith("attempt 1 of 2; ran ")
+    assert "exit 75: a node fault (retried on fresh nodes; the node took itself out)" in first
+    assert "node 1 (ip-10-0-1-7): preflight failed on node 1 (ip-10-0-1-7): expected 32 EFA devices" in first
+    assert "ending this job" not in first
+    assert first.endswith("resumed 7.0 min later on fresh nodes")
+    assert second == "attempt 2 of 2"
+
+
+def test_without_the_log_the_story_points_to_the_stream() -> None:
+    (first, _) = attempt_story(job())
+    assert "the main node's log stream training/default/a1 names the node and what it found" in first
+
+
+def test_why_tells_the_story_of_a_running_resumed_job() -> None:
+    explanation = explain(job(), queue=None, environment=None, instance=None, now=datetime.now(UTC))
+    assert explanation.reasons[0].startswith("the job is RUNNING")
+    assert explanation.reasons[1].startswith("attempt 1 of 2") and explanation.reasons[2] == "attempt 2 of 2"
+
+
+def test_an_application_error_and_a_lost_host_read_as_such() -> None:
+    failed = job("FAILED")
+    failed["attempts"] = [
+        {"startedAt": T0, "stoppedAt": T0 + 1000, "statusReason": "Host EC2 (instance i-0abc) terminated."},
+        {"startedAt": T0 + 61_000, "stoppedAt": T0 + 90_000, "container": {"exitCode": 1}},
+    ]
+    lost, app = attempt_story(failed)
+    assert "its instance was lost (retried on fresh nodes)" in lost and lost.endswith(
+        "resumed 60 s later on fresh nodes"
+    )
+    assert "exit 1: the application failed (not retried)" in app
+
+
+def test_node_line_takes_the_launchers_hardware_line_too() -> None:
+    line = "distributed_run.sh: node 0 (ip-1): trainer exited 1 on a hardware fault: NVIDIA Xid 79; exiting 75 so..."
+    assert node_line(["noise", line]) == "node 0 (ip-1): trainer exited 1 on a hardware fault: NVIDIA Xid 79"
+    assert node_line(["distributed_run.sh: node 0 of 2 (rank 0, main 0)"]) is None

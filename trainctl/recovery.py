@@ -1,0 +1,104 @@
+"""The story of every attempt of a job: when it ran, how it ended, which node failed and what it found,
+and how long Batch took to resume it on fresh nodes.
+
+A job's attempts (DescribeJobs `attempts`) hold each attempt's start, stop, exit code and log stream,
+and a retried job keeps its job id (Batch user guide, "Automated job retries"). The node that failed
+and what it found is the launcher's line in the main node's log of that attempt
+(container/distributed_run.sh): "distributed_run.sh: node N (host): ...", which `node_line` picks out
+of the lines a caller read (`tail` below).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+# container/preflight.py PREFLIGHT_EXIT and IMAGE_EXIT; the launcher's node-fault exit is 75 too.
+NODE_FAULT_EXIT = 75
+SHARED_FAULT_EXIT = 78
+# The launcher's line for a node fault: a child's report on the main node, or its own hardware fault.
+NODE_LINE = re.compile(r"distributed_run\.sh: (node \d+ \([^)]*\): .*)")
+ENDINGS = {
+    NODE_FAULT_EXIT: "a node fault (retried on fresh nodes; the node took itself out)",
+    SHARED_FAULT_EXIT: "a fault every node of the fleet shares (not retried)",
+    1: "the application failed (not retried)",
+}
+
+# (log group, log stream) -> the stream's last lines.
+Tail = Callable[[str, str], Sequence[str]]
+
+
+def node_line(lines: Sequence[str]) -> str | None:
+    """The last node-fault line among `lines`, without the launcher's name and its closing advice."""
+    found = None
+    for line in lines:
+        match = NODE_LINE.search(line)
+        if match:
+            found = match.group(1).split("; ending this job with exit")[0].split("; exiting 75")[0]
+    return found
+
+
+def _when(milliseconds: int) -> str:
+    return datetime.fromtimestamp(milliseconds / 1000, UTC).strftime("%H:%M:%S UTC")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def log_group(job: dict[str, Any]) -> str | None:
+    """The log group the job's containers write to (its job definition's awslogs options)."""
+    containers = [job.get("container", {})]
+    containers += [r.get("container", {}) for r in job.get("nodeProperties", {}).get("nodeRangeProperties", [])]
+    for container in containers:
+        group = container.get("logConfiguration", {}).get("options", {}).get("awslogs-group")
+        if group:
+            return str(group)
+    return None
+
+
+def attempt_story(job: dict[str, Any], tail: Tail | None = None) -> list[str]:
+    """One line per attempt, oldest first; empty when the job has not run yet."""
+    attempts: list[dict[str, Any]] = list(job.get("attempts", []))
+    group = log_group(job)
+    lines = []
+    for number, attempt in enumerate(attempts, start=1):
+        container = attempt.get("container", {})
+        started, stopped = attempt.get("startedAt"), attempt.get("stoppedAt")
+        parts = [f"attempt {number} of {len(attempts)}"]
+        if started and stopped:
+            parts.append(f"ran {_when(int(started))} to {_when(int(stopped))}")
+        code = container.get("exitCode")
+        reason = str(attempt.get("statusReason") or container.get("reason") or "")
+        if code is not None:
+            parts.append(f"exit {code}: {ENDINGS.get(int(code), 'the trainer failed')}")
+        if reason:
+            parts.append(f"Batch says: {reason}")
+        if reason.startswith("Host EC2"):
+            parts.append("its instance was lost (retried on fresh nodes)")
+        stream = container.get("logStreamName")
+        if code in (NODE_FAULT_EXIT, SHARED_FAULT_EXIT) and stream:
+            found = node_line(tail(group, str(stream))) if tail and group else None
+            parts.append(found if found else f"the main node's log stream {stream} names the node and what it found")
+        if number < len(attempts) and stopped:
+            resumed = attempts[number].get("startedAt")
+            if resumed:
+                parts.append(f"resumed {_duration((int(resumed) - int(stopped)) / 1000)} later on fresh nodes")
+        lines.append("; ".join(parts))
+    return lines
+
+
+def log_tail(logs: Any, lines: int = 50) -> Tail:
+    """A Tail that reads a stream's last `lines` events (GetLogEvents with startFromHead false returns
+    the newest events first page; CloudWatch Logs API Reference, GetLogEvents)."""
+
+    def read(group: str, stream: str) -> list[str]:
+        try:
+            response = logs.get_log_events(logGroupName=group, logStreamName=stream, startFromHead=False, limit=lines)
+        except Exception:
+            return []
+        return [str(event.get("message", "")) for event in response.get("events", [])]
+
+    return read

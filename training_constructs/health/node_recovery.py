@@ -1,0 +1,56 @@
+"""A node that finds a fault in itself takes itself out of its fleet before Batch places the retry: the
+user-data commands for the host side, and the host directory every job container mounts.
+
+- NODE_STATE_DIR (/var/lib/training-node) is the node's state shared with its job containers: the
+  boot check's `shared-fault`, the node collector's `xid-faults` (node_metrics/collector.py follows
+  the kernel log on GPU nodes), the launcher's `take-out` marker. Every job definition mounts it
+  read-write at the same path (multi_node_job.py).
+- training-node-take-out.path watches for `take-out` (container/node_fault.py writes it last, after a
+  failed device preflight or a hardware fault during training, so that the container's exit, 75, is
+  on its way to Batch). Its service, one command after the other (TAKE_OUT_STEPS):
+    1. says why on the instance console (EC2 GetConsoleOutput keeps it after the instance is gone);
+    2. masks ecs.service for this boot: the ECS agent never starts here again;
+    3. waits TAKE_OUT_GRACE_SECONDS for the agent to report the container's exit to Batch;
+    4. powers off, which stops the agent first: the launch template's shutdown behaviour `terminate`
+       makes that a termination, and the compute environment's Auto Scaling group launches a fresh
+       instance.
+  A retry that Batch placed here within the grace fails with the host's termination ("Host EC2*"),
+  which the job definitions retry too.
+"""
+
+from __future__ import annotations
+
+NODE_STATE_DIR = "/var/lib/training-node"
+TAKE_OUT_MARKER = f"{NODE_STATE_DIR}/take-out"
+TAKE_OUT_UNIT = "training-node-take-out"
+TAKE_OUT_GRACE_SECONDS = 10
+UNIT_DIR = "/etc/systemd/system"
+# Bare command names: systemd resolves them on its fixed search path (systemd.service, "Command lines",
+# systemd 239 and later; AL2023 ships 252).
+TAKE_OUT_STEPS = (
+    f"sh -c 'echo \"training-node-take-out: a job found a node fault ($(head -c 300 {TAKE_OUT_MARKER}));"
+    " no more jobs here, powering off\" > /dev/console'",
+    "systemctl mask --runtime ecs.service",
+    f"sleep {TAKE_OUT_GRACE_SECONDS}",
+    "systemctl --no-block poweroff",
+)
+_EOF = "UNIT_EOF"
+
+
+def _write(path: str, lines: list[str]) -> str:
+    return f"cat > {path} <<'{_EOF}'\n" + "\n".join(lines) + f"\n{_EOF}"
+
+
+def node_recovery_commands() -> list[str]:
+    """Shell commands for the node's user data."""
+    return [
+        f"mkdir -p {NODE_STATE_DIR}",
+        _write(f"{UNIT_DIR}/{TAKE_OUT_UNIT}.path", ["[Path]", f"PathExists={TAKE_OUT_MARKER}"]),
+        # Type=oneshot runs its ExecStart lines in order (systemd.service, "Type=").
+        _write(
+            f"{UNIT_DIR}/{TAKE_OUT_UNIT}.service",
+            ["[Service]", "Type=oneshot", *(f"ExecStart={step}" for step in TAKE_OUT_STEPS)],
+        ),
+        # --no-block: user data runs inside cloud-final, which systemd must not wait on.
+        f"systemctl daemon-reload && systemctl --no-block start {TAKE_OUT_UNIT}.path",
+    ]
