@@ -470,6 +470,16 @@ def test_check_names_the_failing_and_degraded_nodes(world: World, trainctl: Any)
     assert result["degraded_nodes"] == ["node 2 (ip-10-0-2-9)"]
 
 
+def test_check_finds_the_verdict_on_whichever_node_held_rank_zero(world: World, trainctl: Any) -> None:
+    # torch ranks nodes by their sorted addresses, so the report may come from a child node.
+    nodes = {"node 0 (ip-10-0-0-5)": 30.0, "node 1 (ip-10-0-1-5)": 29.0}
+    with world.benchmark_prints("gpu", bench_output(31.5, nodes), node=1):
+        result = trainctl("check", "gpu", "--poll-seconds", "0")
+
+    assert result.exit_code == ExitCode.OK, result.output
+    assert result.stdout.startswith("fleet gpu: healthy ("), result.output
+
+
 def test_check_reports_the_verdict_of_a_benchmark_that_failed(world: World, trainctl: Any) -> None:
     # allreduce_bench exits 1 after a wrong result, verdict printed: the job ends FAILED.
     nodes = {"node 0 (ip-10-0-0-5)": 30.0, "node 1 (ip-10-0-1-7)": 31.0}

@@ -187,9 +187,10 @@ class World:
         )
 
     @contextmanager
-    def benchmark_prints(self, fleet: str, lines: list[str]) -> Iterator[list[str]]:
-        """While active, every job submitted to moto's Batch gets a main node whose log holds `lines`:
-        the benchmark container's output, for `trainctl check` to read. Yields the submitted job ids."""
+    def benchmark_prints(self, fleet: str, lines: list[str], node: int = 0) -> Iterator[list[str]]:
+        """While active, every job submitted to moto's Batch gets a node (the main node, 0, unless told)
+        whose log holds `lines`: the benchmark's output, for `trainctl check` to read; any node before it
+        logs only a per-node check line. Yields the submitted job ids."""
         from moto.batch_simple.models import BatchSimpleBackend
 
         submitted: list[str] = []
@@ -198,7 +199,11 @@ class World:
 
         def submit_job(backend: Any, *args: Any, **kwargs: Any) -> Any:
             name, job_id, arn = original(backend, *args, **kwargs)
-            world.add_node_streams(job_id, fleet, {0: [(1_000 + i, line) for i, line in enumerate(lines)]})
+            events = {
+                n: [(500, f"# node check, node {n} (ip-10-0-{n}-5): busbw 30.0 Gbps, healthy")] for n in range(node)
+            }
+            events[node] = [(1_000 + i, line) for i, line in enumerate(lines)]
+            world.add_node_streams(job_id, fleet, events)
             submitted.append(job_id)
             return name, job_id, arn
 

@@ -124,9 +124,17 @@ def check(
     if failed:
         result["statusReason"] = job.get("statusReason")
     # Read even when the job FAILED: the benchmark exits 1 after a wrong result, verdict printed.
+    # Global rank 0 prints the report, and torch's c10d rendezvous gives rank 0 to the node whose address
+    # sorts first (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py assigns ranks over
+    # sorted(participants)), not necessarily to Batch's main node: read the main node, then the others.
     main = main_node(job)
-    streams = node_streams(state.batch, job, [main], fleet.log_group)
-    verdict = last_verdict(line.message for line in StreamReader(state.aws.client("logs"), streams[0]).read())
+    count = int(job.get("nodeProperties", {}).get("numNodes") or 1)
+    logs = state.aws.client("logs")
+    verdict = None
+    for stream in node_streams(state.batch, job, [main, *(n for n in range(count) if n != main)], fleet.log_group):
+        verdict = last_verdict(line.message for line in StreamReader(logs, stream).read())
+        if verdict is not None:
+            break
     if verdict is None:
         if failed:
             # A broken network can stop the cross-node phase before any verdict; each node named its
@@ -137,7 +145,7 @@ def check(
         _finish_check(
             state,
             result,
-            f"benchmark job {job_id} printed no verdict line on its main node: see `trainctl logs {job_id}`",
+            f"benchmark job {job_id} printed no verdict line on any node: see `trainctl logs {job_id} --node all`",
             ExitCode.UNHEALTHY,
         )
         return
