@@ -16,8 +16,8 @@ from config.catalog import CATALOG, AcceleratorKind
 from tests.harness import EFA_TYPES
 from tests.test_host_check import boot_script
 from tests.test_jobs import KINDS, container, environment, of_type
-from training_constructs.health import node_recovery
 from training_constructs.common.node_files import compact_python
+from training_constructs.health import node_recovery
 from training_constructs.observability.node_metrics import COLLECTOR, collector
 
 
