@@ -13,6 +13,7 @@ from config.metrics import FLEET_ENV
 from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
+from training_constructs.boot_breaker import BootCircuitBreaker, BreakerFleet
 from training_constructs.fleet_health import FleetHealth
 from training_constructs.job_alerts import JobAlerts
 from training_constructs.job_metrics import JobMetrics
@@ -143,6 +144,21 @@ class JobsStack(Stack):
             )
             for fleet in fleets
         }
+        # Per fleet: K node faults in an hour disable the fleet's compute environment.
+        self.boot_breaker = BootCircuitBreaker(
+            self,
+            "BootCircuitBreaker",
+            fleets=[
+                BreakerFleet(
+                    name=fleet.name,
+                    compute_environment_arn=compute[fleet.name].compute_environment_arn,
+                    boot_check_log_group=compute[fleet.name].boot_check_log_group,
+                )
+                for fleet in fleets
+            ],
+            topic=self.alerts.topic,
+            log_retention=log_retention,
+        )
 
     def _acknowledge_bucket_grants(self, datasets: ExportedBucket, checkpoints: ExportedBucket) -> None:
         # grant_read / grant_read_write: object-level actions need `<bucket>/*`, and CDK's grants use
