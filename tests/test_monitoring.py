@@ -182,6 +182,22 @@ def titles(body) -> list[str]:
     return [w["properties"].get("title") or w["properties"].get("markdown", "") for w in body["widgets"]]
 
 
+def test_the_top_row_shows_node_faults_against_the_circuit_breaker():
+    from training_constructs.boot_breaker import NODE_FAULTS_TO_TRIP
+
+    _, body = dashboard("default")
+    (widget,) = [w for w in body["widgets"] if "node faults" in w["properties"].get("title", "")]
+    (metric,) = widget["properties"]["metrics"]
+    # Exactly the [Fleet, Fault] series with Fault=node, summed per hour like the breaker's alarm.
+    assert metric[0]["expression"] == (
+        "SEARCH('{TrainingPlatform,Fault,Fleet} MetricName=\"BootCheckFailed\" Fault=\"node\"', 'Sum', 3600)"
+    )
+    assert widget["properties"]["annotations"]["horizontal"][0]["value"] == NODE_FAULTS_TO_TRIP == 3
+    (failures,) = [w for w in body["widgets"] if w["properties"].get("title") == "Boot-check failures, every fleet"]
+    # The [Fleet] series only: each node's line counts once, not once per dimension set.
+    assert failures["properties"]["metrics"][0][0]["expression"].startswith("SEARCH('{TrainingPlatform,Fleet} ")
+
+
 def test_one_dashboard_with_a_row_of_widgets_for_every_fleet():
     template, body = dashboard("three-fleets")
     names = titles(body)
