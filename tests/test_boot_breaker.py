@@ -1,6 +1,6 @@
 """The boot-check circuit breaker's function against moto's Batch, CloudWatch Logs and SNS on 127.0.0.1:
-K node faults of one fleet within the window disable that fleet's compute environment and no other;
-fewer, or shared faults, or lines outside the window, disable nothing. The template side (alarm, rule,
+K node faults of one fleet in the log disable that fleet's compute environment and no other;
+fewer, or shared faults, or lines older than the lookback, disable nothing. The template side (alarm, rule,
 IAM) is in tests/test_fleet_health.py."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def world(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, 
     ]
     client("sns").subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
     monkeypatch.setenv(trip.THRESHOLD_ENV, str(K))
-    monkeypatch.setenv(trip.WINDOW_ENV, str(int(boot_breaker.WINDOW.to_seconds())))
+    monkeypatch.setenv(trip.LOOKBACK_ENV, str(int(boot_breaker.LOOKBACK.to_seconds())))
     monkeypatch.setenv(trip.TOPIC_ENV, topic)
     yield {"client": client, "environments": environments, "queue": queue}
     for fleet in FLEETS:
@@ -126,7 +126,7 @@ def test_k_node_faults_disable_that_fleet_only(world):
     assert trip.handler(trip_event(world, "gpu")) == {"tripped": True, "nodeFaults": K}
     assert states(world) == {"gpu": "DISABLED", "llm": "ENABLED"}
     (message,) = alerts(world)
-    assert message.startswith(f"Fleet gpu: {K} nodes failed the boot check with a node fault within 1 h ")
+    assert message.startswith(f"Fleet gpu: {K} nodes failed the boot check with a node fault in the last 2 h ")
     assert f"gpus: expected 4, found 3 ({K} nodes)" in message
     command = (
         f"aws batch update-compute-environment --compute-environment {world['environments']['gpu']} --state ENABLED"
@@ -141,9 +141,10 @@ def test_below_k_nothing_happens(world):
     assert alerts(world) == []
 
 
-def test_faults_older_than_the_window_do_not_count(world):
-    window = boot_breaker.WINDOW.to_seconds()
-    boot_lines(world, "gpu", ["node"] * K, age_seconds=window + 600)
+def test_faults_older_than_the_lookback_do_not_count(world):
+    lookback = boot_breaker.LOOKBACK.to_seconds()
+    assert lookback >= 2 * boot_breaker.WINDOW.to_seconds()  # covers the alarm's whole period, late
+    boot_lines(world, "gpu", ["node"] * K, age_seconds=lookback + 600)
     boot_lines(world, "gpu", ["node"])
     assert trip.handler(trip_event(world, "gpu")) == {"tripped": False, "nodeFaults": 1}
     assert states(world)["gpu"] == "ENABLED"

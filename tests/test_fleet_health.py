@@ -281,7 +281,7 @@ def test_the_breaker_function_may_disable_only_the_fleets_compute_environments()
         "kms:GenerateDataKey*",
     }
     env = function["Properties"]["Environment"]["Variables"]
-    assert env["NODE_FAULTS_TO_TRIP"] == "3" and env["WINDOW_SECONDS"] == "3600"
+    assert env["NODE_FAULTS_TO_TRIP"] == "3" and env["LOOKBACK_SECONDS"] == "7200"
     # EventBridge may invoke it, from the breaker rules only.
     permissions = [p["Properties"] for p in resources(template, "AWS::Lambda::Permission").values()]
     sources = [

@@ -39,6 +39,9 @@ FUNCTION_DIR = Path(__file__).with_name("boot_breaker_function")
 NODE_FAULTS_TO_TRIP = 3
 # One alarm period: CloudWatch sums the node faults of each hour-long period.
 WINDOW = Duration.hours(1)
+# What the function reads back to confirm the alarm: its period and as much again, since the alarm
+# reaches the function some time after the faults (the alarm, not the function, decides "within an hour").
+LOOKBACK = Duration.hours(2)
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class BootCircuitBreaker(Construct):
             log_group=function_logs,
             environment={
                 trip.THRESHOLD_ENV: str(NODE_FAULTS_TO_TRIP),
-                trip.WINDOW_ENV: str(int(WINDOW.to_seconds())),
+                trip.LOOKBACK_ENV: str(int(LOOKBACK.to_seconds())),
                 trip.TOPIC_ENV: topic.topic_arn,
             },
         )
