@@ -14,7 +14,7 @@ import pytest
 from config.metrics import FLEET_DIMENSION, GPU_UTILIZATION, JOB_STATE_METRICS, NAMESPACE, XID_ERRORS
 from tests.harness import THREE_FLEETS, resources, synth
 from tests.test_compute import render
-from training_constructs.node_files import strip_python
+from training_constructs.node_files import compact_python
 from training_constructs.node_metrics import COLLECTOR
 
 JOBS, COMPUTE, MONITORING = "TrainingJobs", "TrainingCompute", "TrainingMonitoring"
@@ -143,10 +143,9 @@ def test_user_data_sets_up_the_agent_and_collector_for_the_fleet(fleet):
     (exec_start,) = [line for line in script.splitlines() if line.startswith("ExecStart=")]
     assert f"--fleet {fleet}" in exec_start and ("--gpu" in exec_start) is gpu
     assert "systemctl enable --now training-node-metrics.service" in script
-    # The node runs exactly the collector in the repository, less its docstrings and comments, packed to
-    # fit EC2's 16 KB (training_constructs/node_files.py; tests/test_host_check.py compares the programs).
+    # The node runs the collector in the repository, compacted and packed to fit EC2's 16 KB.
     (packed,) = [line for line in script.splitlines() if line.endswith("/opt/training-node-metrics/collector.py")]
-    assert gzip.decompress(base64.b64decode(packed.split("'")[1])) == strip_python(COLLECTOR.read_bytes())
+    assert gzip.decompress(base64.b64decode(packed.split("'")[1])).decode() == compact_python(COLLECTOR.read_text())
 
 
 def test_instance_roles_may_publish_metrics_only_in_our_namespace():

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from config import metrics
+from training_constructs.node_files import compact_python
 from training_constructs.node_metrics import (
     COLLECTOR,
     INSTALL_DIR,
@@ -171,12 +172,14 @@ def test_agent_publishes_in_our_namespace_with_fleet_and_instance_only(gpu):
         assert metrics.GPU_UTILIZATION in nvidia["drop_original_metrics"]
 
 
-def test_user_data_commands_write_the_collector_verbatim_and_start_it():
+def test_user_data_commands_write_the_compacted_collector_and_start_it():
     commands = node_metrics_commands(fleet="trn", gpu=False)
     script = "\n".join(commands)
-    # Packed (training_constructs/node_files.py); it unpacks to exactly the repository's collector.
+    # Packed (training_constructs/node_files.py); it unpacks to the repository's collector without its
+    # docstrings and comments (tests/test_host_check.py proves that is the same program).
     (packed,) = [c for c in commands if c.endswith(f"> {INSTALL_DIR}/collector.py")]
-    assert gzip.decompress(base64.b64decode(packed.split("'")[1])) == COLLECTOR.read_bytes()
+    unpacked = gzip.decompress(base64.b64decode(packed.split("'")[1])).decode()
+    assert unpacked == compact_python(COLLECTOR.read_text())
     (exec_start,) = [line for line in script.splitlines() if line.startswith("ExecStart=")]
     assert "--fleet trn --statsd 127.0.0.1:8125" in exec_start and "--gpu" not in exec_start
     assert json.dumps(agent_config(fleet="trn", gpu=False), separators=(",", ":")) in script

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from config.catalog import AcceleratorKind, InstanceSpec
-from training_constructs.node_files import pack, strip_python, write_packed
+from training_constructs.node_files import compact_python, pack, write_packed
 
 SCRIPT = Path(__file__).parent / "node_scripts" / "boot_check.py"
 NODE_PATH = "/usr/local/libexec/training-boot-check.py"
@@ -38,7 +38,7 @@ SHARED_FAULT_FILE = f"{SHARED_FAULT_DIR}/shared-fault"
 
 def node_script() -> bytes:
     """The script as the node gets it: without docstrings and comments (training_constructs/node_files.py)."""
-    return strip_python(SCRIPT.read_bytes())
+    return compact_python(SCRIPT.read_text()).encode()
 
 
 def packed_script() -> str:

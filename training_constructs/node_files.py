@@ -3,9 +3,7 @@
 EC2 takes at most 16 KB of user data, counted before the base64 that the API and CloudFormation
 wrap it in (EC2 user guide, "Run commands when you launch an EC2 instance with user data"), and
 Batch adds a part of its own. So the node's scripts travel gzipped (mtime 0, so the template only
-changes when a script does) and base64-encoded, inside a plain-text MIME part. Python scripts
-travel without their docstrings, comment lines and blank lines (`strip_python`): the same program,
-about a tenth smaller packed; the repository keeps the commented source.
+changes when a script does) and base64-encoded, inside a plain-text MIME part.
 """
 
 from __future__ import annotations
@@ -13,40 +11,8 @@ from __future__ import annotations
 import ast
 import base64
 import gzip
-
-_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-
-
-def _docstring(node: ast.AST) -> ast.Expr | None:
-    body = getattr(node, "body", None)
-    if isinstance(node, _DOCUMENTED) and isinstance(body, list) and len(body) > 1:
-        first = body[0]
-        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-            return first
-    return None
-
-
-def strip_python(source: bytes) -> bytes:
-    """`source` with its module docstring cut to its first line (scripts print it as their --help),
-    without other docstrings, whole-line comments (a shebang stays) and blank lines; every other line
-    verbatim (tests/test_host_check.py compares the syntax trees)."""
-    text = source.decode()
-    lines = text.splitlines(keepends=True)
-    replace: dict[int, str] = {}
-    for node in ast.walk(ast.parse(text)):
-        docstring = _docstring(node)
-        if docstring is None:
-            continue
-        for number in range(docstring.lineno, (docstring.end_lineno or docstring.lineno) + 1):
-            replace[number] = ""
-        if isinstance(node, ast.Module):
-            replace[docstring.lineno] = f'"""{str(docstring.value.value).splitlines()[0]}"""\n'  # type: ignore[attr-defined]
-    kept = [
-        replace.get(number, line)
-        for number, line in enumerate(lines, start=1)
-        if line.strip() and (number == 1 or not line.lstrip().startswith("#"))
-    ]
-    return "".join(kept).encode()
+import io
+import tokenize
 
 
 def pack(content: bytes) -> str:
@@ -56,3 +22,34 @@ def pack(content: bytes) -> str:
 def write_packed(path: str, content: bytes) -> str:
     """One shell command that writes `content` to `path` on the node."""
     return f"echo '{pack(content)}' | base64 -d | gunzip > {path}"
+
+
+def compact_python(source: str) -> str:
+    """`source` without what the interpreter never reads: docstrings (the module's cut to its first line,
+    which argparse reads), comments, and blank lines outside multi-line strings. Code stays as written."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    docstrings = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                text = first.value.value
+                if isinstance(text, str) and first.end_lineno is not None:
+                    # Only the module's first line is read (argparse); a body needs one statement.
+                    keep = isinstance(node, ast.Module) or len(node.body) == 1
+                    head = text.strip().splitlines()[0] if keep and text.strip() else None
+                    docstrings.append((first.lineno, first.end_lineno, first.col_offset, head))
+    for start, end, column, head in sorted(docstrings, reverse=True):
+        lines[start - 1 : end] = [] if head is None else [" " * column + repr(head)]
+    text = "\n".join(lines) + "\n"
+    lines = text.splitlines()
+    inside_strings: set[int] = set()
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.STRING and token.end[0] > token.start[0]:
+            inside_strings.update(range(token.start[0] + 1, token.end[0] + 1))
+        elif token.type == tokenize.COMMENT and token.start[0] > 1:
+            row, column = token.start
+            lines[row - 1] = lines[row - 1][:column].rstrip()
+    kept = [line for number, line in enumerate(lines, start=1) if number in inside_strings or number == 1 or line]
+    return "\n".join(kept) + "\n"

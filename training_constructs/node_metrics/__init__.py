@@ -24,7 +24,7 @@ from config.metrics import (
     NODE_HEARTBEAT,
     XID_ERRORS,
 )
-from training_constructs.node_files import strip_python, write_packed
+from training_constructs.node_files import compact_python, write_packed
 
 COLLECTOR = Path(__file__).with_name("collector.py")
 INSTALL_DIR = "/opt/training-node-metrics"
@@ -110,7 +110,8 @@ def node_metrics_commands(*, fleet: str, gpu: bool) -> list[str]:
     failure = f"echo '{SERVICE}: CloudWatch agent setup failed, this node sends no node metrics' > /dev/console"
     return [
         f"mkdir -p {INSTALL_DIR}",
-        write_packed(f"{INSTALL_DIR}/collector.py", strip_python(COLLECTOR.read_bytes())),
+        # Compacted (docstrings and comments out): the user data has room for little more.
+        write_packed(f"{INSTALL_DIR}/collector.py", compact_python(COLLECTOR.read_text()).encode()),
         _write(AGENT_CONFIG, json.dumps(agent_config(fleet=fleet, gpu=gpu), separators=(",", ":"))),
         _write(f"/etc/systemd/system/{SERVICE}.service", unit),
         f"({setup} || {failure}) > /var/log/{SERVICE}-setup.log 2>&1 &",
