@@ -63,6 +63,7 @@ RESERVED_CONSTRUCT_IDS = frozenset(
         "FairShare",
         "JobAlerts",
         "AlertTopic",
+        "BootCircuitBreaker",
         "Slurm",
         "ClusterName",
         "HeadNodeInstanceId",

@@ -62,11 +62,10 @@ ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d")
 ICD_PATTERN = "nvidia_icd*.json"
 # The counts retried while the AMI finishes loading drivers and udev makes the device nodes.
 COUNTED = ("gpus", "neuron_devices", "efa_devices")
-
+GRAPHICS_LIBRARIES = ("libGLX_nvidia.so.0", "libEGL_nvidia.so.0")
 # The clock, replaceable by tests.
 monotonic = time.monotonic
 sleep = time.sleep
-GRAPHICS_LIBRARIES = ("libGLX_nvidia.so.0", "libEGL_nvidia.so.0")
 
 
 def run(*command: str, timeout: float = 60) -> str | None:
