@@ -15,8 +15,13 @@ FLEET_ENV = "TRAINING_FLEET"
 # (1 healthy, 0.5 degraded, 0 failing), emitted by rank 0.
 BENCHMARK_BUSBW = "BenchmarkBusBandwidthGbps"
 BENCHMARK_VERDICT = "BenchmarkVerdict"
-# Boot-time host check: 1 when a node failed it, 0 when it passed.
+# Boot-time host check: 1 when a node failed it, 0 when it passed; emitted twice per node, with
+# dimensions [Fleet] (any failure: the fleet's boot-check alarm) and [Fleet, Fault], Fault one of
+# BOOT_FAULTS: node (this instance is bad: it powers off; the circuit breaker counts these), shared
+# (every node of the fleet has it: the node registers and jobs are refused) or none (passed).
 BOOT_CHECK_FAILED = "BootCheckFailed"
+FAULT_DIMENSION = "Fault"
+BOOT_FAULTS = ("node", "shared", "none")
 
 # Job metrics, counted from AWS Batch "Batch Job State Change" events of the app's queues (one
 # metric per state a job enters; dimension Fleet only, a job is not bound to one instance).
@@ -59,6 +64,6 @@ COLD_START_PREFLIGHT = "ColdStartPreflightSeconds"
 COLD_START_RENDEZVOUS = "ColdStartRendezvousSeconds"
 # Self-healing (issue 31), dimension Fleet: a node that took itself out after a node fault (an EMF line
 # from container/node_fault.py in the job's log), and a job Batch retried after a failed attempt
-# (from Batch job state change events, training_constructs/job_metrics.py).
+# (from Batch job state change events, training_constructs/observability/job_metrics.py).
 NODES_TAKEN_OUT = "NodesTakenOut"
 JOBS_RESUMED = "JobsResumed"

@@ -64,6 +64,7 @@ RESERVED_CONSTRUCT_IDS = frozenset(
         "JobAlerts",
         "ResumedJobAlerts",
         "AlertTopic",
+        "BootCircuitBreaker",
         "Slurm",
         "ClusterName",
         "HeadNodeInstanceId",

@@ -55,6 +55,11 @@ PREFLIGHT_EXIT = 75
 IMAGE_EXIT = 78
 USAGE_EXIT = 2
 NVIDIA_ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
+# NVIDIA's .run installer writes nvidia_icd.json; its RPM packaging, which the ECS AL2023 GPU AMI's
+# driver comes from, writes nvidia_icd.<arch>.json (NVIDIA/yum-packaging-nvidia-driver nvidia-driver.spec;
+# NVIDIA/nvidia-container-toolkit internal/discover/graphics.go looks for both). Any NVIDIA name counts;
+# the boot check (training_constructs/health/node_scripts/boot_check.py) uses the same pattern.
+NVIDIA_ICD_PATTERN = "nvidia_icd*.json"
 COMMAND_TIMEOUT_SECONDS = 60
 TORCH_PROBE_SECONDS = 300
 # The node's state directory, shared with its host (training_constructs/health/node_recovery.py mounts it).
@@ -139,9 +144,9 @@ def check_vulkan(environ: Mapping[str, str]) -> list[str]:
             return []
         return [f"a Vulkan GPU (vulkaninfo --summary), found exit {status}: {_last_line(output)}"]
     dirs = environ.get("VULKAN_ICD_DIRS", os.pathsep.join(NVIDIA_ICD_DIRS)).split(os.pathsep)
-    if any(Path(d, "nvidia_icd.json").is_file() for d in dirs):
+    if any(icd.is_file() for d in dirs for icd in Path(d).glob(NVIDIA_ICD_PATTERN)):
         return []
-    return [f"the NVIDIA Vulkan ICD (nvidia_icd.json) in {' or '.join(dirs)}, found none"]
+    return [f"the NVIDIA Vulkan ICD ({NVIDIA_ICD_PATTERN}) in {' or '.join(dirs)}, found none"]
 
 
 def check_neuron(environ: Mapping[str, str], expected: int) -> list[str]:

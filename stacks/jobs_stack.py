@@ -14,6 +14,7 @@ from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
 from training_constructs.compute.training_fleet import TrainingFleet
+from training_constructs.health.boot_breaker import BootCircuitBreaker, BreakerFleet
 from training_constructs.health.fleet_health import FleetHealth
 from training_constructs.jobs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs, grant_ecs_exec
 from training_constructs.observability.job_alerts import JobAlerts
@@ -154,6 +155,21 @@ class JobsStack(Stack):
             )
             for fleet in fleets
         }
+        # Per fleet: K node faults in an hour disable the fleet's compute environment.
+        self.boot_breaker = BootCircuitBreaker(
+            self,
+            "BootCircuitBreaker",
+            fleets=[
+                BreakerFleet(
+                    name=fleet.name,
+                    compute_environment_arn=compute[fleet.name].compute_environment_arn,
+                    boot_check_log_group=compute[fleet.name].boot_check_log_group,
+                )
+                for fleet in fleets
+            ],
+            topic=self.alerts.topic,
+            log_retention=log_retention,
+        )
 
     def _acknowledge_bucket_grants(self, datasets: ExportedBucket, checkpoints: ExportedBucket) -> None:
         # grant_read / grant_read_write: object-level actions need `<bucket>/*`, and CDK's grants use

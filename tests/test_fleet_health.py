@@ -12,6 +12,7 @@ from config import metrics
 from config.context import ConfigError, read_settings
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import THREE_FLEETS, VARIANTS, resources, synth
+from training_constructs.health.boot_breaker import NODE_FAULTS_TO_TRIP
 from training_constructs.jobs.training_jobs import BENCHMARK_TIMEOUT_SECONDS
 
 STACK = "TrainingJobs"
@@ -53,7 +54,8 @@ def test_without_a_schedule_nothing_is_scheduled_and_no_verdict_alarm_exists():
 @pytest.mark.parametrize("variant", ["default", "three-fleets"])
 def test_every_fleet_alarms_when_a_node_fails_its_boot_check(variant):
     template = synth(variant).templates[STACK]
-    found = alarms(template, metrics.BOOT_CHECK_FAILED)
+    # The [Fleet] series (any failure); the breaker's [Fleet, Fault] alarms are tested below.
+    found = [a for a in alarms(template, metrics.BOOT_CHECK_FAILED) if len(a["Dimensions"]) == 1]
     expected = set(THREE_FLEETS) if variant == "three-fleets" else {"gpu", "trainium"}
     assert {fleet_of(a) for a in found} == expected and len(found) == len(expected)
     for alarm in found:
@@ -280,3 +282,126 @@ def test_the_field_rules_match_eventbridges_table():
     assert field_problem(FIELDS[2], "L") is None and field_problem(FIELDS[2], "15W") is None
     assert field_problem(FIELDS[4], "3#2") is None and field_problem(FIELDS[4], "6L") is None
     assert field_problem(FIELDS[4], "8#2") and field_problem(FIELDS[0], "L")
+
+
+# The boot-check circuit breaker (training_constructs/health/boot_breaker.py); its function's logic runs
+# against moto in tests/test_boot_breaker.py.
+def compute_export(template, fleet, attribute):
+    """The jobs stack's import of one of `fleet`'s compute-stack values."""
+    prefix = f"TrainingCompute:ExportsOutputFnGetAtt{construct_id(fleet)}"
+    imports = {v for v in _imports(template) if v.startswith(prefix) and attribute in v}
+    (name,) = imports
+    return {"Fn::ImportValue": name}
+
+
+def _imports(value):
+    if isinstance(value, dict):
+        if set(value) == {"Fn::ImportValue"}:
+            yield value["Fn::ImportValue"]
+        for item in value.values():
+            yield from _imports(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _imports(item)
+
+
+def breaker_alarms(template):
+    return {
+        k: a["Properties"]
+        for k, a in resources(template, "AWS::CloudWatch::Alarm").items()
+        if {"Name": metrics.FAULT_DIMENSION, "Value": "node"} in a["Properties"].get("Dimensions", [])
+    }
+
+
+def test_k_node_faults_in_an_hour_trip_each_fleets_own_breaker():
+    template = synth("three-fleets").templates[STACK]
+    found = breaker_alarms(template)
+    assert NODE_FAULTS_TO_TRIP == 3
+    by_fleet = {}
+    for key, alarm in found.items():
+        fleets = [d["Value"] for d in alarm["Dimensions"] if d["Name"] == metrics.FLEET_DIMENSION]
+        (fleet,) = fleets
+        by_fleet[fleet] = key
+        assert alarm["MetricName"] == metrics.BOOT_CHECK_FAILED and alarm["Namespace"] == metrics.NAMESPACE
+        assert alarm["Statistic"] == "Sum" and alarm["Period"] == 3600 and alarm["EvaluationPeriods"] == 1
+        assert alarm["Threshold"] == 3 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert alarm["TreatMissingData"] == "notBreaching"
+        assert alarm["AlarmActions"] == [topic_ref(template)]
+        # The alert says how to turn the fleet back on, with this fleet's compute environment.
+        text = alarm["AlarmDescription"]["Fn::Join"][1]
+        command = "aws batch update-compute-environment --compute-environment "
+        assert text[0].endswith(command) and text[1:] == [
+            compute_export(template, fleet, "ComputeEnvironmentArn"),
+            " --state ENABLED",
+        ]
+    assert set(by_fleet) == set(THREE_FLEETS)
+
+
+def test_each_breaker_rule_disables_exactly_its_own_fleet():
+    template = synth("three-fleets").templates[STACK]
+    alarm_of = {
+        next(d["Value"] for d in a["Dimensions"] if d["Name"] == metrics.FLEET_DIMENSION): k
+        for k, a in breaker_alarms(template).items()
+    }
+    rules = {
+        k: r["Properties"]
+        for k, r in resources(template, "AWS::Events::Rule").items()
+        if r["Properties"].get("EventPattern", {}).get("source") == ["aws.cloudwatch"]
+    }
+    assert len(rules) == len(THREE_FLEETS)
+    (function,) = [k for k in resources(template, "AWS::Lambda::Function") if k.startswith("BootCircuitBreaker")]
+    for fleet, alarm in alarm_of.items():
+        (rule,) = [r for r in rules.values() if r["EventPattern"]["resources"] == [{"Fn::GetAtt": [alarm, "Arn"]}]]
+        # CloudWatch user guide, "Alarm events and EventBridge": detail-type, and the new state.
+        assert rule["EventPattern"]["detail-type"] == ["CloudWatch Alarm State Change"]
+        assert rule["EventPattern"]["detail"] == {"state": {"value": ["ALARM"]}}
+        (target,) = rule["Targets"]
+        assert target["Arn"] == {"Fn::GetAtt": [function, "Arn"]}
+        parts = target["Input"]["Fn::Join"][1]
+        assert parts[0] == f'{{"fleet":"{fleet}","computeEnvironment":"'
+        assert parts[1] == compute_export(template, fleet, "ComputeEnvironmentArn")
+        assert "logGroup" in parts[2] and f"{construct_id(fleet)}BootCheckLogs" in parts[3]["Fn::ImportValue"]
+
+
+def test_the_breaker_function_may_disable_only_the_fleets_compute_environments():
+    template = synth("three-fleets").templates[STACK]
+    (function,) = [
+        f for k, f in resources(template, "AWS::Lambda::Function").items() if k.startswith("BootCircuitBreaker")
+    ]
+    role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    (policy,) = [
+        p for p in resources(template, "AWS::IAM::Policy").values() if {"Ref": role} in p["Properties"]["Roles"]
+    ]
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    by_action = {}
+    for statement in statements:
+        assert statement["Effect"] == "Allow" and "*" not in json.dumps(statement["Resource"])
+        for action in [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]:
+            by_action[action] = statement["Resource"]
+    assert [a for a in by_action if a.startswith("batch:")] == ["batch:UpdateComputeEnvironment"]
+    environments = [compute_export(template, fleet, "ComputeEnvironmentArn") for fleet in THREE_FLEETS]
+    assert sorted(map(json.dumps, by_action["batch:UpdateComputeEnvironment"])) == sorted(map(json.dumps, environments))
+    assert len(by_action["logs:FilterLogEvents"]) == len(THREE_FLEETS)
+    assert by_action["sns:Publish"] == topic_ref(template)
+    assert set(by_action) == {
+        "batch:UpdateComputeEnvironment",
+        "logs:FilterLogEvents",
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "sns:Publish",
+        "kms:Decrypt",
+        "kms:GenerateDataKey*",
+    }
+    env = function["Properties"]["Environment"]["Variables"]
+    assert env["NODE_FAULTS_TO_TRIP"] == "3" and env["LOOKBACK_SECONDS"] == "7200"
+    # EventBridge may invoke it, from the breaker rules only.
+    permissions = [p["Properties"] for p in resources(template, "AWS::Lambda::Permission").values()]
+    sources = [
+        p["SourceArn"] for p in permissions if p["FunctionName"] == {"Fn::GetAtt": [function_key(template), "Arn"]}
+    ]
+    assert len(sources) == len(THREE_FLEETS) and all(p["Principal"] == "events.amazonaws.com" for p in permissions)
+
+
+def function_key(template):
+    (key,) = [k for k in resources(template, "AWS::Lambda::Function") if k.startswith("BootCircuitBreaker")]
+    return key

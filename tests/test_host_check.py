@@ -21,8 +21,10 @@ from config.catalog import CATALOG, AcceleratorKind
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, scrub, synth
 from tests.test_compute import of_type, user_data
+from training_constructs.common.node_files import compact_python
 from training_constructs.health import host_check
 from training_constructs.health.node_scripts import boot_check
+from training_constructs.observability.node_metrics import COLLECTOR
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-h100"
 # An Xid line in the form the NVIDIA driver logs it (NVIDIA "Xid Errors" documentation).
@@ -39,13 +41,54 @@ def tool(bin_dir: Path, name: str, output: str, status: int = 0) -> None:
     script.chmod(0o755)
 
 
+def gpu_list(count):
+    return "".join(f"GPU {i}: NVIDIA L4 (UUID: GPU-{i})\n" for i in range(count))
+
+
+def recording_tool(bin_dir: Path, name: str, log: Path, fails_unless: str = "") -> None:
+    """A stand-in that appends its arguments to `log`; with `fails_unless`, `NAME cat UNIT` exits 1
+    unless a file UNIT exists in that directory (systemctl cat of a unit the host does not have)."""
+    bin_dir.mkdir(exist_ok=True)
+    check = f'if [ "$1" = cat ] && [ ! -e "{fails_unless}/$2" ]; then exit 1; fi\n' if fails_unless else ""
+    script = bin_dir / name
+    script.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\n{check}exit 0\n')
+    script.chmod(0o755)
+
+
+class FakeClock:
+    """boot_check's clock: sleeping advances it at once, and runs what is due by then."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+        self.due: list[tuple[float, object]] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        for at, action in list(self.due):
+            if self.now - 1000.0 >= at:
+                self.due.remove((at, action))
+                action()  # type: ignore[operator]
+
+
 @pytest.fixture
 def node(tmp_path, monkeypatch):
-    """A healthy g6.12xlarge-like Isaac Sim host: 4 GPUs, 1 EFA device, the Vulkan ICD, graphics libraries."""
+    """A healthy g6.12xlarge-like Isaac Sim host: 4 GPUs, 1 EFA device, the Vulkan ICD, graphics libraries,
+    the AMI's driver load unit, udev; a clock that never really sleeps."""
     bin_dir = tmp_path / "bin"
-    tool(bin_dir, "nvidia-smi", "".join(f"GPU {i}: NVIDIA L4 (UUID: GPU-{i})\n" for i in range(4)))
+    tool(bin_dir, "nvidia-smi", gpu_list(4))
     tool(bin_dir, "dmesg", (FIXTURES / "dmesg-nvrm.txt").read_text())
     tool(bin_dir, "ldconfig", (FIXTURES / "ldconfig-nvidia.txt").read_text())
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / boot_check.DRIVER_UNIT).touch()
+    commands = tmp_path / "commands.log"
+    recording_tool(bin_dir, "systemctl", commands, fails_unless=str(units))
+    recording_tool(bin_dir, "udevadm", commands)
     dev = tmp_path / "dev"
     (dev / "infiniband").mkdir(parents=True)
     (dev / "infiniband" / "uverbs0").touch()
@@ -53,8 +96,23 @@ def node(tmp_path, monkeypatch):
     icd.mkdir()
     (icd / "nvidia_icd.json").write_text("{}")
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    clock = FakeClock()
+    monkeypatch.setattr(boot_check, "monotonic", clock.monotonic)
+    monkeypatch.setattr(boot_check, "sleep", clock.sleep)
+    marker = tmp_path / "training-node" / "shared-fault"
+    marker.parent.mkdir()
     args = ["--fleet", "gpu", "--gpus", "4", "--efa", "1", "--vulkan", "--dev", str(dev), "--icd-dirs", str(icd)]
-    return {"bin": bin_dir, "dev": dev, "icd": icd, "args": args}
+    args += ["--shared-fault-file", str(marker)]
+    return {
+        "bin": bin_dir,
+        "dev": dev,
+        "icd": icd,
+        "args": args,
+        "clock": clock,
+        "units": units,
+        "commands": commands,
+        "marker": marker,
+    }
 
 
 def run(args, capsys):
@@ -65,27 +123,98 @@ def run(args, capsys):
 
 
 def test_a_healthy_node_passes_with_one_emf_line(node, capsys):
+    node["marker"].write_text("boot check: from an earlier boot\n")
     status, result = run(node["args"], capsys)
     assert status == 0 and result["failed"] == [] and result[metrics.BOOT_CHECK_FAILED] == 0
     (directive,) = result["_aws"]["CloudWatchMetrics"]
     assert directive["Namespace"] == metrics.NAMESPACE
-    assert directive["Dimensions"] == [[metrics.FLEET_DIMENSION]]
+    # [Fleet]: the fleet's boot-check alarm; [Fleet, Fault]: what the circuit breaker counts.
+    assert directive["Dimensions"] == [[metrics.FLEET_DIMENSION], [metrics.FLEET_DIMENSION, metrics.FAULT_DIMENSION]]
     assert directive["Metrics"] == [{"Name": metrics.BOOT_CHECK_FAILED, "Unit": "Count"}]
-    assert result[metrics.FLEET_DIMENSION] == "gpu"
+    assert result[metrics.FLEET_DIMENSION] == "gpu" and result[metrics.FAULT_DIMENSION] == "none"
     assert set(result["checks"]) == {"gpus", "xid", "efa_devices", "efa_provider", "vulkan_icd", "graphics_libraries"}
-    assert result["seconds"] < 60
+    assert result["seconds"] < 60 and node["clock"].slept == []
+    assert not node["marker"].exists()  # a stale cause never outlives a healthy check
+
+
+def test_fault_names_are_the_ones_the_alarms_read():
+    assert (boot_check.NODE, boot_check.SHARED, boot_check.NONE) == metrics.BOOT_FAULTS
+    assert boot_check.FAULT_DIMENSION == metrics.FAULT_DIMENSION
+    assert boot_check.SHARED_FAULT_FILE == host_check.SHARED_FAULT_FILE
+    assert boot_check.EXIT_SHARED == host_check.EXIT_SHARED
 
 
 def failed(node, capsys, args=None):
+    """A node fault: exit 3 (the user data powers the node off), no shared-fault marker."""
     status, result = run(args or node["args"], capsys)
     assert status == boot_check.EXIT_FAILED == host_check.EXIT_FAILED
-    assert result[metrics.BOOT_CHECK_FAILED] == 1
+    assert result[metrics.BOOT_CHECK_FAILED] == 1 and result[metrics.FAULT_DIMENSION] == "node"
+    assert not node["marker"].exists()
+    return result["failed"]
+
+
+def shared(node, capsys, args=None):
+    """A shared fault: exit 4 (the node registers), the cause in the marker file as one line."""
+    status, result = run(args or node["args"], capsys)
+    assert status == boot_check.EXIT_SHARED == host_check.EXIT_SHARED
+    assert result[metrics.BOOT_CHECK_FAILED] == 1 and result[metrics.FAULT_DIMENSION] == "shared"
+    (line,) = node["marker"].read_text().splitlines()
+    assert line == "boot check: " + "; ".join(result["failed"])
     return result["failed"]
 
 
 def test_wrong_gpu_count(node, capsys):
     tool(node["bin"], "nvidia-smi", (FIXTURES / "nvidia-smi-list-gpus.txt").read_text())
     assert failed(node, capsys) == ["gpus: expected 4, found 1"]
+
+
+def test_a_node_short_of_one_gpu_is_a_node_fault_after_the_bounded_wait(node, capsys):
+    tool(node["bin"], "nvidia-smi", gpu_list(3))
+    assert failed(node, capsys) == ["gpus: expected 4, found 3"]
+    # It kept counting for the whole settle time, and no longer.
+    waited = sum(node["clock"].slept)
+    assert waited == boot_check.SETTLE_SECONDS == 120
+    assert max(node["clock"].slept) <= boot_check.POLL_SECONDS
+
+
+def test_gpus_that_appear_20_seconds_after_the_start_pass(node, capsys):
+    tool(node["bin"], "nvidia-smi", "No devices were found\n", status=6)
+    (node["dev"] / "infiniband" / "uverbs0").unlink()
+    node["clock"].due.append((20, lambda: tool(node["bin"], "nvidia-smi", gpu_list(4))))
+    node["clock"].due.append((12, lambda: (node["dev"] / "infiniband" / "uverbs0").touch()))
+    status, result = run(node["args"], capsys)
+    assert status == 0 and result["failed"] == []
+    assert 20 <= result["seconds"] < 20 + boot_check.POLL_SECONDS + 1
+
+
+def test_the_settle_time_is_configurable(node, capsys):
+    tool(node["bin"], "nvidia-smi", gpu_list(3))
+    assert failed(node, capsys, [*node["args"], "--settle-seconds", "7", "--poll-seconds", "2"])
+    assert node["clock"].slept == [2, 2, 2, 1]
+
+
+def test_it_waits_for_the_amis_driver_unit_and_udev_first(node, capsys):
+    assert run(node["args"], capsys)[0] == 0
+    commands = node["commands"].read_text().splitlines()
+    unit = boot_check.DRIVER_UNIT
+    assert commands == [f"cat {unit}", f"start {unit}", "settle --timeout=120"]
+    # Never the ECS agent: it waits for cloud-final, which waits for this script.
+    assert not any("ecs" in c for c in commands)
+
+
+def test_without_the_unit_it_starts_nothing(node, capsys):
+    (node["units"] / boot_check.DRIVER_UNIT).unlink()
+    status, result = run(node["args"], capsys)
+    assert status == 0 and result["waited"][boot_check.DRIVER_UNIT] == "absent"
+    assert node["commands"].read_text().splitlines() == [f"cat {boot_check.DRIVER_UNIT}", "settle --timeout=120"]
+
+
+def test_neuron_fleets_wait_for_udev_only(node, capsys):
+    for i in range(16):
+        (node["dev"] / f"neuron{i}").touch()
+    args = ["--fleet", "trn", "--neuron-devices", "16", "--efa", "1", "--dev", str(node["dev"])]
+    assert run([*args, "--shared-fault-file", str(node["marker"])], capsys)[0] == 0
+    assert node["commands"].read_text().splitlines() == ["settle --timeout=120"]
 
 
 def test_xid_in_the_kernel_log(node, capsys):
@@ -100,37 +229,94 @@ def test_missing_efa_devices(node, capsys):
 
 def test_missing_efa_provider_where_libfabric_is_on_the_host(node, capsys):
     tool(node["bin"], "fi_info", "fi_getinfo: -61 (No data available)\n", status=61)
-    assert failed(node, capsys) == ["efa_provider: expected efa, found none"]
+    assert shared(node, capsys) == ["efa_provider: expected efa, found none"]
     tool(node["bin"], "fi_info", FI_INFO_EFA)
     assert run(node["args"], capsys)[0] == 0
 
 
-def test_missing_vulkan_icd(node, capsys):
+def test_missing_vulkan_icd_is_a_shared_fault(node, capsys):
     (node["icd"] / "nvidia_icd.json").unlink()
-    assert failed(node, capsys) == ["vulkan_icd: expected nvidia_icd.json, found []"]
+    (node["icd"] / "intel_icd.x86_64.json").write_text("{}")  # another vendor's ICD does not count
+    assert shared(node, capsys) == ["vulkan_icd: expected nvidia_icd*.json, found []"]
+    assert node["clock"].slept == []  # nothing to wait for: no count is short
 
 
-def test_missing_graphics_libraries(node, capsys):
+@pytest.mark.parametrize("name", ["nvidia_icd.x86_64.json", "nvidia_icd.aarch64.json"])
+def test_the_icd_under_its_rpm_name_passes(node, capsys, name):
+    # NVIDIA's RPM packaging, which the ECS AL2023 GPU AMI's driver comes from, installs the ICD as
+    # nvidia_icd.<arch>.json (NVIDIA/yum-packaging-nvidia-driver, nvidia-driver.spec, %files libs).
+    (node["icd"] / "nvidia_icd.json").rename(node["icd"] / name)
+    status, result = run(node["args"], capsys)
+    assert status == 0 and result["checks"]["vulkan_icd"]["found"] == [str(node["icd"] / name)]
+
+
+def test_the_boot_check_and_the_preflight_share_one_icd_rule():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("preflight_rule", ROOT / "container" / "preflight.py")
+    assert spec and spec.loader
+    preflight = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(preflight)
+    assert boot_check.ICD_PATTERN == preflight.NVIDIA_ICD_PATTERN == "nvidia_icd*.json"
+    assert set(boot_check.ICD_DIRS) <= set(preflight.NVIDIA_ICD_DIRS)
+
+
+def test_missing_graphics_libraries_is_a_shared_fault(node, capsys):
     compute_only = "".join(
         line for line in (FIXTURES / "ldconfig-nvidia.txt").read_text().splitlines(True) if "GLX" not in line
     )
     tool(node["bin"], "ldconfig", compute_only)
-    (found,) = failed(node, capsys)
+    (found,) = shared(node, capsys)
     assert found.startswith("graphics_libraries: expected") and "libEGL_nvidia.so.0" in found
 
 
-def test_no_driver_at_all(node, capsys):
+def test_no_driver_at_all_is_a_shared_fault(node, capsys):
     (node["bin"] / "nvidia-smi").unlink()
-    assert "gpus: expected 4, found 0" in failed(node, capsys)
+    assert shared(node, capsys) == ["gpus: expected 4, found no nvidia-smi on the host"]
+
+
+def test_a_node_fault_outweighs_a_shared_one(node, capsys):
+    (node["icd"] / "nvidia_icd.json").unlink()
+    tool(node["bin"], "dmesg", (FIXTURES / "dmesg-nvrm.txt").read_text() + XID_LINE)
+    assert failed(node, capsys) == ["xid: expected [], found [79]", "vulkan_icd: expected nvidia_icd*.json, found []"]
 
 
 def test_wrong_neuron_device_count(node, capsys, tmp_path):
     for i in range(15):
         (node["dev"] / f"neuron{i}").touch()
     args = ["--fleet", "trn", "--neuron-devices", "16", "--efa", "1", "--dev", str(node["dev"])]
+    args += ["--shared-fault-file", str(node["marker"])]
     assert failed(node, capsys, args) == ["neuron_devices: expected 16, found 15"]
     (node["dev"] / "neuron15").touch()
     assert run(args, capsys)[0] == 0
+
+
+@pytest.mark.parametrize("script", [Path(boot_check.__file__), COLLECTOR], ids=["boot_check", "collector"])
+def test_the_node_gets_the_same_program_less_its_docstrings_and_comments(script):
+    source = script.read_text()
+    shipped = compact_python(source)
+    assert len(shipped) < len(source) * 0.8
+    assert host_check.node_script() == compact_python(Path(boot_check.__file__).read_text()).encode()
+
+    def first_lines_of_docstrings(tree):
+        # compact_python keeps the module docstring's first line (argparse prints it) and a docstring
+        # that is a body's only statement; it drops every other docstring.
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            first = body[0] if isinstance(body, list) and body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                if isinstance(node, ast.Module) or len(body) == 1:
+                    first.value.value = first.value.value.strip().splitlines()[0]
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    node.body = body[1:]
+        return ast.dump(tree)
+
+    assert first_lines_of_docstrings(ast.parse(source)) == ast.dump(ast.parse(shipped))
+    assert ast.parse(shipped, feature_version=(3, 9))
 
 
 def test_scripts_parse_on_the_oldest_interpreters_they_run_on():
@@ -214,8 +400,8 @@ def test_every_fleet_checks_its_host_before_the_agent_starts(instance):
     lines = script.splitlines()
     (packed,) = [line for line in lines if line.startswith("echo '") and line.endswith(host_check.NODE_PATH)]
     blob = packed.split("'")[1]
-    # The node runs exactly the script in the repository.
-    assert gzip.decompress(base64.b64decode(blob)) == Path(boot_check.__file__).read_bytes()
+    # The node runs exactly the script in the repository, less its docstrings and comments.
+    assert gzip.decompress(base64.b64decode(blob)) == host_check.node_script()
     (command,) = [line for line in lines if line.startswith(f"python3 {host_check.NODE_PATH} ")]
     arguments = command.split()
     value = {arguments[i]: arguments[i + 1] for i in range(2, len(arguments) - 1) if arguments[i].startswith("--")}
@@ -241,10 +427,23 @@ def test_a_failing_node_never_registers_and_terminates():
     # Never a blocking call on the agent from inside cloud-final (it waits for cloud-final).
     assert not re.search(r"systemctl (restart|stop|start)\b", script)
     assert lt["InstanceInitiatedShutdownBehavior"] == "terminate"
-    # A check that could not run (any other status) does not take the node down (up to the check's
-    # closing `fi`; the node's own take-out unit, training_constructs/health/node_recovery.py, comes later).
-    elif_branch = script[script.index("elif") :]
-    assert "poweroff" not in elif_branch[: elif_branch.index("\nfi\n")]
+    # A shared fault, or a check that could not run (any other status), does not take the node down (up
+    # to the check's closing `fi`; the node's own take-out unit, training_constructs/health/node_recovery.py,
+    # comes later).
+    rest = script[script.index("elif") :]
+    rest = rest[: rest.index("\nfi\n")]
+    assert "poweroff" not in rest and "mask" not in rest
+    assert f'elif [ "$boot_check_status" -eq {host_check.EXIT_SHARED} ]; then' in rest
+
+
+def test_the_shared_fault_directory_exists_before_the_check_runs():
+    _, script = boot_script("g6.12xlarge")
+    lines = script.splitlines()
+    (mkdir,) = [
+        i for i, line in enumerate(lines) if line.startswith("mkdir -p ") and host_check.SHARED_FAULT_DIR in line
+    ]
+    (command,) = [i for i, line in enumerate(lines) if line.startswith(f"python3 {host_check.NODE_PATH} ")]
+    assert mkdir < command and host_check.SHARED_FAULT_FILE.startswith(host_check.SHARED_FAULT_DIR + "/")
 
 
 @pytest.mark.parametrize("instance", ["g6.12xlarge", "p5.48xlarge", "p6-b300.48xlarge", "trn2.48xlarge"])

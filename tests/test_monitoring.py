@@ -98,7 +98,9 @@ def test_every_fleet_has_a_rule_on_its_own_queue_into_the_job_events_log_group()
     # EventBridge may write to the group through its resource policy; no Lambda-backed custom resource.
     (policy,) = resources(template, "AWS::Logs::ResourcePolicy").values()
     assert "events.amazonaws.com" in json.dumps(policy) and group_id in json.dumps(policy)
-    assert not resources(template, "AWS::Lambda::Function")
+    # The one function in this stack is the boot-check circuit breaker's (tests/test_fleet_health.py).
+    assert [k for k in resources(template, "AWS::Lambda::Function") if not k.startswith("BootCircuitBreaker")] == []
+    assert not [k for k, r in template["Resources"].items() if r["Type"].startswith("Custom::")]
 
 
 def test_metric_filters_count_each_state_per_fleet():
@@ -184,6 +186,22 @@ def titles(body) -> list[str]:
     return [w["properties"].get("title") or w["properties"].get("markdown", "") for w in body["widgets"]]
 
 
+def test_the_top_row_shows_node_faults_against_the_circuit_breaker():
+    from training_constructs.health.boot_breaker import NODE_FAULTS_TO_TRIP
+
+    _, body = dashboard("default")
+    (widget,) = [w for w in body["widgets"] if "node faults" in w["properties"].get("title", "")]
+    (metric,) = widget["properties"]["metrics"]
+    # Exactly the [Fleet, Fault] series with Fault=node, summed per hour like the breaker's alarm.
+    assert metric[0]["expression"] == (
+        "SEARCH('{TrainingPlatform,Fault,Fleet} MetricName=\"BootCheckFailed\" Fault=\"node\"', 'Sum', 3600)"
+    )
+    assert widget["properties"]["annotations"]["horizontal"][0]["value"] == NODE_FAULTS_TO_TRIP == 3
+    (failures,) = [w for w in body["widgets"] if w["properties"].get("title") == "Boot-check failures, every fleet"]
+    # The [Fleet] series only: each node's line counts once, not once per dimension set.
+    assert failures["properties"]["metrics"][0][0]["expression"].startswith("SEARCH('{TrainingPlatform,Fleet} ")
+
+
 def test_one_dashboard_with_a_row_of_widgets_for_every_fleet():
     template, body = dashboard("three-fleets")
     names = titles(body)
@@ -255,14 +273,25 @@ def test_fault_alarms_sum_the_fleets_nodes_with_metrics_insights():
 
 
 def test_nothing_runs_on_a_schedule_so_nothing_emits_at_zero_nodes():
-    # Job metrics come only from job state changes, node metrics only from nodes: no scheduled rule
-    # and no function in the stacks that carry the metrics that could emit (or bill) while every
-    # fleet is at zero.
+    # Job metrics come only from job state changes, node metrics only from nodes: no scheduled rule,
+    # and no function but one that only an alarm entering ALARM runs (the boot-check circuit breaker,
+    # which needs failing nodes), in the stacks that carry the metrics that could emit (or bill) while
+    # every fleet is at zero.
     for name in (JOBS, COMPUTE, MONITORING):
         template = synth("default").templates[name]
-        assert not resources(template, "AWS::Lambda::Function"), name
-        for rule in resources(template, "AWS::Events::Rule").values():
+        rules = resources(template, "AWS::Events::Rule").values()
+        for rule in rules:
             assert "ScheduleExpression" not in rule["Properties"], name
+        for function in resources(template, "AWS::Lambda::Function"):
+            callers = [
+                r["Properties"]
+                for r in rules
+                if {"Fn::GetAtt": [function, "Arn"]} in [t["Arn"] for t in r["Properties"]["Targets"]]
+            ]
+            assert callers, (name, function)
+            for rule in callers:
+                assert rule["EventPattern"]["detail-type"] == ["CloudWatch Alarm State Change"], (name, function)
+                assert rule["EventPattern"]["detail"] == {"state": {"value": ["ALARM"]}}
 
 
 # The same job, RUNNABLE again after its first attempt ended with the main node's exit 75.

@@ -135,14 +135,18 @@ def test_compute_only_driver_injection_is_refused(gpu_node, capabilities):
     assert found == f"NVIDIA_DRIVER_CAPABILITIES with graphics (Vulkan for Isaac Sim), found {capabilities or 'unset'}"
 
 
-def test_without_vulkaninfo_the_icd_file_decides(gpu_node, tmp_path):
+@pytest.mark.parametrize("name", ["nvidia_icd.json", "nvidia_icd.x86_64.json", "nvidia_icd.aarch64.json"])
+def test_without_vulkaninfo_the_icd_file_decides(gpu_node, tmp_path, name):
+    # The .run installer's name, and the RPM packaging's nvidia_icd.<arch>.json (NVIDIA/yum-packaging-
+    # nvidia-driver, nvidia-driver.spec), which the ECS AL2023 GPU AMI's driver comes from.
     (tmp_path / "bin" / "vulkaninfo").unlink()
     icd = tmp_path / "icd.d"
     icd.mkdir()
+    (icd / "intel_icd.x86_64.json").write_text("{}")  # another vendor's ICD does not count
     env = {**gpu_node, "VULKAN_ICD_DIRS": str(icd)}
     (found,) = preflight.failures(env)
-    assert found == f"the NVIDIA Vulkan ICD (nvidia_icd.json) in {icd}, found none"
-    (icd / "nvidia_icd.json").write_text("{}")
+    assert found == f"the NVIDIA Vulkan ICD (nvidia_icd*.json) in {icd}, found none"
+    (icd / name).write_text("{}")
     assert preflight.failures(env) == []
 
 

@@ -75,13 +75,15 @@ class FleetHealth(Construct):
                 period=period,
             )
 
-        # Nodes that fail their boot check terminate and Batch launches others; this alarm says so
-        # (no AWS document promises the replacement, README "Verify a new fleet").
+        # Any boot-check failure, node or shared fault (the [Fleet] series; config/metrics.py). A node
+        # fault terminates the node and Batch launches another (no AWS document promises the
+        # replacement, README "Verify a new fleet"); training_constructs/health/boot_breaker.py stops that loop.
         self.boot_check_alarm = metric(metrics.BOOT_CHECK_FAILED, "Maximum", Duration.minutes(5)).create_alarm(
             self,
             "BootCheckFailed",
             alarm_description=f"A {fleet} node failed its boot-time host check (its JSON line is in the fleet's "
-            "boot-check log group); it did not register and shut down",
+            "boot-check log group): with a node fault it did not register and shut down; with a shared fault "
+            "(Fault=shared) it registered and jobs are refused with the cause",
             threshold=1,
             evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,

@@ -17,7 +17,9 @@ from config.catalog import AcceleratorKind
 from config.metrics import (
     BENCHMARK_VERDICT,
     BOOT_CHECK_FAILED,
+    BOOT_FAULTS,
     EFA_COUNTER_METRICS,
+    FAULT_DIMENSION,
     FLEET_DIMENSION,
     GPU_UTILIZATION,
     JOB_STATE_METRICS,
@@ -28,6 +30,7 @@ from config.metrics import (
     XID_ERRORS,
 )
 from config.settings import FleetSettings
+from training_constructs.health.boot_breaker import NODE_FAULTS_TO_TRIP, WINDOW
 
 WIDTH = 24
 # A fleet whose retransmitted EFA packets exceed this in a minute is losing packets on the fabric.
@@ -87,19 +90,35 @@ class TrainingDashboard(Construct):
             cw.GraphWidget(
                 title="Job alerts published (failed and cancelled jobs)",
                 left=[alert_topic.metric_number_of_messages_published(period=Duration.minutes(5))],
-                width=12,
+                width=8,
             ),
+            # {Namespace,Dim,...} matches only metrics with exactly those dimensions (CloudWatch user
+            # guide, "CloudWatch search expression syntax"): the boot check emits both sets.
             cw.GraphWidget(
                 title="Boot-check failures, every fleet",
                 left=[
                     cw.MathExpression(
-                        expression=f'SEARCH(\'Namespace="{NAMESPACE}" MetricName="{BOOT_CHECK_FAILED}"\', '
+                        expression=f"SEARCH('{{{NAMESPACE},{FLEET_DIMENSION}}} MetricName=\"{BOOT_CHECK_FAILED}\"', "
                         "'Sum', 300)",
                         label="",
                         period=Duration.minutes(5),
                     )
                 ],
-                width=12,
+                width=8,
+            ),
+            cw.GraphWidget(
+                title=f"Boot-check node faults per hour: the breaker disables a fleet at {NODE_FAULTS_TO_TRIP}",
+                left=[
+                    cw.MathExpression(
+                        expression=f"SEARCH('{{{NAMESPACE},{FAULT_DIMENSION},{FLEET_DIMENSION}}} "
+                        f'MetricName="{BOOT_CHECK_FAILED}" {FAULT_DIMENSION}="{BOOT_FAULTS[0]}"\', '
+                        f"'Sum', {int(WINDOW.to_seconds())})",
+                        label="",
+                        period=WINDOW,
+                    )
+                ],
+                left_annotations=[cw.HorizontalAnnotation(value=NODE_FAULTS_TO_TRIP, label="circuit breaker")],
+                width=8,
             ),
         )
         self.alarms: dict[str, list[cw.Alarm]] = {}

@@ -2,12 +2,21 @@
 agent starts (the ECS AL2023 agent unit is ordered After=cloud-final.service). Host Python (AL2023's
 system python3.9), stdlib only.
 
-Checks what a job cannot fix: accelerator count, Xid errors in the kernel log, EFA devices (and the
-EFA provider when libfabric is on the host), and on Isaac Sim fleets the Vulkan ICD and the GL/EGL
-driver libraries the NVIDIA container toolkit injects with the graphics capability. Prints ONE JSON
-line (CloudWatch embedded metric format: BootCheckFailed 0/1, dimension Fleet) to stdout, which
-cloud-init copies to the console, and sends the same line to a CloudWatch log group. Exit 0: healthy;
-EXIT_FAILED: the node must not take jobs; anything else: the check itself broke.
+First it waits for what the AMI may still be setting up: the NVIDIA driver's load service where the
+unit exists (`systemctl start` of a oneshot unit returns when it has run), then udev
+(`udevadm settle`), then it counts the devices again until they are all there or SETTLE_SECONDS
+have passed. Then it judges what a job cannot fix: accelerator count, Xid errors in the kernel log,
+EFA devices (and the EFA provider when libfabric is on the host), and on Isaac Sim fleets the Vulkan
+ICD and the GL/EGL driver libraries the NVIDIA container toolkit injects with the graphics capability.
+
+A failure is a NODE fault (fewer GPUs, Neuron or EFA devices than the type has; Xid lines: this
+instance is bad, another may not be) or a SHARED fault (a tool, library or file the AMI lacks, a
+provider that does not load: every node of the fleet has it, so replacing the node cannot help).
+Prints ONE JSON line (CloudWatch embedded metric format: BootCheckFailed 0/1, dimension sets
+[Fleet] and [Fleet, Fault] with Fault node, shared or none) to stdout, which cloud-init copies to the
+console, and sends the same line to a CloudWatch log group. Exit 0: healthy; EXIT_FAILED: a node
+fault, the node must not take jobs; EXIT_SHARED: a shared fault only, written (one line) to
+SHARED_FAULT_FILE for the job preflight, and the node registers; anything else: the check broke.
 """
 
 from __future__ import annotations
@@ -28,40 +37,83 @@ from pathlib import Path
 from typing import Any
 
 EXIT_FAILED = 3
+EXIT_SHARED = 4
 NAMESPACE = "TrainingPlatform"  # config/metrics.py NAMESPACE
 METRIC = "BootCheckFailed"  # config/metrics.py BOOT_CHECK_FAILED
 FLEET_DIMENSION = "Fleet"  # config/metrics.py FLEET_DIMENSION
+FAULT_DIMENSION = "Fault"  # config/metrics.py FAULT_DIMENSION
+NODE, SHARED, NONE = "node", "shared", "none"  # config/metrics.py BOOT_FAULTS
+# Read by the job preflight through the job containers' mount of its directory (user data makes it).
+SHARED_FAULT_FILE = "/var/lib/training-node/shared-fault"
+# The ECS AL2023 GPU AMI builds and loads the NVIDIA kernel module at boot in this oneshot unit,
+# ordered before ecs.service but not before cloud-final (aws/amazon-ecs-ami
+# scripts/al2023/gpu/nvidia-kmod-load.service), so user data can run before the GPUs exist.
+DRIVER_UNIT = "nvidia-kmod-load.service"
+SETTLE_SECONDS = 120
+POLL_SECONDS = 5
 IMDS = "http://169.254.169.254"
 # Xid lines as the NVIDIA driver logs them: "NVRM: Xid (PCI:0000:00:1e): 79, pid=..., GPU has fallen
 # off the bus" (NVIDIA "Xid Errors" documentation).
 XID = re.compile(r"NVRM: Xid \(PCI:[^)]*\): (\d+)")
 ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d")
+# NVIDIA's RPM packaging (the ECS AL2023 GPU AMI's driver) installs nvidia_icd.<arch>.json, the .run
+# installer nvidia_icd.json (NVIDIA/yum-packaging-nvidia-driver nvidia-driver.spec; the container
+# toolkit's internal/discover/graphics.go looks for both). container/preflight.py uses the same pattern.
+ICD_PATTERN = "nvidia_icd*.json"
+# The counts retried while the AMI finishes loading drivers and udev makes the device nodes.
+COUNTED = ("gpus", "neuron_devices", "efa_devices")
 GRAPHICS_LIBRARIES = ("libGLX_nvidia.so.0", "libEGL_nvidia.so.0")
+# The clock, replaceable by tests.
+monotonic = time.monotonic
+sleep = time.sleep
 
 
-def run(*command: str) -> str | None:
+def run(*command: str, timeout: float = 60) -> str | None:
     """Output of a command found on PATH, or None when it is absent or fails."""
     if shutil.which(command[0]) is None:
         return None
     try:
-        done = subprocess.run(list(command), capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return None
     return done.stdout + done.stderr if done.returncode == 0 else None
 
 
+def wait_for_setup(args: argparse.Namespace, deadline: float) -> dict[str, str]:
+    """Let the AMI finish what it does at boot, within the deadline: what each wait found."""
+    waited: dict[str, str] = {}
+    if args.gpus and args.driver_unit:
+        if run("systemctl", "cat", args.driver_unit) is None:
+            waited[args.driver_unit] = "absent"
+        else:
+            # Without --no-block, systemctl waits for the start job; for a oneshot unit that is its
+            # ExecStart's end (systemctl(1); systemd.service(5), Type=oneshot). A unit that already ran
+            # (RemainAfterExit) returns at once.
+            left = max(deadline - monotonic(), 1)
+            ran = run("systemctl", "start", args.driver_unit, timeout=left)
+            waited[args.driver_unit] = "started" if ran is not None else "failed or timed out"
+    left = max(int(deadline - monotonic()), 1)
+    settled = run("udevadm", "settle", f"--timeout={left}", timeout=left + 5)
+    waited["udev"] = "settled" if settled is not None else "no udevadm, or not settled"
+    return waited
+
+
 def check(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """Each check as {expected, found, ok}."""
+    """Each check as {expected, found, ok, fault}; `fault` says what a failure would be."""
     checks: dict[str, dict[str, Any]] = {}
     dev = Path(args.dev)
 
-    def record(name: str, expected: Any, found: Any, ok: bool) -> None:
-        checks[name] = {"expected": expected, "found": found, "ok": ok}
+    def record(name: str, expected: Any, found: Any, ok: bool, fault: str = NODE) -> None:
+        checks[name] = {"expected": expected, "found": found, "ok": ok, "fault": fault}
 
     if args.gpus:
-        listed = run("nvidia-smi", "--list-gpus") or ""
-        found = len(re.findall(r"^GPU \d+:", listed, flags=re.MULTILINE))
-        record("gpus", args.gpus, found, found >= args.gpus)
+        if shutil.which("nvidia-smi") is None:
+            # The AMI has no NVIDIA driver at all: the wrong AMI for the fleet, shared by every node.
+            record("gpus", args.gpus, "no nvidia-smi on the host", False, SHARED)
+        else:
+            listed = run("nvidia-smi", "--list-gpus") or ""
+            found = len(re.findall(r"^GPU \d+:", listed, flags=re.MULTILINE))
+            record("gpus", args.gpus, found, found >= args.gpus)
         log = run("dmesg") or ""
         xids = sorted({int(code) for code in XID.findall(log)})
         record("xid", [], xids, not xids)
@@ -73,40 +125,84 @@ def check(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         record("efa_devices", args.efa, found, found >= args.efa)
         if shutil.which("fi_info"):
             listed = run("fi_info", "-p", "efa") or ""
-            record("efa_provider", "efa", "efa" if "provider: efa" in listed else "none", "provider: efa" in listed)
+            ok = "provider: efa" in listed
+            record("efa_provider", "efa", "efa" if ok else "none", ok, SHARED)
         else:
             # The ECS AMIs carry the EFA kernel driver only; libfabric ships in the image, and the
             # job preflight checks the provider there.
-            record("efa_provider", "efa", "no fi_info on the host (checked by the job preflight)", True)
+            record("efa_provider", "efa", "no fi_info on the host (checked by the job preflight)", True, SHARED)
     if args.vulkan:
-        icds = [d for d in args.icd_dirs.split(":") if Path(d, "nvidia_icd.json").is_file()]
-        record("vulkan_icd", "nvidia_icd.json", icds, bool(icds))
+        icds = sorted(str(p) for d in args.icd_dirs.split(":") for p in Path(d).glob(ICD_PATTERN) if p.is_file())
+        record("vulkan_icd", ICD_PATTERN, icds, bool(icds), SHARED)
         libraries = run("ldconfig", "-p") or ""
         present = [lib for lib in GRAPHICS_LIBRARIES if lib in libraries]
-        record("graphics_libraries", list(GRAPHICS_LIBRARIES), present, len(present) == len(GRAPHICS_LIBRARIES))
+        ok = len(present) == len(GRAPHICS_LIBRARIES)
+        record("graphics_libraries", list(GRAPHICS_LIBRARIES), present, ok, SHARED)
     return checks
 
 
-def report(fleet: str, instance: dict[str, str], checks: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
-    failed = [f"{name}: expected {c['expected']}, found {c['found']}" for name, c in checks.items() if not c["ok"]]
+def settled_check(args: argparse.Namespace, deadline: float) -> dict[str, dict[str, Any]]:
+    """The checks, the device counts retried until they pass or the deadline comes."""
+    while True:
+        checks = check(args)
+        short = [n for n in COUNTED if n in checks and not checks[n]["ok"] and checks[n]["fault"] == NODE]
+        left = deadline - monotonic()
+        if not short or left <= 0:
+            return checks
+        sleep(min(args.poll_seconds, left))
+
+
+def failures(checks: dict[str, dict[str, Any]], fault: str) -> list[str]:
+    return [
+        f"{name}: expected {c['expected']}, found {c['found']}"
+        for name, c in checks.items()
+        if not c["ok"] and c["fault"] == fault
+    ]
+
+
+def fault_of(checks: dict[str, dict[str, Any]]) -> str:
+    """A node fault outweighs a shared one: the node goes either way."""
+    if failures(checks, NODE):
+        return NODE
+    return SHARED if failures(checks, SHARED) else NONE
+
+
+def report(
+    fleet: str,
+    instance: dict[str, str],
+    checks: dict[str, dict[str, Any]],
+    seconds: float,
+    waited: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    fault = fault_of(checks)
     return {
         "_aws": {
             "Timestamp": int(time.time() * 1000),
             "CloudWatchMetrics": [
                 {
                     "Namespace": NAMESPACE,
-                    "Dimensions": [[FLEET_DIMENSION]],
+                    # [Fleet]: any failure (the fleet's boot-check alarm); [Fleet, Fault]: node faults
+                    # apart from shared ones (the circuit breaker counts node faults).
+                    "Dimensions": [[FLEET_DIMENSION], [FLEET_DIMENSION, FAULT_DIMENSION]],
                     "Metrics": [{"Name": METRIC, "Unit": "Count"}],
                 }
             ],
         },
         FLEET_DIMENSION: fleet,
-        METRIC: 1 if failed else 0,
+        FAULT_DIMENSION: fault,
+        METRIC: 0 if fault == NONE else 1,
         **instance,
         "seconds": round(seconds, 1),
-        "failed": failed,
+        "failed": failures(checks, NODE) + failures(checks, SHARED),
+        "waited": waited or {},
         "checks": checks,
     }
+
+
+def mark_shared_fault(path: Path, checks: dict[str, dict[str, Any]]) -> None:
+    """One line naming the shared fault, for the job preflight to refuse jobs with (exit 78)."""
+    line = "; ".join(failures(checks, SHARED))
+    path.write_text(f"boot check: {line}\n")
 
 
 def imds(path: str, base: str = IMDS) -> str:
@@ -186,9 +282,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--logs-endpoint", help="https://logs.<region>.<partition's URL suffix>/")
     parser.add_argument("--dev", default="/dev")
     parser.add_argument("--icd-dirs", default=":".join(ICD_DIRS))
+    parser.add_argument("--driver-unit", default=DRIVER_UNIT, help="systemd unit that loads the GPU driver")
+    parser.add_argument("--settle-seconds", type=float, default=SETTLE_SECONDS)
+    parser.add_argument("--poll-seconds", type=float, default=POLL_SECONDS)
+    parser.add_argument("--shared-fault-file", default=SHARED_FAULT_FILE)
     args = parser.parse_args(argv)
-    started = time.monotonic()
-    checks = check(args)
+    started = monotonic()
+    deadline = started + args.settle_seconds
+    marker = Path(args.shared_fault_file)
+    if marker.exists():
+        marker.unlink()  # from an earlier boot of this instance
+    waited = wait_for_setup(args, deadline)
+    checks = settled_check(args, deadline)
     instance: dict[str, str] = {}
     creds = None
     if args.log_group:
@@ -199,14 +304,21 @@ def main(argv: list[str]) -> int:
             creds = json.loads(imds(f"meta-data/iam/security-credentials/{role}"))
         except (OSError, ValueError, IndexError) as error:
             print(f"boot check: instance metadata unreachable ({error}); result on the console only", file=sys.stderr)
-    line = json.dumps(report(args.fleet, instance, checks, time.monotonic() - started), separators=(",", ":"))
+    result = report(args.fleet, instance, checks, monotonic() - started, waited)
+    line = json.dumps(result, separators=(",", ":"))
     print(line, flush=True)
     if args.log_group and args.region and args.logs_endpoint and creds:
         try:
             ship(line, args.log_group, instance["InstanceId"], args.region, creds, args.logs_endpoint)
         except OSError as error:
             print(f"boot check: could not write to {args.log_group} ({error}); console only", file=sys.stderr)
-    return EXIT_FAILED if any(not c["ok"] for c in checks.values()) else 0
+    if result[FAULT_DIMENSION] == SHARED:
+        try:
+            mark_shared_fault(marker, checks)
+        except OSError as error:
+            print(f"boot check: could not write {marker} ({error})", file=sys.stderr)
+        return EXIT_SHARED
+    return EXIT_FAILED if result[FAULT_DIMENSION] == NODE else 0
 
 
 if __name__ == "__main__":

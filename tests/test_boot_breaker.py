@@ -1,0 +1,162 @@
+"""The boot-check circuit breaker's function against moto's Batch, CloudWatch Logs and SNS on 127.0.0.1:
+K node faults of one fleet in the log disable that fleet's compute environment and no other;
+fewer, or shared faults, or lines older than the lookback, disable nothing. The template side (alarm, rule,
+IAM) is in tests/test_fleet_health.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.trainctl_world import ACCOUNT, REGION, moto_environment
+from training_constructs import boot_breaker
+from training_constructs.health.boot_breaker_function import trip
+
+K = boot_breaker.NODE_FAULTS_TO_TRIP
+FLEETS = ("gpu", "llm")
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def world(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """Two fleets, each with an ENABLED compute environment and a boot-check log group, and the alert
+    topic with a queue subscribed to read what the function publishes."""
+    import boto3
+    from moto.batch.models import ComputeEnvironment, batch_backends
+
+    for key, value in moto_environment(endpoint).items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+
+    def client(service: str) -> Any:
+        return boto3.client(service, region_name=REGION, endpoint_url=endpoint)
+
+    backend = batch_backends[ACCOUNT][REGION]
+    environments = {}
+    for fleet in FLEETS:
+        # Put straight into moto's store: CreateComputeEnvironment would start its EC2 emulation (~3 s).
+        environment = ComputeEnvironment(
+            f"{fleet}-compute",
+            "MANAGED",
+            "ENABLED",
+            {"type": "EC2", "minvCpus": 0, "maxvCpus": 96, "instanceTypes": ["g6.12xlarge"]},
+            f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/batch.amazonaws.com/AWSServiceRoleForBatch",
+            account_id=ACCOUNT,
+            region_name=REGION,
+        )
+        backend._compute_environments[environment.arn] = environment
+        environments[fleet] = environment.arn
+        client("logs").create_log_group(logGroupName=f"/boot/{fleet}")
+    topic = client("sns").create_topic(Name="alerts")["TopicArn"]
+    queue = client("sqs").create_queue(QueueName="alerts-inbox")["QueueUrl"]
+    queue_arn = client("sqs").get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    client("sns").subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+    monkeypatch.setenv(trip.THRESHOLD_ENV, str(K))
+    monkeypatch.setenv(trip.LOOKBACK_ENV, str(int(boot_breaker.LOOKBACK.to_seconds())))
+    monkeypatch.setenv(trip.TOPIC_ENV, topic)
+    yield {"client": client, "environments": environments, "queue": queue}
+    for fleet in FLEETS:
+        client("logs").delete_log_group(logGroupName=f"/boot/{fleet}")
+        del backend._compute_environments[environments[fleet]]
+    client("sns").delete_topic(TopicArn=topic)
+    client("sqs").delete_queue(QueueUrl=queue)
+
+
+def boot_lines(world: dict[str, Any], fleet: str, faults: list[str], age_seconds: float = 60) -> None:
+    """One boot-check line per node, as boot_check.py ships them: one stream per instance."""
+    logs = world["client"]("logs")
+    for i, fault in enumerate(faults):
+        stream = f"i-{fleet}{len(faults)}{i:04d}{int(age_seconds)}"
+        failed = {"node": ["gpus: expected 4, found 3"], "shared": ["vulkan_icd: expected nvidia_icd*.json, found []"]}
+        line = {
+            "Fleet": fleet,
+            "Fault": fault,
+            "BootCheckFailed": int(fault != "none"),
+            "failed": failed.get(fault, []),
+        }
+        logs.create_log_stream(logGroupName=f"/boot/{fleet}", logStreamName=stream)
+        logs.put_log_events(
+            logGroupName=f"/boot/{fleet}",
+            logStreamName=stream,
+            logEvents=[{"timestamp": int((time.time() - age_seconds) * 1000), "message": json.dumps(line)}],
+        )
+
+
+def states(world: dict[str, Any]) -> dict[str, str]:
+    described = world["client"]("batch").describe_compute_environments(
+        computeEnvironments=list(world["environments"].values())
+    )["computeEnvironments"]
+    by_arn = {e["computeEnvironmentArn"]: e["state"] for e in described}
+    return {fleet: by_arn[arn] for fleet, arn in world["environments"].items()}
+
+
+def alerts(world: dict[str, Any]) -> list[str]:
+    received = world["client"]("sqs").receive_message(QueueUrl=world["queue"], MaxNumberOfMessages=10)
+    return [json.loads(m["Body"])["Message"] for m in received.get("Messages", [])]
+
+
+def trip_event(world: dict[str, Any], fleet: str) -> dict[str, str]:
+    """The rule's constant input for `fleet` (training_constructs/health/boot_breaker.py)."""
+    return {"fleet": fleet, "computeEnvironment": world["environments"][fleet], "logGroup": f"/boot/{fleet}"}
+
+
+def test_k_node_faults_disable_that_fleet_only(world):
+    boot_lines(world, "gpu", ["node"] * K + ["none"])
+    boot_lines(world, "llm", ["node"] * (K - 1))
+    assert trip.handler(trip_event(world, "gpu")) == {"tripped": True, "nodeFaults": K}
+    assert states(world) == {"gpu": "DISABLED", "llm": "ENABLED"}
+    (message,) = alerts(world)
+    assert message.startswith(f"Fleet gpu: {K} nodes failed the boot check with a node fault in the last 2 h ")
+    assert f"gpus: expected 4, found 3 ({K} nodes)" in message
+    command = (
+        f"aws batch update-compute-environment --compute-environment {world['environments']['gpu']} --state ENABLED"
+    )
+    assert message.endswith(command) and "/boot/gpu" in message
+
+
+def test_below_k_nothing_happens(world):
+    boot_lines(world, "llm", ["node"] * (K - 1) + ["shared"] * 5 + ["none"] * 3)
+    assert trip.handler(trip_event(world, "llm")) == {"tripped": False, "nodeFaults": K - 1}
+    assert states(world) == {"gpu": "ENABLED", "llm": "ENABLED"}
+    assert alerts(world) == []
+
+
+def test_faults_older_than_the_lookback_do_not_count(world):
+    lookback = boot_breaker.LOOKBACK.to_seconds()
+    assert lookback >= 2 * boot_breaker.WINDOW.to_seconds()  # covers the alarm's whole period, late
+    boot_lines(world, "gpu", ["node"] * K, age_seconds=lookback + 600)
+    boot_lines(world, "gpu", ["node"])
+    assert trip.handler(trip_event(world, "gpu")) == {"tripped": False, "nodeFaults": 1}
+    assert states(world)["gpu"] == "ENABLED"
+
+
+def test_lines_that_are_not_boot_check_json_are_skipped(world):
+    logs = world["client"]("logs")
+    logs.create_log_stream(logGroupName="/boot/gpu", logStreamName="noise")
+    logs.put_log_events(
+        logGroupName="/boot/gpu",
+        logStreamName="noise",
+        logEvents=[{"timestamp": int(time.time() * 1000), "message": m} for m in ("not json", "[1]", '"node"')],
+    )
+    boot_lines(world, "gpu", ["node"] * K)
+    assert trip.handler(trip_event(world, "gpu"))["nodeFaults"] == K

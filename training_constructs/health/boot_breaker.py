@@ -1,0 +1,168 @@
+"""Per fleet, a circuit breaker on the boot check: a node that fails with a node fault powers off and
+Auto Scaling launches another (training_constructs/health/host_check.py). Where every node fails the same
+way, that loop would bill launches for ever. When NODE_FAULTS_TO_TRIP nodes of one fleet fail within
+WINDOW, the fleet's breaker alarm goes to ALARM; an EventBridge rule on that alarm's state change
+runs a small function that disables the fleet's compute environment (a DISABLED managed compute
+environment does not scale out; STARTING and RUNNING jobs continue: Batch API,
+ComputeEnvironmentDetail.state) and publishes which checks failed and the command that turns the
+fleet back on. The alarm also notifies the job-alert topic itself, with the same command.
+
+CloudWatch sends "CloudWatch Alarm State Change" events to EventBridge for every state change
+(CloudWatch user guide, "Alarm events and EventBridge"); the rule matches this alarm's ARN in the
+event's resources and the new state in detail.state.value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import Acknowledgment, CfnResource, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from config import metrics
+from training_constructs.health.boot_breaker_function import trip
+
+FUNCTION_DIR = Path(__file__).with_name("boot_breaker_function")
+# Three nodes: one bad instance, or two, is bad luck that the power-off already handles; a third
+# within the hour says the fleet, not the instance, is broken. At one launch every ~10 minutes that
+# stops a p5.48xlarge loop within about half an hour.
+NODE_FAULTS_TO_TRIP = 3
+# One alarm period: CloudWatch sums the node faults of each hour-long period.
+WINDOW = Duration.hours(1)
+# What the function reads back to confirm the alarm: its period and as much again, since the alarm
+# reaches the function some time after the faults (the alarm, not the function, decides "within an hour").
+LOOKBACK = Duration.hours(2)
+
+
+@dataclass(frozen=True)
+class BreakerFleet:
+    name: str
+    compute_environment_arn: str
+    boot_check_log_group: logs.ILogGroup
+
+
+def enable_command(compute_environment_arn: str) -> str:
+    return trip.enable_command(compute_environment_arn)
+
+
+class BootCircuitBreaker(Construct):
+    """Attributes: `function`, `alarms` and `rules` (fleet name -> the fleet's alarm, rule)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        fleets: Sequence[BreakerFleet],
+        topic: sns.ITopic,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        function_logs = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN)
+        # Its own role, writing only to its own log group (no AWSLambdaBasicExecutionRole, which
+        # allows any log group).
+        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        function_logs.grant_write(role)
+        # UpdateComputeEnvironment takes the compute environment's ARN as its resource (Batch user
+        # guide, "Supported resource-level permissions for AWS Batch API actions"): these fleets only.
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["batch:UpdateComputeEnvironment"], resources=[f.compute_environment_arn for f in fleets]
+            )
+        )
+        for fleet in fleets:
+            fleet.boot_check_log_group.grant(role, "logs:FilterLogEvents")
+        topic.grant_publish(role)
+        # Publishing to an encrypted topic needs kms:GenerateDataKey* and kms:Decrypt on its key (SNS
+        # developer guide, "Encryption at rest"); CDK's grant_publish adds them, on that key only.
+        Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
+                reason="publish to the encrypted job-alert topic: data keys of the topic's own KMS key only",
+            )
+        )
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            description="Boot-check circuit breaker: disables a fleet whose nodes keep failing the boot check",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            handler="trip.handler",
+            code=lambda_.Code.from_asset(str(FUNCTION_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"]),
+            timeout=Duration.minutes(1),
+            role=role,
+            log_group=function_logs,
+            environment={
+                trip.THRESHOLD_ENV: str(NODE_FAULTS_TO_TRIP),
+                trip.LOOKBACK_ENV: str(int(LOOKBACK.to_seconds())),
+                trip.TOPIC_ENV: topic.topic_arn,
+            },
+        )
+
+        # CDK makes the function depend on its role and the role's policy; the role is already a GetAtt
+        # of the function (cfn-lint W3005): keep the policy only.
+        function = self.function.node.default_child
+        if isinstance(function, CfnResource):
+            policy = role.node.find_child("DefaultPolicy").node.default_child
+            function.add_override("DependsOn", [Stack.of(self).get_logical_id(policy)])  # type: ignore[arg-type]
+
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        self.rules: dict[str, events.Rule] = {}
+        for fleet in fleets:
+            node_faults = cloudwatch.Metric(
+                namespace=metrics.NAMESPACE,
+                metric_name=metrics.BOOT_CHECK_FAILED,
+                dimensions_map={metrics.FLEET_DIMENSION: fleet.name, metrics.FAULT_DIMENSION: metrics.BOOT_FAULTS[0]},
+                statistic="Sum",
+                period=WINDOW,
+            )
+            alarm = node_faults.create_alarm(
+                self,
+                f"{fleet.name}Alarm",
+                alarm_description=(
+                    f"Boot-check circuit breaker of fleet {fleet.name}: {NODE_FAULTS_TO_TRIP} or more nodes failed the "
+                    "boot check with a node fault within an hour, so the fleet's compute environment is being "
+                    "disabled (no new instances; running jobs go on). A second message names the failed checks; "
+                    "the lines are in the fleet's boot-check log group. Fix the cause, then turn the fleet back on: "
+                    f"{enable_command(fleet.compute_environment_arn)}"
+                ),
+                threshold=NODE_FAULTS_TO_TRIP,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+            alarm.add_alarm_action(actions.SnsAction(topic))
+            self.alarms[fleet.name] = alarm
+            self.rules[fleet.name] = events.Rule(
+                self,
+                f"{fleet.name}Trip",
+                description=f"Boot-check circuit breaker of fleet {fleet.name}: its alarm entered ALARM",
+                event_pattern=events.EventPattern(
+                    source=["aws.cloudwatch"],
+                    detail_type=["CloudWatch Alarm State Change"],
+                    resources=[alarm.alarm_arn],
+                    detail={"state": {"value": ["ALARM"]}},
+                ),
+                targets=[
+                    targets.LambdaFunction(
+                        self.function,
+                        event=events.RuleTargetInput.from_object(
+                            {
+                                "fleet": fleet.name,
+                                "computeEnvironment": fleet.compute_environment_arn,
+                                "logGroup": fleet.boot_check_log_group.log_group_name,
+                            }
+                        ),
+                        retry_attempts=8,
+                    )
+                ],
+            )
