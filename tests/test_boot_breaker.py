@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.trainctl_world import ACCOUNT, REGION, moto_environment
-from training_constructs import boot_breaker
+from training_constructs.health import boot_breaker
 from training_constructs.health.boot_breaker_function import trip
 
 K = boot_breaker.NODE_FAULTS_TO_TRIP

@@ -439,9 +439,9 @@ def test_a_failing_node_never_registers_and_terminates():
 def test_the_shared_fault_directory_exists_before_the_check_runs():
     _, script = boot_script("g6.12xlarge")
     lines = script.splitlines()
-    (mkdir,) = [
+    mkdir = min(
         i for i, line in enumerate(lines) if line.startswith("mkdir -p ") and host_check.SHARED_FAULT_DIR in line
-    ]
+    )
     (command,) = [i for i, line in enumerate(lines) if line.startswith(f"python3 {host_check.NODE_PATH} ")]
     assert mkdir < command and host_check.SHARED_FAULT_FILE.startswith(host_check.SHARED_FAULT_DIR + "/")
 
@@ -450,10 +450,11 @@ def test_the_shared_fault_directory_exists_before_the_check_runs():
 def test_user_data_stays_well_inside_ec2s_16_kb(instance):
     # EC2 refuses user data above 16 KB before its own base64 (EC2 user guide, "Run commands when you
     # launch an EC2 instance with user data"); Batch adds a part of its own, so keep room. The host
-    # check and the node-metrics collector both travel packed (training_constructs/common/node_files.py).
+    # check, the node-metrics collector and its agent configuration travel packed
+    # (training_constructs/common/node_files.py).
     lt, script = boot_script(instance)
     assert len(user_data(lt).as_string().encode()) < 12 * 1024
-    assert len([line for line in script.splitlines() if line.startswith("echo 'H4sI")]) == 2
+    assert len([line for line in script.splitlines() if line.startswith("echo 'H4sI")]) == 3
 
 
 def test_boot_results_are_kept_with_the_apps_retention():

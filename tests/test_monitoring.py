@@ -7,7 +7,6 @@ import base64
 import email
 import gzip
 import json
-import re
 
 import pytest
 
@@ -130,9 +129,11 @@ def user_data(template, fleet_id) -> str:
 
 
 def agent_json(script: str) -> dict:
-    match = re.search(r"cloudwatch-agent\.json <<'(\w+)'\n(.*?)\n\1", script, re.S)
-    assert match, "no agent configuration in user data"
-    return json.loads(match.group(2))
+    """The agent configuration the user data writes, packed like the collector (common/node_files.py)."""
+    (packed,) = [
+        line for line in script.splitlines() if line.endswith("> /opt/training-node-metrics/cloudwatch-agent.json")
+    ]
+    return json.loads(gzip.decompress(base64.b64decode(packed.split("'")[1])))
 
 
 @pytest.mark.parametrize("fleet", sorted(THREE_FLEETS))

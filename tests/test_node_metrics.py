@@ -183,6 +183,7 @@ def test_user_data_commands_write_the_compacted_collector_and_start_it():
     assert "def follow_kernel_log(" in unpacked and "NODE_FAULT_XIDS = frozenset(" in unpacked
     (exec_start,) = [line for line in script.splitlines() if line.startswith("ExecStart=")]
     assert "--fleet trn --statsd 127.0.0.1:8125" in exec_start and "--gpu" not in exec_start
-    assert json.dumps(agent_config(fleet="trn", gpu=False), separators=(",", ":")) in script
+    (config,) = [c for c in commands if c.endswith(f"> {INSTALL_DIR}/cloudwatch-agent.json")]
+    assert json.loads(gzip.decompress(base64.b64decode(config.split("'")[1]))) == agent_config(fleet="trn", gpu=False)
     # Installed in the background, so the ECS agent registers the node meanwhile; failures reach the console.
     assert commands[-1].endswith("&") and "/dev/console" in commands[-1]
