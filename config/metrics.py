@@ -57,3 +57,9 @@ COLD_START_IMAGE_PULL = "ColdStartImagePullSeconds"
 COLD_START_CONTAINER_TO_LAUNCHER = "ColdStartContainerToLauncherSeconds"
 COLD_START_PREFLIGHT = "ColdStartPreflightSeconds"
 COLD_START_RENDEZVOUS = "ColdStartRendezvousSeconds"
+# Capacity fallback (training_constructs/capacity_fallback): jobs a placement's queue cancelled for
+# lack of capacity (dimensions Fleet and Placement: 0 is the fleet's own, 1.. its fallback ones), and
+# jobs sent on to a later placement (dimension Fleet), counted from the resubmitter's log lines.
+PLACEMENT_DIMENSION = "Placement"
+CAPACITY_CANCELS = "CapacityCancels"
+FALLBACK_RESUBMITS = "FallbackResubmits"

@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnOutput, Duration, Stack, Validations
+from aws_cdk import Acknowledgment, CfnOutput, Duration, Fn, Stack, Validations
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -13,6 +13,7 @@ from config.metrics import FLEET_ENV
 from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
+from training_constructs.capacity_fallback import CapacityFallback, FallbackRoute
 from training_constructs.fleet_health import FleetHealth
 from training_constructs.job_alerts import JobAlerts
 from training_constructs.job_metrics import JobMetrics
@@ -104,6 +105,9 @@ class JobsStack(Stack):
                 timeout_seconds=jobs.timeout_seconds,
                 attempts=jobs.attempts,
                 log_retention=log_retention,
+                fallback_compute_environment_arns=[
+                    p.compute_environment_arn for p in compute[fleet.name].placements[1:]
+                ],
             )
             # Stable output names: the README's commands read them.
             for name, value in (
@@ -114,6 +118,37 @@ class JobsStack(Stack):
             ):
                 CfnOutput(self, f"{fleet.construct_id}{name}", value=value)
             self.fleets[fleet.name] = created
+            if fleet.fallback:
+                # trainctl reads a fleet's placements from this: "<label>|<queue ARN>" in order, ';'-joined.
+                CfnOutput(
+                    self,
+                    f"{fleet.construct_id}Placements",
+                    value=Fn.join(
+                        ";",
+                        [
+                            f"{p.label}|{q.job_queue_arn}"
+                            for p, q in zip(fleet.placements, created.placement_queues, strict=True)
+                        ],
+                    ),
+                )
+        self.capacity_fallback: CapacityFallback | None = None
+        routes = [
+            FallbackRoute(
+                fleet=fleet.name,
+                placements=fleet.placements,
+                queues=self.fleets[fleet.name].placement_queues,
+                job_definition_arns=[
+                    self.fleets[fleet.name].training.job_definition_arn,
+                    self.fleets[fleet.name].benchmark.job_definition_arn,
+                ],
+            )
+            for fleet in fleets
+            if fleet.fallback
+        ]
+        if routes:
+            self.capacity_fallback = CapacityFallback(
+                self, "CapacityFallback", routes=routes, log_retention=log_retention
+            )
 
         self.alerts = JobAlerts(
             self,
