@@ -13,7 +13,8 @@ from config.metrics import FLEET_ENV
 from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
-from training_constructs.capacity_fallback import CapacityFallback, FallbackRoute
+from training_constructs.capacity_fallback.construct import CapacityFallback
+from training_constructs.capacity_fallback.routes import FallbackRoute
 from training_constructs.fleet_health import FleetHealth
 from training_constructs.job_alerts import JobAlerts
 from training_constructs.job_metrics import JobMetrics

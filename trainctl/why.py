@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from config.catalog import InstanceSpec
+from trainctl.capacity import wait_reasons
 from trainctl.jobs import node_requirements, num_nodes
 
 # Why Batch holds a RUNNABLE job, as the start of its statusReason, and the reasons a queue's
@@ -66,12 +67,13 @@ def explain(
     if status == "SUCCEEDED":
         reasons.append(f"the job finished SUCCEEDED at {_when(int(job.get('stoppedAt', 0)))}")
         return Explanation(status, reasons)
+    capacity = wait_reasons(job, queue, now)
     if status == "FAILED":
-        reasons += _failure(job)
+        reasons += capacity + _failure(job)
         return Explanation(status, reasons)
 
     problems = _misfit(job, environment, instance) + _environment_state(environment) + _queue_state(queue)
-    reasons += problems
+    reasons += capacity + problems
     if status == "RUNNABLE":
         if not problems and not status_reason:
             reasons.append(_scaling(job, environment))

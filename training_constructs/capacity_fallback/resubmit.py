@@ -114,10 +114,11 @@ def handle(detail: Mapping[str, Any], routes: Mapping[str, Any], batch: Any, now
     base |= {"fleet": route["fleet"], "placement": route["placement"]}
     if detail.get("status") != "FAILED" or not str(detail.get("statusReason", "")).startswith(CAPACITY_CANCEL):
         return log(action="ignored", reason=f"not a capacity cancel: {detail.get('statusReason', '')}", **base)
-    # The cancelled job as Batch holds it now (tags included: a successor may exist already).
+    # The event's detail is the job as it was cancelled; its tags as Batch holds them now tell
+    # whether a repeated event already made its successor.
     jobs = batch.describe_jobs(jobs=[job_id]).get("jobs", [])
-    job = jobs[0] if jobs else dict(detail)
-    successor = (job.get("tags") or {}).get(SUCCESSOR_TAG)
+    job = {**detail, "tags": (jobs[0] if jobs else detail).get("tags") or {}}
+    successor = job["tags"].get(SUCCESSOR_TAG)
     if successor:
         return log(action="already-resubmitted", successor=successor, **base)
     target = next_placement(route, now)
