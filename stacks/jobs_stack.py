@@ -154,14 +154,17 @@ class JobsStack(Stack):
         self.alerts = JobAlerts(
             self,
             "JobAlerts",
-            job_queue_arns=[jobs_.job_queue.job_queue_arn for jobs_ in self.fleets.values()],
+            # Every placement's queue: a job sent on by the capacity fallback still alerts when it fails.
+            job_queue_arns=[q.job_queue_arn for jobs_ in self.fleets.values() for q in jobs_.placement_queues],
             email=jobs.alert_email,
         )
         CfnOutput(self, "AlertTopic", value=self.alerts.topic.topic_arn)
         self.job_metrics = JobMetrics(
             self,
             "JobMetrics",
-            job_queue_arns={name: jobs_.job_queue.job_queue_arn for name, jobs_ in self.fleets.items()},
+            job_queue_arns={
+                name: [q.job_queue_arn for q in jobs_.placement_queues] for name, jobs_ in self.fleets.items()
+            },
             retention=log_retention,
         )
 

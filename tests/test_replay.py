@@ -80,6 +80,15 @@ CONTEXTS: dict[str, dict[str, str]] = {
     "named-azs": fleets(
         gpu=GPU | {"availabilityZone": "us-west-2a"}, trainium=TRN | {"availabilityZone": "us-west-2b"}
     ),
+    # The capacity issue's case: gpu falls back to trainium's AZ, then to a third one.
+    "named-azs-fallback": fleets(
+        gpu=GPU
+        | {
+            "availabilityZone": "us-west-2a",
+            "fallback": [{"availabilityZone": "us-west-2b"}, {"availabilityZone": "us-west-2c"}],
+        },
+        trainium=TRN | {"availabilityZone": "us-west-2b"},
+    ),
     "gpu-moved": fleets(
         gpu=GPU | {"availabilityZone": "us-west-2c"}, trainium=TRN | {"availabilityZone": "us-west-2b"}
     ),
@@ -129,6 +138,12 @@ SEQUENCES: dict[str, list[Step]] = {
         Step("named-azs", first=("TrainingJobs",)),
     ],
     "fleets are reordered": [Step("gpu-moved"), Step("reordered")],
+    # A fallback placement's compute environment is imported by its queue, like a fleet's.
+    "a fallback placement is added and later removed": [
+        Step("named-azs"),
+        Step("named-azs-fallback"),
+        Step("named-azs", first=("TrainingJobs",)),
+    ],
     "availabilityZone is set, changed and unset": [Step("default"), Step("az-a"), Step("az-b"), Step("default")],
     "instance type, node counts and root volume change": [Step("default"), Step("bigger-gpu"), Step("default")],
     "ParallelCluster is turned on and then off": [Step("default"), Step("slurm"), Step("default"), Step("slurm")],
@@ -144,10 +159,12 @@ REFUSED: dict[str, str] = {
     "a fleet removed in one deploy": "removed while a deployed stack imports it",
     "the Slurm cluster moved in place": "moves the Slurm head node",
     "two fleets move AZ at once while three AZs are named": "6 CIDR blocks at once",
+    "a fallback placement removed in one deploy": "removed while a deployed stack imports it",
 }
 REFUSED_SEQUENCES: dict[str, list[Step]] = {
     "a fleet removed in one deploy": [Step("named-azs"), Step("third-az"), Step("named-azs")],
     "the Slurm cluster moved in place": [Step("slurm"), Step("slurm-az-a")],
+    "a fallback placement removed in one deploy": [Step("named-azs"), Step("named-azs-fallback"), Step("named-azs")],
     "two fleets move AZ at once while three AZs are named": [Step("third-az"), Step("third-az-two-moved")],
 }
 ALL_SEQUENCES = {**SEQUENCES, **REFUSED_SEQUENCES}
@@ -165,6 +182,17 @@ EXPECT: dict[tuple[str, int], set[tuple[str, str, str]]] = {
         ("TrainingCompute", "AWS::Batch::ComputeEnvironment", "WILL_DESTROY"),
         ("TrainingCompute", "AWS::EC2::Subnet", "WILL_DESTROY"),
         ("TrainingJobs", "AWS::Batch::JobQueue", "WILL_DESTROY"),
+    },
+    ("a fallback placement is added and later removed", 1): {
+        ("TrainingCompute", "AWS::Batch::ComputeEnvironment", "WILL_CREATE"),
+        ("TrainingJobs", "AWS::Batch::JobQueue", "WILL_CREATE"),
+        ("TrainingJobs", "AWS::Lambda::Function", "WILL_CREATE"),
+        ("TrainingJobs", "AWS::Batch::JobQueue", "WILL_UPDATE"),
+    },
+    ("a fallback placement is added and later removed", 2): {
+        ("TrainingCompute", "AWS::Batch::ComputeEnvironment", "WILL_DESTROY"),
+        ("TrainingJobs", "AWS::Batch::JobQueue", "WILL_DESTROY"),
+        ("TrainingJobs", "AWS::Lambda::Function", "WILL_DESTROY"),
     },
     ("availabilityZone is set, changed and unset", 2): {
         ("TrainingCompute", "AWS::EC2::Subnet", "WILL_CREATE"),

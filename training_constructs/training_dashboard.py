@@ -26,6 +26,7 @@ from config.metrics import (
     XID_ERRORS,
 )
 from config.settings import FleetSettings
+from training_constructs.capacity_watch import capacity_alarm, capacity_widgets
 
 WIDTH = 24
 # A fleet whose retransmitted EFA packets exceed this in a minute is losing packets on the fabric.
@@ -105,6 +106,9 @@ class TrainingDashboard(Construct):
         for fleet in fleets:
             self._fleet_row(fleet, job_events)
             alarms = self._fleet_alarms(fleet, runnable_timeout)
+            if fleet.fallback:
+                self.dashboard.add_widgets(*capacity_widgets(fleet))
+                alarms.append(capacity_alarm(self, fleet, runnable_timeout))
             for alarm in alarms:
                 alarm.add_alarm_action(alarm_action)
             self.alarms[fleet.name] = alarms
