@@ -283,3 +283,12 @@ def test_status_says_which_placements_are_short_and_since_when(world: World, tra
     assert "us-east-1b p5e.48xlarge cr-0a1b2c3d4e5f60718" in gpu["capacity"]
     spare = next(r for r in rows if r["fleet"] == "spare")
     assert spare["capacity"] == "no capacity wait reported" and len(spare["placements"]) == 1
+
+
+def test_a_refused_resubmission_is_said_and_not_retried(world: World) -> None:
+    detail = _cancelled_job(world, "gpu")
+    detail["jobDefinition"] = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/gone:7"
+
+    answer = resubmit.handle(detail, _routes(world), world.client("batch"), NOW)
+
+    assert answer["action"] == "resubmit-failed" and "placement 1 refused" in answer["reason"]

@@ -29,6 +29,8 @@ SUCCESSOR_TAG = "training:fallback-job"
 # Set on the successor: the job it continues and the placement it was sent to.
 ORIGIN_TAG = "training:fallback-of"
 PLACEMENT_TAG = "training:placement"
+# Errors worth another try (botocore's standard retry mode's throttling and transient codes).
+RETRIED_CODES = frozenset({"ThrottlingException", "TooManyRequestsException", "ServiceUnavailable", "InternalFailure"})
 # Batch reserves the aws: prefix; tags it set itself cannot be passed to SubmitJob.
 _RESERVED_TAG_PREFIX = "aws:"
 
@@ -125,7 +127,17 @@ def handle(detail: Mapping[str, Any], routes: Mapping[str, Any], batch: Any, now
     if target is None:
         reason = "no further placement" if not route.get("next") else "no later placement's window is open now"
         return log(action="capacity-exhausted", event="capacity-cancel", reason=f"{reason}: the job ends here", **base)
-    submitted = batch.submit_job(**resubmission(job, target))
+    try:
+        submitted = batch.submit_job(**resubmission(job, target))
+    except Exception as error:
+        # An AWS refusal (an old job definition revision the role may not use, a share identifier
+        # the queue does not know) ends this job's chain: log it where the metric filter counts it.
+        # Anything else (throttling, a network error) raises, and EventBridge retries the event.
+        code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
+        if not code or code in RETRIED_CODES:
+            raise
+        reason = f"SubmitJob to placement {target['placement']} refused: {error}"
+        return log(action="resubmit-failed", event="capacity-cancel", reason=reason, **base)
     new_id = str(submitted["jobId"])
     batch.tag_resource(resourceArn=str(job.get("jobArn", "")), tags={SUCCESSOR_TAG: new_id})
     return log(
