@@ -292,3 +292,23 @@ def test_a_refused_resubmission_is_said_and_not_retried(world: World) -> None:
     answer = resubmit.handle(detail, _routes(world), world.client("batch"), NOW)
 
     assert answer["action"] == "resubmit-failed" and "placement 1 refused" in answer["reason"]
+
+
+def test_cost_counts_a_job_on_a_fallback_placement(world: World) -> None:
+    from trainctl.cost import finished_usages
+    from trainctl.deployment import load_deployment
+
+    batch = world.client("batch")
+    job_id = batch.submit_job(
+        jobName="moved-and-ran", jobQueue=world.queues["gpu1"], jobDefinition=world.training["gpu"]
+    )["jobId"]
+    started = datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=2)
+    world.set_job(job_id, "SUCCEEDED", created=started, started=started, stopped=started + timedelta(hours=1))
+    deployment = load_deployment(world.client("cloudformation"), REGION)
+
+    usages = [
+        u for u in finished_usages(batch, deployment, datetime.now(UTC) - timedelta(days=1)) if u.job_id == job_id
+    ]
+
+    # Its type is the one the job names (the resubmitter's override; moto keeps the definition's).
+    assert [(u.fleet, u.run_ms) for u in usages] == [("gpu", 3_600_000)]
