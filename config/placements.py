@@ -53,8 +53,8 @@ class PlacementModel(BaseModel):
     end: _optional(_TIME) = Field(None, alias="end")  # type: ignore[valid-type]
 
 
-FIELDS_TEXT = "a list of up to 3 objects with availabilityZone, instanceType, capacityReservationId, "
-FIELDS_TEXT += "capacityReservationType, start and end (a capacity block's window, UTC: 2026-12-01T11:30Z)"
+FIELDS_TEXT = "up to 3 objects of availabilityZone, instanceType, capacityReservationId, capacityReservationType, "
+FIELDS_TEXT += "start, end (UTC)"
 
 
 class PlacementError(ValueError):
