@@ -9,6 +9,7 @@ names the key (or `fleets.<name>.<field>`), the value and what is allowed.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
@@ -21,6 +22,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 from config import limits, refusals, schedule_rules, zones
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec, Profile, types_for
 from config.instance_types import botocore_version, ec2_instance_types
+from config.placements import FIELDS_TEXT, PlacementError, PlacementModel, fallback_placements
 from config.settings import (
     FLEET_ID_SUFFIXES,
     RESERVED_CONSTRUCT_IDS,
@@ -160,6 +162,9 @@ class FleetModel(BaseModel):
     )
     image: Image = key("image", None, _IMAGE_TEXT, "existing image to use instead of building one")
     ami_id: Ami = key("amiId", None, "ami- followed by 8 or 17 hex digits", "fixed Neuron AMI")
+    fallback: list[PlacementModel] | None = key(
+        "fallback", None, FIELDS_TEXT, "where jobs go, in order, when the fleet's own place has no capacity"
+    )
 
 
 def _snake(name: str) -> str:
@@ -332,7 +337,8 @@ def _from_pydantic(error: ValidationError, given: Mapping[str, Any]) -> ConfigEr
         first["input"] = given[path]  # what the user wrote, before CLI strings were parsed
     problem = str(first["ctx"]["error"]) if first["type"] == "value_error" else _PROBLEMS.get(first["type"])
     if first["type"] == "extra_forbidden":
-        return _fail(path, first["input"], "unknown field", "fields " + ", ".join(_FLEET_FIELDS))
+        fields = FIELDS_TEXT if "fallback" in path.split(".") else ", ".join(_FLEET_FIELDS)
+        return _fail(path, first["input"], "unknown field", "fields " + fields)
     if first["type"] == "missing":
         return ConfigError(f"context key {path}: required; allowed: {_allowed(path)}")
     return _fail(path, first["input"], (problem or first["msg"]).format(**first.get("ctx", {})))
@@ -383,7 +389,7 @@ def _fleet(
     reservation = model.capacity_reservation_id and CapacityReservation(
         reservation_id=model.capacity_reservation_id, kind=model.capacity_reservation_type
     )
-    return FleetSettings(
+    fleet = FleetSettings(
         name=name,
         instance=instance,
         nodes=model.nodes,
@@ -393,6 +399,14 @@ def _fleet(
         capacity_reservation=reservation,
         ami_id=model.ami_id,
     )
+    if not model.fallback:
+        return fleet
+    try:
+        where = lambda i, f: path("fallback") + (f"[{i}]" if i >= 0 else "") + (f".{f}" if f else "")  # noqa: E731
+        fallback = fallback_placements(fleet.own_placement, model.fallback, where, region)
+    except PlacementError as error:
+        raise _fail(error.path, error.value, error.problem, error.allowed) from None
+    return dataclasses.replace(fleet, fallback=fallback)
 
 
 def _check_az(path: str, az: str | None, region: str | None) -> None:
@@ -463,9 +477,11 @@ def _network(
     _check_az("availabilityZone", az, region)
     if ctx.nat_gateways > 2:
         raise _fail("natGateways", ctx.nat_gateways, "out of range 1..2 (one per public subnet)")
-    named = tuple(dict.fromkeys(f.availability_zone for f in fleets if f.availability_zone not in (None, az)))
+    # Every placement of a fleet (its own, then its fallback ones) has a subnet in its AZ.
+    zones = [p.availability_zone for f in fleets for p in f.placements]
+    named = tuple(dict.fromkeys(z for z in zones if z not in (None, az)))
     # One CIDR block per named AZ of the fleets, and one for the Slurm cluster's own subnet.
-    blocks = len({f.availability_zone or az for f in fleets} - {None}) + (1 if cluster.enabled and az else 0)
+    blocks = len({z or az for z in zones} - {None}) + (1 if cluster.enabled and az else 0)
     if blocks > limits.MAX_NAMED_AZ_BLOCKS:
         problem = (
             f"fleets and the Slurm cluster name {blocks} subnets; a VPC holds {limits.VPC_CIDR_BLOCKS} CIDR "
@@ -492,9 +508,11 @@ def _check_subnet_room(fleets: tuple[FleetSettings, ...], cluster: ParallelClust
     subnet when availabilityZone is unset, and has a subnet of its own otherwise."""
     users: dict[str, dict[str, int]] = {}
     for fleet in fleets:
-        where = fleet.availability_zone or az or "the VPC's first training subnet"
-        per_node = fleet.instance.node_interfaces + limits.TASK_ENIS_PER_NODE
-        users.setdefault(where, {})[f"fleet {fleet.name}"] = fleet.max_nodes * per_node
+        for number, placement in enumerate(fleet.placements):
+            where = placement.availability_zone or az or "the VPC's first training subnet"
+            per_node = placement.instance.node_interfaces + limits.TASK_ENIS_PER_NODE
+            user = f"fleet {fleet.name}" + (f" fallback {number}" if number else "")
+            users.setdefault(where, {})[user] = fleet.max_nodes * per_node
     if cluster.enabled:
         where = f"the Slurm cluster's subnet in {az}" if az else "the VPC's first training subnet"
         slurm = users.setdefault(where, {})

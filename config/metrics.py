@@ -67,3 +67,10 @@ COLD_START_RENDEZVOUS = "ColdStartRendezvousSeconds"
 # (from Batch job state change events, training_constructs/observability/job_metrics.py).
 NODES_TAKEN_OUT = "NodesTakenOut"
 JOBS_RESUMED = "JobsResumed"
+
+# Capacity fallback (training_constructs/jobs/capacity_fallback): jobs a placement's queue cancelled for
+# lack of capacity (dimensions Fleet and Placement: 0 is the fleet's own, 1.. its fallback ones), and
+# jobs sent on to a later placement (dimension Fleet), counted from the resubmitter's log lines.
+PLACEMENT_DIMENSION = "Placement"
+CAPACITY_CANCELS = "CapacityCancels"
+FALLBACK_RESUBMITS = "FallbackResubmits"

@@ -27,6 +27,36 @@ class CapacityReservation:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CapacityWindow:
+    """When a Capacity Block runs: ISO 8601 UTC times (2026-12-01T11:30:00Z)."""
+
+    start: str
+    end: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """One place a fleet's jobs may run: an instance type in an AZ, maybe in a reservation. A fleet's
+    own place is its first placement; `fallback` placements follow (config/placements.py)."""
+
+    instance: InstanceSpec
+    # None: the network's default AZ.
+    availability_zone: str | None
+    capacity_reservation: CapacityReservation | None
+    # A Capacity Block's window: jobs are sent there only inside it.
+    window: CapacityWindow | None = None
+
+    @property
+    def label(self) -> str:
+        """One line for people: "us-west-2c p5.48xlarge cr-... (capacity-block 2026-12-01T11:30Z..)"."""
+        parts = [self.availability_zone or "default-AZ", self.instance.name]
+        if self.capacity_reservation:
+            parts.append(f"{self.capacity_reservation.reservation_id} ({self.capacity_reservation.kind}")
+            parts[-1] += f" {self.window.start[:16]}Z..{self.window.end[:16]}Z)" if self.window else ")"
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, kw_only=True)
 class RootVolume:
     """The gp3 root volume of every training node: images are pulled and unpacked here."""
 
@@ -72,6 +102,8 @@ RESERVED_CONSTRUCT_IDS = frozenset(
         "JobMetrics",
         "Dashboard",
         "DashboardUrl",
+        # Capacity fallback (the jobs stack).
+        "CapacityFallback",
     }
 )
 
@@ -81,7 +113,15 @@ RESERVED_CONSTRUCT_IDS = frozenset(
 # health construct. Fleets `gpu` and `gpuJobQueue` would both claim `GpuJobQueue`, so
 # config.context refuses two fleets whose ids plus suffixes meet. tests/test_replay.py walks every
 # stack and fails on a fleet's child id that is not its construct id plus one of these.
-FLEET_ID_SUFFIXES = ("", "JobQueue", "TrainingJobDefinition", "BenchmarkJobDefinition", "LogGroup", "Health")
+FLEET_ID_SUFFIXES = (
+    "",
+    "JobQueue",
+    "TrainingJobDefinition",
+    "BenchmarkJobDefinition",
+    "LogGroup",
+    "Health",
+    "Placements",
+)
 
 
 def fleet_construct_id(name: str) -> str:
@@ -104,10 +144,25 @@ class FleetSettings:
     capacity_reservation: CapacityReservation | None
     # A fixed AMI instead of AWS's current ECS-optimized one (see README, "Changing a deployed fleet").
     ami_id: str | None
+    # Where the fleet's jobs go, in order, when its own place has no capacity (config/placements.py).
+    fallback: tuple[Placement, ...] = ()
 
     @property
     def construct_id(self) -> str:
         return fleet_construct_id(self.name)
+
+    @property
+    def own_placement(self) -> Placement:
+        return Placement(
+            instance=self.instance,
+            availability_zone=self.availability_zone,
+            capacity_reservation=self.capacity_reservation,
+        )
+
+    @property
+    def placements(self) -> tuple[Placement, ...]:
+        """The fleet's own placement, then its fallback placements."""
+        return (self.own_placement, *self.fallback)
 
 
 @dataclass(frozen=True, kw_only=True)

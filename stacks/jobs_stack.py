@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnOutput, Duration, Stack, Validations
+from aws_cdk import Acknowledgment, CfnOutput, Duration, Fn, Stack, Validations
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -16,6 +16,8 @@ from stacks.registry_stack import RegistryStack
 from training_constructs.compute.training_fleet import TrainingFleet
 from training_constructs.health.boot_breaker import BootCircuitBreaker, BreakerFleet
 from training_constructs.health.fleet_health import FleetHealth
+from training_constructs.jobs.capacity_fallback.construct import CapacityFallback
+from training_constructs.jobs.capacity_fallback.routes import FallbackRoute
 from training_constructs.jobs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs, grant_ecs_exec
 from training_constructs.observability.job_alerts import JobAlerts
 from training_constructs.observability.job_metrics import JobMetrics
@@ -109,6 +111,9 @@ class JobsStack(Stack):
                 attempts=jobs.attempts,
                 log_retention=log_retention,
                 ecs_exec=jobs.ecs_exec,
+                fallback_compute_environment_arns=[
+                    p.compute_environment_arn for p in compute[fleet.name].placements[1:]
+                ],
             )
             # Stable output names: the README's commands read them.
             for name, value in (
@@ -119,11 +124,43 @@ class JobsStack(Stack):
             ):
                 CfnOutput(self, f"{fleet.construct_id}{name}", value=value)
             self.fleets[fleet.name] = created
+            if fleet.fallback:
+                # trainctl reads a fleet's placements from this: "<label>|<queue ARN>" in order, ';'-joined.
+                CfnOutput(
+                    self,
+                    f"{fleet.construct_id}Placements",
+                    value=Fn.join(
+                        ";",
+                        [
+                            f"{p.label}|{q.job_queue_arn}"
+                            for p, q in zip(fleet.placements, created.placement_queues, strict=True)
+                        ],
+                    ),
+                )
+        self.capacity_fallback: CapacityFallback | None = None
+        routes = [
+            FallbackRoute(
+                fleet=fleet.name,
+                placements=fleet.placements,
+                queues=self.fleets[fleet.name].placement_queues,
+                job_definition_arns=[
+                    self.fleets[fleet.name].training.job_definition_arn,
+                    self.fleets[fleet.name].benchmark.job_definition_arn,
+                ],
+            )
+            for fleet in fleets
+            if fleet.fallback
+        ]
+        if routes:
+            self.capacity_fallback = CapacityFallback(
+                self, "CapacityFallback", routes=routes, log_retention=log_retention
+            )
 
         self.alerts = JobAlerts(
             self,
             "JobAlerts",
-            job_queue_arns=[jobs_.job_queue.job_queue_arn for jobs_ in self.fleets.values()],
+            # Every placement's queue: a job sent on by the capacity fallback still alerts when it fails.
+            job_queue_arns=[q.job_queue_arn for jobs_ in self.fleets.values() for q in jobs_.placement_queues],
             email=jobs.alert_email,
         )
         CfnOutput(self, "AlertTopic", value=self.alerts.topic.topic_arn)
@@ -136,7 +173,9 @@ class JobsStack(Stack):
         self.job_metrics = JobMetrics(
             self,
             "JobMetrics",
-            job_queue_arns={name: jobs_.job_queue.job_queue_arn for name, jobs_ in self.fleets.items()},
+            job_queue_arns={
+                name: [q.job_queue_arn for q in jobs_.placement_queues] for name, jobs_ in self.fleets.items()
+            },
             retention=log_retention,
         )
 

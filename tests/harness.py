@@ -68,10 +68,22 @@ def fleet_name(instance_type: str) -> str:
 
 
 # The fleets issue's acceptance case: an RL fleet and an LLM fleet of two GPU types and a Trainium
-# fleet, each in its own AZ, with alerts, a shorter RUNNABLE limit and a pinned Neuron AMI.
+# fleet, each in its own AZ, with alerts, a shorter RUNNABLE limit and a pinned Neuron AMI. The LLM
+# fleet falls back to another AZ, a same-shape type and a Capacity Block (the capacity issue's case).
+LLM_FALLBACK = [
+    {"availabilityZone": "us-west-2c"},
+    {"instanceType": "p5.48xlarge"},
+    {
+        "availabilityZone": "us-west-2a",
+        "capacityReservationId": "cr-0a1b2c3d4e5f60718",
+        "capacityReservationType": "capacity-block",
+        "start": "2026-12-01T11:30Z",
+        "end": "2026-12-08T11:30Z",
+    },
+]
 THREE_FLEETS = {
     "rl": {"instanceType": "g6e.48xlarge", "maxNodes": 8},
-    "llm": {"instanceType": "p5e.48xlarge", "nodes": 4, "availabilityZone": "us-west-2b"},
+    "llm": {"instanceType": "p5e.48xlarge", "nodes": 4, "availabilityZone": "us-west-2b", "fallback": LLM_FALLBACK},
     "trn": {"instanceType": "trn2.48xlarge", "amiId": "ami-0123456789abcdef0", "availabilityZone": "us-west-2c"},
 }
 

@@ -18,7 +18,13 @@ STACK = "TrainingCompute"
 
 
 def by_prefix(template, resource_type, prefix):
-    (item,) = [r for k, r in resources(template, resource_type).items() if k.startswith(prefix)]
+    """The one resource of this type whose logical id starts with `prefix`, not counting a fleet's
+    fallback placements (`<Fleet>Fallback<n>...`) unless the prefix names one."""
+    (item,) = [
+        r
+        for k, r in resources(template, resource_type).items()
+        if k.startswith(prefix) and not k[len(prefix) :].startswith("Fallback")
+    ]
     return item
 
 
@@ -338,8 +344,9 @@ def test_max_nodes_and_root_volume_follow_context():
 
 def test_three_fleets_three_compute_paths_each_sized_from_its_type():
     template = synth("three-fleets").templates[STACK]
-    assert len(resources(template, "AWS::Batch::ComputeEnvironment")) == 3
-    assert len(resources(template, "AWS::EC2::PlacementGroup")) == 3
+    # Plus llm's three fallback placements, two with a placement group (tests below).
+    assert len(resources(template, "AWS::Batch::ComputeEnvironment")) == 3 + 3
+    assert len(resources(template, "AWS::EC2::PlacementGroup")) == 3 + 2
     for fleet_id, instance, max_nodes in (
         ("Rl", "g6e.48xlarge", 8),
         ("Llm", "p5e.48xlarge", 4),
@@ -399,3 +406,44 @@ def test_gpu_only_deployment_has_no_trainium_resource_or_neuron_ami():
     assert len(resources(template, "AWS::Batch::ComputeEnvironment")) == 1
     assert not any(k.startswith("Trainium") for k in template["Resources"])
     assert "neuron" not in str(template).lower()
+
+
+# ----------------------------------------------------------------------------------------------- fallback
+def test_each_fallback_placement_has_its_own_compute_path_in_its_az():
+    """llm (p5e.48xlarge in us-west-2b) falls back to us-west-2c, to p5.48xlarge in its own AZ, and to a
+    Capacity Block in us-west-2a (tests/harness.py, LLM_FALLBACK)."""
+    template = synth("three-fleets").templates[STACK]
+    subnets = resources(template, "AWS::EC2::Subnet")
+    expected = [
+        ("Llm", "p5e.48xlarge", "us-west-2b", True),
+        ("LlmFallback1", "p5e.48xlarge", "us-west-2c", True),
+        ("LlmFallback2", "p5.48xlarge", "us-west-2b", True),
+        ("LlmFallback3", "p5e.48xlarge", "us-west-2a", False),
+    ]
+    groups = set()
+    for prefix, instance, az, has_group in expected:
+        _, lt, ce = fleet("three-fleets", prefix)
+        compute = ce["Properties"]["ComputeResources"]
+        assert compute["InstanceTypes"] == [instance]
+        assert compute["MaxvCpus"] == 4 * CATALOG[instance].vcpus and compute["MinvCpus"] == 0
+        (subnet,) = compute["Subnets"]
+        assert subnets[subnet["Ref"]]["Properties"]["AvailabilityZone"] == az
+        # Its own EFA layout: one efa interface per EFA card of its type.
+        efa = [i for i in lt["NetworkInterfaces"] if i.get("InterfaceType") == "efa"]
+        assert len(efa) == CATALOG[instance].efa_interfaces
+        template_ref = compute["LaunchTemplate"]["LaunchTemplateId"]["Ref"]
+        assert template_ref.startswith(f"{prefix}LaunchTemplate")
+        assert ("PlacementGroup" in compute) is has_group
+        if has_group:
+            groups.add(compute["PlacementGroup"]["Fn::GetAtt"][0])
+            assert compute["PlacementGroup"]["Fn::GetAtt"][0].startswith(f"{prefix}PlacementGroup")
+    # One cluster placement group per placement: a job's nodes never share one across placements.
+    assert len(groups) == 3
+
+
+def test_a_capacity_block_placement_targets_its_block_with_its_market_type():
+    _, lt, _ = fleet("three-fleets", "LlmFallback3")
+    target = lt["CapacityReservationSpecification"]["CapacityReservationTarget"]
+    assert target == {"CapacityReservationId": "cr-0a1b2c3d4e5f60718"}
+    # EC2 user guide, capacity-blocks-launch: market type capacity-block.
+    assert lt["InstanceMarketOptions"] == {"MarketType": "capacity-block"}

@@ -85,8 +85,10 @@ def test_every_fleet_has_a_rule_on_its_own_queue_into_the_job_events_log_group()
         assert pattern["detail"]["status"] == list(JOB_STATE_METRICS)
         # Jobs, not the nodes of a multi-node job (<job id>#<node index>).
         assert pattern["detail"]["jobId"] == [{"anything-but": {"wildcard": "*#*"}}]
-        ((queue, _),) = [q["Fn::GetAtt"] for q in pattern["detail"]["jobQueue"]]
-        seen_queues.add(queue)
+        # A fleet's own queue, then its fallback placements' (llm has three).
+        own, *fallback = [q["Fn::GetAtt"][0] for q in pattern["detail"]["jobQueue"]]
+        assert all(q.startswith(own[: own.index("Queue")] + "Fallback") for q in fallback)
+        seen_queues |= {own, *fallback}
         (target,) = rule["Targets"]
         assert target["Arn"] == {"Fn::GetAtt": [group_id, "Arn"]}
         line = json.loads(transform(target, EVENT)["message"])
@@ -97,14 +99,21 @@ def test_every_fleet_has_a_rule_on_its_own_queue_into_the_job_events_log_group()
     # EventBridge may write to the group through its resource policy; no Lambda-backed custom resource.
     (policy,) = resources(template, "AWS::Logs::ResourcePolicy").values()
     assert "events.amazonaws.com" in json.dumps(policy) and group_id in json.dumps(policy)
-    # The one function in this stack is the boot-check circuit breaker's (tests/test_fleet_health.py).
-    assert [k for k in resources(template, "AWS::Lambda::Function") if not k.startswith("BootCircuitBreaker")] == []
+    # The functions in this stack: the boot-check circuit breaker's (tests/test_fleet_health.py) and the
+    # capacity fallback's resubmitter (llm's placements); none for the metrics.
+    functions = resources(template, "AWS::Lambda::Function")
+    assert [k for k in functions if not k.startswith(("BootCircuitBreaker", "CapacityFallback"))] == []
     assert not [k for k, r in template["Resources"].items() if r["Type"].startswith("Custom::")]
 
 
 def test_metric_filters_count_each_state_per_fleet():
     template = synth("three-fleets").templates[JOBS]
-    filters = [f["Properties"] for f in resources(template, "AWS::Logs::MetricFilter").values()]
+    # The capacity fallback's own filters are tested in tests/test_jobs.py.
+    filters = [
+        f["Properties"]
+        for k, f in resources(template, "AWS::Logs::MetricFilter").items()
+        if not k.startswith("CapacityFallback")
+    ]
     by_metric = {}
     for metric_filter in filters:
         (transformation,) = metric_filter["MetricTransformations"]
@@ -242,6 +251,8 @@ def test_alarms_of_every_fleet_go_to_the_job_alert_topic_and_say_what_to_do():
             if k.startswith(f"Dashboard{fleet.capitalize()}")
         }
         expected = {"Runnable", "EfaRetransmit"} | ({"Xid"} if fleet in GPU_FLEETS else set())
+        # A fleet with fallback placements also alarms when every placement is short.
+        expected |= {"Capacity"} if "fallback" in THREE_FLEETS[fleet] else set()
         assert kinds == expected, fleet
         # Boot-check failures alarm once per fleet, from the jobs stack (fleet_health.py), not twice.
         jobs_alarms = resources(synth("three-fleets").templates[JOBS], "AWS::CloudWatch::Alarm")
@@ -380,3 +391,23 @@ def test_the_fleet_row_graphs_nodes_taken_out_and_jobs_resumed():
     for fleet in THREE_FLEETS:
         assert body.count(f'"NodesTakenOut","Fleet","{fleet}"') == 1
         assert body.count(f'"JobsResumed","Fleet","{fleet}"') == 1
+
+
+def test_the_capacity_alarm_fires_when_every_placement_of_a_fleet_was_short():
+    """llm has four placements: the alarm takes the fewest capacity cancels of any of them over one pass
+    of the chain (10 minutes on each of three placements, then the 30-minute RUNNABLE limit)."""
+    (alarm,) = [a for k, a in alarms("three-fleets").items() if k.startswith("DashboardLlmCapacityAlarm")]
+    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    assert expression["Expression"] == "MIN([FILL(p0, 0), FILL(p1, 0), FILL(p2, 0), FILL(p3, 0)])"
+    stats = {m["Id"]: m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m}
+    assert sorted(stats) == ["p0", "p1", "p2", "p3"]
+    for number, stat in enumerate(stats[f"p{n}"] for n in range(4)):
+        assert stat["Metric"]["MetricName"] == "CapacityCancels" and stat["Stat"] == "Sum"
+        assert {d["Name"]: d["Value"] for d in stat["Metric"]["Dimensions"]} == {
+            "Fleet": "llm",
+            "Placement": str(number),
+        }
+        assert stat["Period"] == (3 * 10 + 30) * 60
+    assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarm["TreatMissingData"] == "notBreaching" and len(alarm["AlarmActions"]) == 1
+    assert not [k for k in alarms("three-fleets") if "CapacityAlarm" in k and not k.startswith("DashboardLlm")]

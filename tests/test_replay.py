@@ -83,6 +83,15 @@ CONTEXTS: dict[str, dict[str, str]] = {
     "named-azs": fleets(
         gpu=GPU | {"availabilityZone": "us-east-1a"}, trainium=TRN | {"availabilityZone": "us-east-1b"}
     ),
+    # The capacity issue's case: gpu falls back to trainium's AZ, then to a third one.
+    "named-azs-fallback": fleets(
+        gpu=GPU
+        | {
+            "availabilityZone": "us-east-1a",
+            "fallback": [{"availabilityZone": "us-east-1b"}, {"availabilityZone": "us-east-1c"}],
+        },
+        trainium=TRN | {"availabilityZone": "us-east-1b"},
+    ),
     "gpu-moved": fleets(
         gpu=GPU | {"availabilityZone": "us-east-1c"}, trainium=TRN | {"availabilityZone": "us-east-1b"}
     ),
@@ -133,6 +142,12 @@ SEQUENCES: dict[str, list[Step]] = {
         Step("named-azs", first=("TrainingJobs",)),
     ],
     "fleets are reordered": [Step("gpu-moved"), Step("reordered")],
+    # A fallback placement's compute environment is imported by its queue, like a fleet's.
+    "a fallback placement is added and later removed": [
+        Step("named-azs"),
+        Step("named-azs-fallback"),
+        Step("named-azs", first=("TrainingJobs",)),
+    ],
     "availabilityZone is set, changed and unset": [Step("default"), Step("az-a"), Step("az-b"), Step("default")],
     "instance type, node counts and root volume change": [Step("default"), Step("bigger-gpu"), Step("default")],
     "ParallelCluster is turned on and then off": [Step("default"), Step("slurm"), Step("default"), Step("slurm")],
@@ -148,10 +163,12 @@ REFUSED: dict[str, str] = {
     "a fleet removed in one deploy": "removed while a deployed stack imports it",
     "the Slurm cluster moved in place": "moves the Slurm head node",
     "two fleets move AZ at once while three AZs are named": "6 CIDR blocks at once",
+    "a fallback placement removed in one deploy": "removed while a deployed stack imports it",
 }
 REFUSED_SEQUENCES: dict[str, list[Step]] = {
     "a fleet removed in one deploy": [Step("named-azs"), Step("third-az"), Step("named-azs")],
     "the Slurm cluster moved in place": [Step("slurm"), Step("slurm-az-a")],
+    "a fallback placement removed in one deploy": [Step("named-azs"), Step("named-azs-fallback"), Step("named-azs")],
     "two fleets move AZ at once while three AZs are named": [Step("third-az"), Step("third-az-two-moved")],
 }
 ALL_SEQUENCES = {**SEQUENCES, **REFUSED_SEQUENCES}
@@ -169,6 +186,17 @@ EXPECT: dict[tuple[str, int], set[tuple[str, str, str]]] = {
         ("TrainingCompute", "AWS::Batch::ComputeEnvironment", "WILL_DESTROY"),
         ("TrainingCompute", "AWS::EC2::Subnet", "WILL_DESTROY"),
         ("TrainingJobs", "AWS::Batch::JobQueue", "WILL_DESTROY"),
+    },
+    ("a fallback placement is added and later removed", 1): {
+        ("TrainingCompute", "AWS::Batch::ComputeEnvironment", "WILL_CREATE"),
+        ("TrainingJobs", "AWS::Batch::JobQueue", "WILL_CREATE"),
+        ("TrainingJobs", "AWS::Lambda::Function", "WILL_CREATE"),
+        ("TrainingJobs", "AWS::Batch::JobQueue", "WILL_UPDATE"),
+    },
+    ("a fallback placement is added and later removed", 2): {
+        ("TrainingCompute", "AWS::Batch::ComputeEnvironment", "WILL_DESTROY"),
+        ("TrainingJobs", "AWS::Batch::JobQueue", "WILL_DESTROY"),
+        ("TrainingJobs", "AWS::Lambda::Function", "WILL_DESTROY"),
     },
     ("availabilityZone is set, changed and unset", 2): {
         ("TrainingCompute", "AWS::EC2::Subnet", "WILL_CREATE"),
@@ -446,8 +474,10 @@ def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
         "interfaceEndpoints": "logs",
         "healthCheckSchedule": "rate(1 day)",
     }
-    # Fleet names that start no other id, one of each accelerator kind, one in an AZ of its own.
-    context |= fleets(qa={"instanceType": "g6.12xlarge"}, qb=TRN | {"availabilityZone": "us-east-1b"})
+    # Fleet names that start no other id, one of each accelerator kind, one in an AZ of its own, one
+    # with a fallback placement.
+    qa = {"instanceType": "g6.12xlarge", "fallback": [{"availabilityZone": "us-east-1b"}]}
+    context |= fleets(qa=qa, qb=TRN | {"availabilityZone": "us-east-1b"})
     # Compared, not checked: no cdk-nag and no CDK validation (tests/harness.py says why).
     app = cdk.App(
         context={**FEATURE_FLAGS, **context},
@@ -473,7 +503,8 @@ def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
             assert name.lower() in reserved, f"{stack.node.id}/{name} is not in RESERVED_CONSTRUCT_IDS"
     # Every stack-level id a fleet makes is its construct id plus a listed suffix, and every listed
     # suffix is made (so that the list cannot go stale either).
-    assert per_fleet == {f: set(FLEET_ID_SUFFIXES) for f in fleet_ids}
+    # Placements: only a fleet with fallback placements has that output.
+    assert per_fleet == {"Qa": set(FLEET_ID_SUFFIXES), "Qb": set(FLEET_ID_SUFFIXES) - {"Placements"}}
 
 
 def _comment_script() -> Any:

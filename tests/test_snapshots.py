@@ -44,3 +44,10 @@ def test_scrub_replaces_hashes_inside_strings():
 
 def test_parallelcluster_template(snapshot_json):
     assert scrub(synth("parallelcluster").templates["TrainingParallelCluster"]) == snapshot_json
+
+
+# A fleet with fallback placements (tests/harness.py, LLM_FALLBACK): each placement's compute path,
+# queue, the resubmitter and the capacity row and alarm.
+@pytest.mark.parametrize("stack", ["TrainingCompute", "TrainingJobs", "TrainingMonitoring"])
+def test_fallback_template(stack, snapshot_json):
+    assert scrub(synth("three-fleets").templates[stack]) == snapshot_json

@@ -7,6 +7,7 @@ from typing import Any
 
 from config.catalog import CATALOG, InstanceSpec
 from trainctl.aws import aws_errors
+from trainctl.capacity import queue_with_placement
 from trainctl.deployment import Fleet
 
 
@@ -37,4 +38,4 @@ def fleet_compute(batch: Any, fleet: Fleet) -> FleetCompute:
                 computeEnvironments=[order[0]["computeEnvironment"]]
             ).get("computeEnvironments", [])
         environment = environments[0] if environments else None
-    return FleetCompute(queue, environment)
+    return FleetCompute(queue_with_placement(queue, fleet), environment)

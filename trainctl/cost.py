@@ -9,6 +9,7 @@ that ran before the fleet changed type is priced at the new one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -16,6 +17,7 @@ from typing import Any
 
 from config.prices import PRICES
 from trainctl import display
+from trainctl.capacity import placements_of
 from trainctl.compute import fleet_compute
 from trainctl.deployment import Deployment
 from trainctl.errors import TrainctlError
@@ -136,7 +138,13 @@ def finished_usages(batch: Any, deployment: Deployment, since: datetime) -> list
     """Every job of the deployment's queues created since `since` that ran and finished."""
     since_ms = int(since.timestamp() * 1000)
     usages = []
-    for fleet in deployment.fleets.values():
+    # Every placement of every fleet: a job the capacity fallback moved ran on its placement's type.
+    views = [
+        fleet if number == 0 else dataclasses.replace(fleet, job_queue=ref.queue, placement=number)
+        for fleet in deployment.fleets.values()
+        for number, ref in enumerate(placements_of(fleet))
+    ]
+    for fleet in views:
         compute = fleet_compute(batch, fleet)
         # With a filter, ListJobs returns jobs in every status (API ListJobs, jobStatus).
         summaries = list_job_ids(

@@ -1,13 +1,16 @@
 """What `cdk deploy --all` built, read from the stacks' CloudFormation outputs.
 
 The jobs stack names its outputs `<Fleet><What>` (stacks/jobs_stack.py): `GpuJobQueue`,
-`GpuTrainingJobDefinition`, `GpuBenchmarkJobDefinition`, `GpuLogGroup`, and `AlertTopic`; the data
+`GpuTrainingJobDefinition`, `GpuBenchmarkJobDefinition`, `GpuLogGroup`, and `AlertTopic`; a fleet
+with fallback placements also has `<Fleet>Placements` ("<label>|<queue ARN>" per placement, its
+own first, joined with ';'); the data
 stack has `CheckpointBucket` and `DatasetBucket`. A fleet's output prefix is its name with the first
 letter upper-cased (config.settings.fleet_construct_id).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,15 +23,37 @@ DATA_STACK = "TrainingData"
 
 # Longest first: "TrainingJobDefinition" must not be read as a fleet "...Training" + "JobDefinition".
 _FLEET_OUTPUTS = ("BenchmarkJobDefinition", "TrainingJobDefinition", "JobQueue", "LogGroup")
+PLACEMENTS_OUTPUT = "Placements"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlacementRef:
+    """One placement of a fleet: what it is, in words, and its job queue."""
+
+    label: str
+    queue: str
 
 
 @dataclass(frozen=True, kw_only=True)
 class Fleet:
     name: str
+    # The queue of the placement this view is of: the fleet's own unless `placement` > 0.
     job_queue: str
     training_definition: str
     benchmark_definition: str
     log_group: str
+    # Every placement, the fleet's own first; empty for a fleet without fallback placements.
+    placements: tuple[PlacementRef, ...] = ()
+    placement: int = 0
+
+
+def parse_placements(value: str) -> tuple[PlacementRef, ...]:
+    refs = []
+    for item in value.split(";"):
+        label, _, queue = item.rpartition("|")
+        if label and queue:
+            refs.append(PlacementRef(label=label, queue=queue))
+    return tuple(refs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,10 +69,15 @@ class Deployment:
         raise TrainctlError(f"no fleet {name!r} in {self.region}: the deployed fleets are {self.fleet_names()}")
 
     def fleet_of_queue(self, queue_arn: str) -> Fleet | None:
+        """The fleet a queue belongs to; for a fallback placement's queue, the fleet as seen from that
+        placement (its `job_queue` is that queue)."""
         for fleet in self.fleets.values():
             # Outputs hold the queue ARN; a job description names the queue by ARN as well.
             if queue_arn in (fleet.job_queue, fleet.job_queue.rsplit("/", 1)[-1]):
                 return fleet
+            for number, ref in enumerate(fleet.placements):
+                if number and queue_arn in (ref.queue, ref.queue.rsplit("/", 1)[-1]):
+                    return dataclasses.replace(fleet, job_queue=ref.queue, placement=number)
         return None
 
     def fleet_names(self) -> str:
@@ -72,7 +102,11 @@ def _outputs(cloudformation: Any, stack: str) -> dict[str, str] | None:
 
 def fleets_from_outputs(outputs: dict[str, str]) -> dict[str, Fleet]:
     found: dict[str, dict[str, str]] = {}
+    placements: dict[str, str] = {}
     for key, value in outputs.items():
+        if key.endswith(PLACEMENTS_OUTPUT) and len(key) > len(PLACEMENTS_OUTPUT):
+            placements[key[: -len(PLACEMENTS_OUTPUT)]] = value
+            continue
         for suffix in _FLEET_OUTPUTS:
             if key.endswith(suffix) and len(key) > len(suffix):
                 prefix = key[: -len(suffix)]
@@ -89,6 +123,7 @@ def fleets_from_outputs(outputs: dict[str, str]) -> dict[str, Fleet]:
             training_definition=values["TrainingJobDefinition"],
             benchmark_definition=values["BenchmarkJobDefinition"],
             log_group=values["LogGroup"],
+            placements=parse_placements(placements.get(prefix, "")),
         )
     return fleets
 

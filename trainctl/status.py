@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainctl.capacity import capacity_summary, fleet_capacity
 from trainctl.compute import fleet_compute
 from trainctl.deployment import Fleet
 from trainctl.jobs import STATES, list_job_ids
@@ -17,6 +18,7 @@ def fleet_status(batch: Any, fleet: Fleet) -> dict[str, Any]:
     # What the compute environment is scaled to now; an instance brings its type's vCPUs.
     desired = int(resources.get("desiredvCpus", 0))
     per_instance = compute.instance.vcpus if compute.instance else 0
+    capacity = fleet_capacity(batch, fleet)
     return {
         "fleet": fleet.name,
         "instance_type": compute.instance_type,
@@ -27,4 +29,7 @@ def fleet_status(batch: Any, fleet: Fleet) -> dict[str, Any]:
         "vcpus": desired,
         "max_vcpus": int(resources.get("maxvCpus", 0)),
         "jobs": {s: sum(1 for _ in list_job_ids(batch, fleet.job_queue, jobStatus=s)) for s in STATES},
+        # Per placement (the fleet's own first): whether Batch reports insufficient capacity now.
+        "placements": [p.as_dict() for p in capacity],
+        "capacity": capacity_summary(capacity),
     }

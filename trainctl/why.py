@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from config.catalog import InstanceSpec
+from trainctl.capacity import wait_reasons
 from trainctl.jobs import node_requirements, num_nodes
 from trainctl.recovery import Tail, attempt_story
 
@@ -72,12 +73,13 @@ def explain(
     if status == "SUCCEEDED":
         reasons.append(f"the job finished SUCCEEDED at {_when(int(job.get('stoppedAt', 0)))}")
         return Explanation(status, reasons + story)
+    capacity = wait_reasons(job, queue, now)
     if status == "FAILED":
-        reasons += story or _failure(job)
+        reasons += capacity + (story or _failure(job))
         return Explanation(status, reasons)
 
     problems = _misfit(job, environment, instance) + _environment_state(environment) + _queue_state(queue)
-    reasons += problems
+    reasons += capacity + problems
     if status == "RUNNABLE":
         if not problems and not status_reason:
             reasons.append(_scaling(job, environment))

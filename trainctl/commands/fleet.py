@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from trainctl.capacity import NO_CAPACITY_WAIT
 from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, State, app, console, note, reports_errors, state_of
 from trainctl.commands.submitting import check_share, follow
@@ -89,6 +90,10 @@ def _show_status(state: State) -> None:
             jobs_text,
         )
     console().print(table)
+    # Capacity waits under the table, one line per fleet that has one (trainctl/capacity.py).
+    for row in rows:
+        if row.get("capacity", NO_CAPACITY_WAIT) != NO_CAPACITY_WAIT:
+            console().print(f"fleet {row['fleet']}: {row['capacity']}", highlight=False)
 
 
 def _state_text(state_and_status: str) -> str:

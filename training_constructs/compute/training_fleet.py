@@ -4,6 +4,9 @@ updates in place."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from aws_cdk import Acknowledgment, Annotations, Aws, RemovalPolicy, Validations
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
@@ -14,7 +17,7 @@ from constructs import Construct
 
 from config.catalog import AcceleratorKind, InstanceSpec
 from config.metrics import NAMESPACE
-from config.settings import CapacityReservation, RootVolume
+from config.settings import CapacityReservation, Placement, RootVolume
 from training_constructs.compute.efa_launch_template import EfaLaunchTemplate
 from training_constructs.health.host_check import host_check_commands
 
@@ -31,12 +34,27 @@ UPDATE_JOB_TIMEOUT_MINUTES = 120
 CONTAINER_INSIGHTS = "enabled"
 
 
+@dataclass(frozen=True)
+class PlacementCompute:
+    """One placement's compute path."""
+
+    compute_environment: batch.CfnComputeEnvironment
+    launch_template: EfaLaunchTemplate
+    placement_group: ec2.PlacementGroup | None
+    subnet: ec2.ISubnet
+
+    @property
+    def compute_environment_arn(self) -> str:
+        return self.compute_environment.attr_compute_environment_arn
+
+
 class TrainingFleet(Construct):
     """Compute for one fleet.
 
     Attributes: `compute_environment` (L1), `launch_template` (EfaLaunchTemplate),
     `placement_group` (None when a capacity reservation rules it out), `instance_role`,
-    `boot_check_log_group` (the boot-time host check's results).
+    `boot_check_log_group` (the boot-time host check's results), `placements` (PlacementCompute:
+    the fleet's own, then one per fallback placement, each under the construct `Fallback<n>`).
     """
 
     def __init__(
@@ -54,6 +72,7 @@ class TrainingFleet(Construct):
         log_retention: logs.RetentionDays,
         capacity_reservation: CapacityReservation | None = None,
         ami_id: str | None = None,
+        fallback: Sequence[tuple[Placement, ec2.ISubnet]] = (),
     ) -> None:
         super().__init__(scope, construct_id)
 
@@ -61,39 +80,10 @@ class TrainingFleet(Construct):
         self.boot_check_log_group = logs.LogGroup(
             self, "BootCheckLogs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN
         )
-        boot_commands = host_check_commands(
-            instance=instance,
-            fleet=fleet_name,
-            efa_interfaces=instance.max_efa_interfaces,
-            log_group_name=self.boot_check_log_group.log_group_name,
-            region=Aws.REGION,
-            url_suffix=Aws.URL_SUFFIX,
-        )
-        self.launch_template = EfaLaunchTemplate(
-            self,
-            "LaunchTemplate",
-            instance=instance,
-            fleet_name=fleet_name,
-            efa_security_group=efa_security_group,
-            node_security_group=node_security_group,
-            root_volume=root_volume,
-            capacity_reservation=capacity_reservation,
-            boot_commands=boot_commands,
-        )
-
-        self.placement_group: ec2.PlacementGroup | None = None
-        if capacity_reservation:
-            # Targeted ODCRs and Capacity Blocks place instances where the reservation is; adding a
-            # cluster placement group on top makes launches fail with capacity errors.
-            Annotations.of(self).add_warning_v2(
-                "training:placement-group-omitted",
-                f"{instance.name}: no cluster placement group, because capacity reservation "
-                f"{capacity_reservation.reservation_id} ({capacity_reservation.kind}) decides placement",
-            )
-        else:
-            self.placement_group = ec2.PlacementGroup(
-                self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
-            )
+        self._fleet_name = fleet_name
+        self._security_groups = (efa_security_group, node_security_group)
+        self._root_volume = root_volume
+        self.launch_template, self.placement_group = self._launch_path(self, instance, capacity_reservation)
 
         self.instance_role = iam.Role(
             self,
@@ -111,14 +101,76 @@ class TrainingFleet(Construct):
         )
         self._allow_node_metrics()
         self.boot_check_log_group.grant_write(self.instance_role)
-        instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.instance_role)
+        self._instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.instance_role)
+        self.compute_environment = self._environment(
+            self, instance, max_nodes, subnet, self.launch_template, self.placement_group, ami_id
+        )
+        own = PlacementCompute(
+            compute_environment=self.compute_environment,
+            launch_template=self.launch_template,
+            placement_group=self.placement_group,
+            subnet=subnet,
+        )
+        # Each fallback placement: a compute path of its own (same instance role and boot-check log),
+        # scaled to zero like the fleet's, in its AZ's subnet (config/placements.py).
+        self.placements = [own]
+        for number, (placement, placement_subnet) in enumerate(fallback, start=1):
+            scope = Construct(self, f"Fallback{number}")
+            template, group = self._launch_path(scope, placement.instance, placement.capacity_reservation)
+            environment = self._environment(
+                scope, placement.instance, max_nodes, placement_subnet, template, group, ami_id
+            )
+            self.placements.append(PlacementCompute(environment, template, group, placement_subnet))
 
+    def _launch_path(
+        self, scope: Construct, instance: InstanceSpec, capacity_reservation: CapacityReservation | None
+    ) -> tuple[EfaLaunchTemplate, ec2.PlacementGroup | None]:
+        boot_commands = host_check_commands(
+            instance=instance,
+            fleet=self._fleet_name,
+            efa_interfaces=instance.max_efa_interfaces,
+            log_group_name=self.boot_check_log_group.log_group_name,
+            region=Aws.REGION,
+            url_suffix=Aws.URL_SUFFIX,
+        )
+        launch_template = EfaLaunchTemplate(
+            scope,
+            "LaunchTemplate",
+            instance=instance,
+            fleet_name=self._fleet_name,
+            efa_security_group=self._security_groups[0],
+            node_security_group=self._security_groups[1],
+            root_volume=self._root_volume,
+            capacity_reservation=capacity_reservation,
+            boot_commands=boot_commands,
+        )
+        if capacity_reservation:
+            # Targeted ODCRs and Capacity Blocks place instances where the reservation is; adding a
+            # cluster placement group on top makes launches fail with capacity errors.
+            Annotations.of(scope).add_warning_v2(
+                "training:placement-group-omitted",
+                f"{instance.name}: no cluster placement group, because capacity reservation "
+                f"{capacity_reservation.reservation_id} ({capacity_reservation.kind}) decides placement",
+            )
+            return launch_template, None
+        return launch_template, ec2.PlacementGroup(scope, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+
+    def _environment(
+        self,
+        scope: Construct,
+        instance: InstanceSpec,
+        max_nodes: int,
+        subnet: ec2.ISubnet,
+        launch_template: EfaLaunchTemplate,
+        placement_group: ec2.PlacementGroup | None,
+        ami_id: str | None,
+    ) -> batch.CfnComputeEnvironment:
         # L1 on purpose: the L2 ManagedEc2EcsComputeEnvironment always renders securityGroupIds,
         # and AWS Batch refuses compute-environment security groups together with launch-template
         # network interfaces (aws/aws-cdk#21577). The interfaces carry the groups instead.
-        ec2_configuration, take_aws_updates = _image(self, instance, ami_id)
-        self.compute_environment = batch.CfnComputeEnvironment(
-            self,
+        ec2_configuration, take_aws_updates = _image(scope, instance, ami_id)
+        return batch.CfnComputeEnvironment(
+            scope,
             "Resource",
             type="MANAGED",
             state="ENABLED",
@@ -146,11 +198,11 @@ class TrainingFleet(Construct):
                 minv_cpus=0,
                 maxv_cpus=max_nodes * instance.vcpus,
                 subnets=[subnet.subnet_id],
-                instance_role=instance_profile.instance_profile_arn,
-                placement_group=self.placement_group.placement_group_name if self.placement_group else None,
+                instance_role=self._instance_profile.instance_profile_arn,
+                placement_group=placement_group.placement_group_name if placement_group else None,
                 launch_template=batch.CfnComputeEnvironment.LaunchTemplateSpecificationProperty(
-                    launch_template_id=self.launch_template.launch_template.ref,
-                    version=self.launch_template.launch_template.attr_latest_version_number,
+                    launch_template_id=launch_template.launch_template.ref,
+                    version=launch_template.launch_template.attr_latest_version_number,
                 ),
                 ec2_configuration=[ec2_configuration],
                 update_to_latest_image_version=take_aws_updates,

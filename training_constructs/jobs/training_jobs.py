@@ -3,7 +3,7 @@ training job and the all-reduce smoke test)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_batch as batch
@@ -38,12 +38,16 @@ def grant_ecs_exec(role: iam.Role) -> None:
     )
 
 
+# How long a job waits for capacity on a placement that has a later one before it is cancelled and
+# sent on: the shortest jobStateTimeLimitActions allows (600 s, API JobStateTimeLimitAction).
+FALLBACK_CAPACITY_TIMEOUT = Duration.minutes(10)
 # The smoke test moves a few GiB; half an hour covers image pulls and a slow fabric.
 BENCHMARK_TIMEOUT_SECONDS = 1800
 
 
 class TrainingJobs(Construct):
-    """Attributes: `job_queue`, `log_group`, `training` and `benchmark` (MultiNodeJobDefinition)."""
+    """Attributes: `job_queue`, `log_group`, `training` and `benchmark` (MultiNodeJobDefinition),
+    `placement_queues` (the fleet's own queue, then one per fallback placement: `Fallback<n>Queue`)."""
 
     def __init__(
         self,
@@ -63,15 +67,24 @@ class TrainingJobs(Construct):
         attempts: int,
         log_retention: logs.RetentionDays,
         ecs_exec: bool,
+        fallback_compute_environment_arns: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
-        self.job_queue = TrainingQueue(
-            self,
-            "Queue",
-            compute_environment_arn=compute_environment_arn,
-            scheduling_policy=scheduling_policy,
-            runnable_timeout=runnable_timeout,
-        ).job_queue
+        # Every placement but the last waits only briefly for capacity; the last waits as long as
+        # any fleet's queue (runnableTimeoutMinutes).
+        arns = [compute_environment_arn, *fallback_compute_environment_arns]
+        self.placement_queues = [
+            TrainingQueue(
+                self,
+                "Queue" if number == 0 else f"Fallback{number}Queue",
+                compute_environment_arn=arn,
+                scheduling_policy=scheduling_policy,
+                runnable_timeout=runnable_timeout,
+                capacity_timeout=FALLBACK_CAPACITY_TIMEOUT if number < len(arns) - 1 else None,
+            ).job_queue
+            for number, arn in enumerate(arns)
+        ]
+        self.job_queue = self.placement_queues[0]
         # Job output is the record of a run: kept when the stack goes.
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN)
 

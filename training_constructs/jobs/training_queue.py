@@ -18,7 +18,9 @@ STUCK_REASONS = (
 
 
 class TrainingQueue(Construct):
-    """Attributes: `job_queue` (L2 JobQueue)."""
+    """Attributes: `job_queue` (L2 JobQueue). `capacity_timeout`: how long a job may wait for
+    capacity before it is cancelled, where that differs from `runnable_timeout` (a placement with a
+    later fallback placement: the job is sent on, training_constructs/jobs/capacity_fallback)."""
 
     def __init__(
         self,
@@ -28,6 +30,7 @@ class TrainingQueue(Construct):
         compute_environment_arn: str,
         scheduling_policy: batch.ISchedulingPolicy | None,
         runnable_timeout: Duration,
+        capacity_timeout: Duration | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         # The compute environment is an L1 in the compute stack (see TrainingFleet); the queue only
@@ -44,7 +47,10 @@ class TrainingQueue(Construct):
             scheduling_policy=scheduling_policy,
             job_state_time_limit_actions=[
                 batch.JobStateTimeLimitAction(
-                    max_time=runnable_timeout,
+                    max_time=capacity_timeout
+                    if capacity_timeout
+                    and reason is batch.JobStateTimeLimitActionsReason.INSUFFICIENT_INSTANCE_CAPACITY
+                    else runnable_timeout,
                     reason=reason,
                     action=batch.JobStateTimeLimitActionsAction.CANCEL,
                     state=batch.JobStateTimeLimitActionsState.RUNNABLE,

@@ -12,7 +12,7 @@ grant, and nothing runs or bills while no job changes state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import jsii
 from aws_cdk import RemovalPolicy
@@ -59,21 +59,22 @@ class _LogGroupTarget:
 
 class JobMetrics(Construct):
     """Attributes: `log_group` (one line per job state change of every fleet), `rules` (fleet -> rule),
-    `resumed_rules` (fleet -> the rule that counts its retried jobs)."""
+    `resumed_rules` (fleet -> the rule that counts its retried jobs).
+    `job_queue_arns`: fleet -> its queues (its own, then its fallback placements')."""
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        job_queue_arns: Mapping[str, str],
+        job_queue_arns: Mapping[str, Sequence[str]],
         retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "Events", retention=retention, removal_policy=RemovalPolicy.RETAIN)
         self.rules: dict[str, events.Rule] = {}
         self.resumed_rules: dict[str, events.Rule] = {}
-        for fleet, queue_arn in job_queue_arns.items():
+        for fleet, queue_arns in job_queue_arns.items():
             self.rules[fleet] = events.Rule(
                 self,
                 f"{fleet_construct_id(fleet)}Rule",
@@ -82,7 +83,8 @@ class JobMetrics(Construct):
                     source=["aws.batch"],
                     detail_type=["Batch Job State Change"],
                     detail={
-                        "jobQueue": [queue_arn],
+                        # The fleet's queue, and its fallback placements' (capacity_fallback).
+                        "jobQueue": list(queue_arns),
                         "status": list(JOB_STATE_METRICS),
                         # The nodes of a multi-node job are addressed as <job id>#<node> (Batch user
                         # guide, "Multi-node parallel jobs"); count the job, not each of its nodes.
@@ -104,7 +106,7 @@ class JobMetrics(Construct):
                 self,
                 f"{fleet_construct_id(fleet)}ResumedRule",
                 description=f"Jobs of fleet {fleet} resumed after a failed attempt, counted into {JOBS_RESUMED}",
-                event_pattern=resumed_job_pattern([queue_arn]),
+                event_pattern=resumed_job_pattern(list(queue_arns)),
                 targets=[
                     _LogGroupTarget(
                         self.log_group,

@@ -31,6 +31,7 @@ from config.metrics import (
 )
 from config.settings import FleetSettings
 from training_constructs.health.boot_breaker import NODE_FAULTS_TO_TRIP, WINDOW
+from training_constructs.observability.capacity_watch import capacity_alarm, capacity_widgets
 
 WIDTH = 24
 # A fleet whose retransmitted EFA packets exceed this in a minute is losing packets on the fabric.
@@ -126,6 +127,9 @@ class TrainingDashboard(Construct):
         for fleet in fleets:
             self._fleet_row(fleet, job_events)
             alarms = self._fleet_alarms(fleet, runnable_timeout)
+            if fleet.fallback:
+                self.dashboard.add_widgets(*capacity_widgets(fleet))
+                alarms.append(capacity_alarm(self, fleet, runnable_timeout))
             for alarm in alarms:
                 alarm.add_alarm_action(alarm_action)
             self.alarms[fleet.name] = alarms

@@ -1,0 +1,1 @@
+"""Capacity fallback by resubmission (construct.py); the Lambda handler is resubmit.py."""

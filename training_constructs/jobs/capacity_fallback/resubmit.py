@@ -1,0 +1,155 @@
+"""Lambda handler: send a job that its queue cancelled for lack of capacity to the fleet's next placement.
+
+Invoked by an EventBridge rule on "Batch Job State Change" events of a fleet's placement queues with
+status FAILED and the capacity cancel's status reason (see CAPACITY_CANCEL). The job is submitted
+again, once, to the next placement's queue whose window (a Capacity Block's) holds the present:
+same job definition, name, parameters, node count, environment and command, share identifier,
+priority, timeout, retries and tags; the instance type of each node range is the placement's.
+Every decision is one JSON line in the function's log, which metric filters count.
+
+ROUTES (environment, JSON): queue ARN -> {"fleet", "placement" (0 = the fleet's own), "label",
+"next": [{"queue", "placement", "label", "instanceType", "start", "end"}, ...]}.
+Stdlib, plus the boto3 that Lambda's Python runtime ships.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+# The statusReason Batch writes when a queue's jobStateTimeLimitActions cancels a job waiting for
+# capacity (Batch user guide, "Jobs stuck in RUNNABLE due to capacity").
+CAPACITY_CANCEL = "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+# Set on the cancelled job once its successor exists: a repeated event (EventBridge delivers at
+# least once) finds it and submits nothing.
+SUCCESSOR_TAG = "training:fallback-job"
+# Set on the successor: the job it continues and the placement it was sent to.
+ORIGIN_TAG = "training:fallback-of"
+PLACEMENT_TAG = "training:placement"
+# Errors worth another try (botocore's standard retry mode's throttling and transient codes).
+RETRIED_CODES = frozenset({"ThrottlingException", "TooManyRequestsException", "ServiceUnavailable", "InternalFailure"})
+# Batch reserves the aws: prefix; tags it set itself cannot be passed to SubmitJob.
+_RESERVED_TAG_PREFIX = "aws:"
+
+
+def batch_client() -> Any:
+    import boto3  # Lambda's Python runtime includes it
+
+    return boto3.client("batch")
+
+
+def log(**fields: Any) -> dict[str, Any]:
+    print(json.dumps(fields, sort_keys=True))
+    return fields
+
+
+def _inside(window: Mapping[str, Any], now: datetime) -> bool:
+    if not window.get("start"):
+        return True
+    start = datetime.fromisoformat(str(window["start"]).replace("Z", "+00:00"))
+    end = datetime.fromisoformat(str(window["end"]).replace("Z", "+00:00"))
+    return start <= now < end
+
+
+def next_placement(route: Mapping[str, Any], now: datetime) -> Mapping[str, Any] | None:
+    """The first later placement usable now: a Capacity Block only inside its window."""
+    return next((p for p in route.get("next", []) if _inside(p, now)), None)
+
+
+def _overrides(job: Mapping[str, Any], instance_type: str) -> dict[str, Any]:
+    """Node overrides that keep what the job ran with: its node count, and per node range the
+    environment and command it was given (DescribeJobs reports them merged with the definition's)."""
+    nodes = job.get("nodeProperties") or {}
+    ranges = []
+    for node_range in nodes.get("nodeRangeProperties", []):
+        container = node_range.get("container") or {}
+        override: dict[str, Any] = {"instanceType": instance_type}
+        if container.get("environment"):
+            override["environment"] = [
+                {"name": e["name"], "value": e.get("value", "")}
+                for e in container["environment"]
+                if not str(e.get("name", "")).startswith("AWS_BATCH")
+            ]
+        if container.get("command"):
+            override["command"] = list(container["command"])
+        ranges.append({"targetNodes": node_range["targetNodes"], "containerOverrides": override})
+    result: dict[str, Any] = {"nodePropertyOverrides": ranges}
+    if nodes.get("numNodes"):
+        result["numNodes"] = int(nodes["numNodes"])
+    return result
+
+
+def resubmission(job: Mapping[str, Any], target: Mapping[str, Any]) -> dict[str, Any]:
+    """SubmitJob's arguments for the job on the target placement."""
+    tags = {k: v for k, v in (job.get("tags") or {}).items() if not k.startswith(_RESERVED_TAG_PREFIX)}
+    tags.pop(SUCCESSOR_TAG, None)
+    tags[ORIGIN_TAG] = str(job["jobId"])
+    tags[PLACEMENT_TAG] = str(target["placement"])
+    request: dict[str, Any] = {
+        "jobName": job["jobName"],
+        "jobQueue": target["queue"],
+        "jobDefinition": job["jobDefinition"],
+        "nodeOverrides": _overrides(job, str(target["instanceType"])),
+        "tags": tags,
+    }
+    optional = {
+        "parameters": job.get("parameters"),
+        "shareIdentifier": job.get("shareIdentifier"),
+        "schedulingPriorityOverride": job.get("schedulingPriority"),
+        "timeout": job.get("timeout"),
+        "retryStrategy": job.get("retryStrategy"),
+        "propagateTags": job.get("propagateTags"),
+    }
+    request.update({k: v for k, v in optional.items() if v not in (None, {}, [])})
+    return request
+
+
+def handle(detail: Mapping[str, Any], routes: Mapping[str, Any], batch: Any, now: datetime) -> dict[str, Any]:
+    job_id = str(detail.get("jobId", ""))
+    route = routes.get(str(detail.get("jobQueue", "")))
+    base = {"jobId": job_id, "jobName": detail.get("jobName")}
+    if route is None:
+        return log(action="ignored", reason="not a placement queue of this deployment", **base)
+    base |= {"fleet": route["fleet"], "placement": route["placement"]}
+    if detail.get("status") != "FAILED" or not str(detail.get("statusReason", "")).startswith(CAPACITY_CANCEL):
+        return log(action="ignored", reason=f"not a capacity cancel: {detail.get('statusReason', '')}", **base)
+    # The event's detail is the job as it was cancelled; its tags as Batch holds them now tell
+    # whether a repeated event already made its successor.
+    jobs = batch.describe_jobs(jobs=[job_id]).get("jobs", [])
+    job = {**detail, "tags": (jobs[0] if jobs else detail).get("tags") or {}}
+    successor = job["tags"].get(SUCCESSOR_TAG)
+    if successor:
+        return log(action="already-resubmitted", successor=successor, **base)
+    target = next_placement(route, now)
+    if target is None:
+        reason = "no further placement" if not route.get("next") else "no later placement's window is open now"
+        return log(action="capacity-exhausted", event="capacity-cancel", reason=f"{reason}: the job ends here", **base)
+    try:
+        submitted = batch.submit_job(**resubmission(job, target))
+    except Exception as error:
+        # An AWS refusal (an old job definition revision the role may not use, a share identifier
+        # the queue does not know) ends this job's chain: log it where the metric filter counts it.
+        # Anything else (throttling, a network error) raises, and EventBridge retries the event.
+        code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
+        if not code or code in RETRIED_CODES:
+            raise
+        reason = f"SubmitJob to placement {target['placement']} refused: {error}"
+        return log(action="resubmit-failed", event="capacity-cancel", reason=reason, **base)
+    new_id = str(submitted["jobId"])
+    batch.tag_resource(resourceArn=str(job.get("jobArn", "")), tags={SUCCESSOR_TAG: new_id})
+    return log(
+        action="resubmitted",
+        event="capacity-cancel",
+        successor=new_id,
+        to_placement=target["placement"],
+        to=target["label"],
+        **base,
+    )
+
+
+def handler(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    routes = json.loads(os.environ["ROUTES"])
+    return handle(event.get("detail", {}), routes, batch_client(), datetime.now(UTC))
