@@ -1,31 +1,39 @@
-"""Reads the app's context keys once, parses CLI strings, validates them and builds AppSettings.
+"""Reads the app's context keys once, checks the rules between them and builds AppSettings.
 
-Every key is a field of the pydantic model `Context` (alias = the key, with its default, what is
-allowed and what it means); `KEYS` is derived from it and the README table documents the same list
-(a test keeps the two in step). Values from `-c key=value` arrive as strings, values from cdk.json
-as JSON types; both are accepted. The first problem found is raised as a one-line ConfigError that
-names the key (or `fleets.<name>.<field>`), the value and what is allowed.
+The keys themselves are declared in config/context_keys.py. Values from `-c key=value` arrive as
+strings, values from cdk.json as JSON types; both are accepted. The first problem found is raised as a
+one-line ConfigError that names the key (or `fleets.<name>.<field>`), the value and what is allowed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, create_model
+from pydantic import ValidationError
 
 from config import limits, refusals, schedule_rules, zones
-from config.catalog import CATALOG, AcceleratorKind, InstanceSpec, Profile, types_for
+from config.catalog import CATALOG, AcceleratorKind, InstanceSpec
+from config.context_keys import (
+    EFA_TYPES,
+    FLAT_FIELDS,
+    FLAT_FLEET_KEYS,
+    FLAT_FLEETS,
+    KEYS,
+    RESERVED_NAMES,
+    ConfigError,
+    Context,
+    FleetModel,
+    snake,
+    upper_first,
+)
 from config.instance_types import botocore_version, ec2_instance_types
-from config.placements import FIELDS_TEXT, PlacementError, PlacementModel, fallback_placements
+from config.placements import FIELDS_TEXT, PlacementError, fallback_placements
 from config.settings import (
     FLEET_ID_SUFFIXES,
-    RESERVED_CONSTRUCT_IDS,
     AppSettings,
     CapacityReservation,
     FleetSettings,
@@ -39,262 +47,6 @@ from config.settings import (
     fleet_construct_id,
 )
 
-_RESERVED = {name.lower(): name for name in RESERVED_CONSTRUCT_IDS}
-
-_GPU_TYPES = types_for(Profile.GPU)
-_TRN_TYPES = types_for(Profile.TRAINIUM)
-_EFA_TYPES = _GPU_TYPES + _TRN_TYPES
-# The flat keys that describe the two default fleets; `fleets` replaces them all.
-FLAT_FLEETS = {"gpu": ("NVIDIA GPU", _GPU_TYPES, "g6.12xlarge"), "trainium": ("Trainium", _TRN_TYPES, "trn1.32xlarge")}
-
-
-def _upper_first(name: str) -> str:
-    return name[0].upper() + name[1:]
-
-
-# The fleet fields the flat keys carry: gpuNodes is the gpu fleet's nodes, and so on.
-_FLAT_FIELDS = ("instanceType", "nodes", "maxNodes", "image", "capacityReservationId", "capacityReservationType")
-FLAT_FLEET_KEYS = tuple(p + s for p in FLAT_FLEETS for s in (*map(_upper_first, _FLAT_FIELDS), "PurchaseOption"))
-
-
-class ConfigError(ValueError):
-    """A context value the app cannot use. The message is one line, fit for the user."""
-
-
-def _int(value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError("not an integer")
-    if isinstance(value, str):
-        if not re.fullmatch(r"[+-]?\d+", value.strip()):
-            raise ValueError("not an integer")
-        return int(value)
-    return value
-
-
-def _bool(value: Any) -> Any:
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    if not isinstance(value, bool):
-        raise ValueError("not a boolean")
-    return value
-
-
-def _json_object(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"malformed JSON ({error.msg} at column {error.colno})") from None
-    if value is not None and not isinstance(value, dict):
-        raise ValueError("not a JSON object")
-    return value
-
-
-def _pattern(regex: str, max_length: int | None = None) -> Any:
-    """An optional string of this shape; an empty string counts as not given."""
-    return Annotated[
-        Annotated[str, StringConstraints(pattern=regex, max_length=max_length)] | None,
-        BeforeValidator(lambda v: None if v in ("", None) else v),
-    ]
-
-
-Int = Annotated[int, BeforeValidator(_int)]
-Bool = Annotated[bool, BeforeValidator(_bool)]
-Reservation = _pattern(r"^cr-[0-9a-f]{17}$")
-ReservationType = Literal["odcr", "capacity-block"]
-Az = _pattern(r"^[a-z]{2,4}(-[a-z]+)+-\d[a-z]$")
-# An image reference as Batch and Docker take it (distribution/reference grammar): an optional
-# registry host (a dot or a port, or localhost), path components of lower-case letters and digits
-# joined by . _ __ or dashes, then an optional tag and an optional sha256 digest. Docker Hub short
-# names (ubuntu:22.04, library/ubuntu, user/repo:tag) included; Batch takes up to 255 characters
-# (API ContainerProperties.image).
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_HOST = r"(?:localhost(?::\d+)?|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+(?::\d+)?|[A-Za-z0-9-]+:\d+)"
-Image = _pattern(
-    rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$",
-    max_length=255,
-)
-Ami = _pattern(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
-# An IPv4 CIDR or a managed prefix list id.
-SshSource = _pattern(
-    r"^(((25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(25[0-5]|2[0-4]\d|1?\d?\d)/(3[0-2]|[12]?\d)|pl-[0-9a-f]{8,17})$"
-)
-KeyName = _pattern(r"^[\x20-\x7e]{1,255}$")
-Email = _pattern(r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")
-# Secrets Manager CreateSecret Name: 1..512 of letters, digits and /_+=.@- (API reference).
-SecretName = _pattern(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
-_IMAGE_TEXT = "an image as Batch takes it: ubuntu:22.04, user/repo:tag, registry/repo:tag or @sha256:digest"
-_RESERVATION_TEXT = "cr- followed by 17 hex digits"
-
-
-def key(alias: str, default: Any, allowed: str, meaning: str, **constraints: Any) -> Any:
-    return Field(default, alias=alias, description=meaning, json_schema_extra={"allowed": allowed}, **constraints)
-
-
-def ranged(alias: str, default: int, bounds: tuple[int, int], meaning: str, note: str = "") -> Any:
-    """An integer key within `bounds`, both ends included."""
-    allowed = f"integer {bounds[0]}..{bounds[1]}{note}"
-    return key(alias, default, allowed, meaning, ge=bounds[0], le=bounds[1])
-
-
-class FleetModel(BaseModel):
-    """One entry of the `fleets` key."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    instance_type: str = key(
-        "instanceType", ..., "EFA-capable catalog types: " + ", ".join(_EFA_TYPES), "instance type"
-    )
-    nodes: Int = ranged("nodes", limits.MIN_NODES, (limits.MIN_NODES, limits.MAX_NODES), "nodes per multi-node job")
-    max_nodes: Int | None = key(
-        "maxNodes", None, f"integer nodes..{limits.MAX_NODES} (default: the larger of nodes and 4)",
-        "nodes the compute environment may scale to", ge=limits.MIN_NODES, le=limits.MAX_NODES,
-    )  # fmt: skip
-    availability_zone: Az = key(
-        "availabilityZone", None, "an AZ name such as us-east-1b, in the stack's region", "AZ of the fleet"
-    )
-    capacity_reservation_id: Reservation = key(
-        "capacityReservationId", None, _RESERVATION_TEXT, "ODCR or capacity block"
-    )
-    capacity_reservation_type: ReservationType = key(
-        "capacityReservationType", "odcr", "odcr or capacity-block", "what capacityReservationId names"
-    )
-    image: Image = key("image", None, _IMAGE_TEXT, "existing image to use instead of building one")
-    ami_id: Ami = key("amiId", None, "ami- followed by 8 or 17 hex digits", "fixed Neuron AMI")
-    fallback: list[PlacementModel] | None = key(
-        "fallback", None, FIELDS_TEXT, "where jobs go, in order, when the fleet's own place has no capacity"
-    )
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
-
-
-def _flat_fleet_keys(prefix: str, family: str, types: tuple[str, ...], default_type: str) -> dict[str, Any]:
-    """The flat keys of one default fleet: the fleet fields under prefixed names, plus the purchase
-    option (only on-demand exists for multi-node jobs, but the key is a documented promise)."""
-    fields: dict[str, Any] = {}
-    for name in _FLAT_FIELDS:
-        suffix = _upper_first(name)
-        source = FleetModel.model_fields[_snake(name)]
-        allowed = source.json_schema_extra["allowed"].replace("nodes", f"{prefix}Nodes")
-        default = source.default
-        if name == "instanceType":
-            allowed, default = f"none, or EFA-capable {family} types: " + ", ".join(types), default_type
-        meaning = source.description.replace("capacityReservationId", f"{prefix}CapacityReservationId")
-        meaning = f"{family} fleet `{prefix}`: {meaning}"
-        # The fleet field's type with its validators and bounds, under the flat key's name.
-        kind = Annotated[source.annotation, *source.metadata] if source.metadata else source.annotation
-        fields[f"{prefix}_{_snake(suffix)}"] = (kind, key(prefix + suffix, default, allowed, meaning))
-    spot = "on-demand (multi-node jobs do not run on Spot)"
-    option = key(f"{prefix}PurchaseOption", "on-demand", spot, f"{family} fleet `{prefix}`: purchase option")
-    fields[f"{prefix}_purchase_option"] = (Literal["on-demand", "spot"], option)
-    return fields
-
-
-class _ContextBase(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=False)
-
-    fleets: Annotated[dict[str, FleetModel] | None, BeforeValidator(_json_object)] = key(
-        "fleets", None, "a JSON object: fleet name (a letter, then letters and digits) -> {" + ", ".join(
-            f.alias for f in FleetModel.model_fields.values()) + "}", "named fleets instead of the flat fleet keys"
-    )  # fmt: skip
-    availability_zone: Az = key(
-        "availabilityZone", None, "an AZ name such as us-east-1a, in the stack's region", "default AZ of the fleets"
-    )
-    nat_gateways: Int = key("natGateways", 1, "integer 1..2", "NAT gateways", ge=1)
-    interface_endpoints: str = key(
-        "interfaceEndpoints", "", "comma-separated subset of: " + ", ".join(limits.INTERFACE_ENDPOINTS), "endpoints"
-    )
-    log_retention_days: Int = key(
-        "logRetentionDays", 30, "one of " + ", ".join(map(str, limits.LOG_RETENTION_DAYS)), "log retention"
-    )
-    root_volume_gib: Int = ranged("rootVolumeGib", 300, (limits.MIN_ROOT_GIB, limits.MAX_ROOT_GIB), "root GiB")
-    root_volume_throughput: Int = ranged(
-        "rootVolumeThroughput", 500, limits.GP3_THROUGHPUT, "root volume MiB/s", " MiB/s, at most rootVolumeIops / 4"
-    )
-    root_volume_iops: Int = ranged("rootVolumeIops", 6000, limits.GP3_IOPS, "root volume IOPS")
-    job_timeout_seconds: Int = ranged("jobTimeoutSeconds", 3600, limits.JOB_TIMEOUT_SECONDS, "attempt timeout")
-    job_attempts: Int = ranged("jobAttempts", 3, (1, limits.MAX_ATTEMPTS), "attempts per job (infrastructure failures)")
-    runnable_timeout_minutes: Int = ranged(
-        "runnableTimeoutMinutes",
-        60,
-        limits.RUNNABLE_TIMEOUT_MINUTES,
-        "minutes before a job that cannot run is cancelled",
-    )
-    alert_email: Email = key("alertEmail", None, "an email address", "subscriber of the job-alert topic")
-    health_check_schedule: str = key(
-        "healthCheckSchedule", "", "empty (none), rate(N minutes|hours|days) from 1 hour to "
-        f"{limits.MAX_HEALTH_CHECK_DAYS} days, or cron(min hour * * ? *) with every day in its day fields",
-        "scheduled fleet check (the benchmark job) per fleet, with alarms to the job-alert topic",
-    )  # fmt: skip
-    shares: str = key(
-        "shares", "", "empty (FIFO queues), or a comma list of identifier:share; identifier up to 255 letters and "
-        f"digits (a trailing * makes it a prefix), share 1..{limits.MAX_SHARE}, at most "
-        f"{limits.MAX_SHARE_IDENTIFIERS} identifiers", "fair-share identifiers and their relative shares",
-    )  # fmt: skip
-    ecs_exec: Bool = key(
-        "ecsExec", True, "true or false", "ECS Exec into job containers (`trainctl exec`); false removes it and its IAM"
-    )
-    parallel_cluster: Bool = key("parallelCluster", False, "true or false", "add the optional ParallelCluster stack")
-    pcluster_instance_type: str = key(
-        "pclusterInstanceType", "p5e.48xlarge", "comma list of EFA-capable types: " + ", ".join(_EFA_TYPES), "queues"
-    )
-    pcluster_max_nodes: Int = ranged("pclusterMaxNodes", 2, (1, limits.MAX_NODES), "Slurm queue MaxCount")
-    pcluster_head_node_instance_type: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")] = key(
-        "pclusterHeadNodeInstanceType", "m7i.xlarge", "an EC2 instance type name such as m7i.2xlarge", "head node type"
-    )
-    pcluster_ssh_source: SshSource = key(
-        "pclusterSshSource", None, "an IPv4 CIDR such as 203.0.113.0/24, or a prefix list id pl-...", "SSH source"
-    )
-    pcluster_key_name: KeyName = key("pclusterKeyName", None, "an EC2 key pair name", "key pair of the head node")
-    pcluster_capacity_reservation_id: Reservation = key(
-        "pclusterCapacityReservationId", None, _RESERVATION_TEXT, "ODCR or capacity block for the Slurm nodes"
-    )
-    pcluster_capacity_reservation_type: ReservationType = key(
-        "pclusterCapacityReservationType", "odcr", "odcr or capacity-block", "what pclusterCapacityReservationId names"
-    )
-    fsx_capacity_gib: Int = ranged(
-        "fsxCapacityGib", limits.FSX_MIN_CAPACITY_GIB, (limits.FSX_MIN_CAPACITY_GIB, limits.FSX_MAX_CAPACITY_GIB),
-        "FSx for Lustre GiB", f": 1200, 2400, then steps of {limits.FSX_CAPACITY_STEP_GIB}",
-    )  # fmt: skip
-    fsx_throughput: Int = key(
-        "fsxThroughput", 250, "one of " + ", ".join(map(str, limits.FSX_THROUGHPUTS)), "FSx for Lustre MB/s per TiB"
-    )
-    pcluster_deletion_policy: Literal["Retain", "Delete"] = key(
-        "pclusterDeletionPolicy", "Retain", "Retain or Delete", "whether deleting the stack deletes the cluster"
-    )
-    image_build: Literal["local", "cloud"] = key(
-        "imageBuild", "local", "local (Docker on the deploying machine) or cloud (AWS CodeBuild at deploy)",
-        "where the training images are built",
-    )  # fmt: skip
-    ngc_secret: SecretName = key(
-        "ngcSecret", None, "a Secrets Manager secret name (letters, digits, /_+=.@-)",
-        "secret holding an NGC API key for the cloud build's nvcr.io login",
-    )  # fmt: skip
-
-
-def _context_model() -> type[BaseModel]:
-    fields = {k: v for prefix, spec in FLAT_FLEETS.items() for k, v in _flat_fleet_keys(prefix, *spec).items()}
-    return create_model("Context", __base__=_ContextBase, **fields)
-
-
-Context = _context_model()
-
-
-@dataclass(frozen=True)
-class ContextKey:
-    name: str
-    default: Any
-    allowed: str
-    meaning: str
-
-
-KEYS: dict[str, ContextKey] = {
-    f.alias: ContextKey(f.alias, f.default, f.json_schema_extra["allowed"], f.description)
-    for f in sorted(Context.model_fields.values(), key=lambda f: f.alias.lower())
-}
 _FLEET_FIELDS = {f.alias: f.json_schema_extra["allowed"] for f in FleetModel.model_fields.values()}
 _SHORT_ALLOWED = refusals.SHORT_ALLOWED | {
     "interfaceEndpoints": refusals.SHORT_ALLOWED["interfaceEndpoints"] + ", ".join(limits.INTERFACE_ENDPOINTS),
@@ -428,8 +180,8 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
         for name in ctx.fleets:
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,31}", name):
                 raise _fail("fleets", name, "a fleet name is a letter, then up to 31 letters and digits")
-            if fleet_construct_id(name).lower() in _RESERVED:
-                problem = f"{name!r} is taken by the stacks' own {_RESERVED[name.lower()]!r}"
+            if fleet_construct_id(name).lower() in RESERVED_NAMES:
+                problem = f"{name!r} is taken by the stacks' own {RESERVED_NAMES[name.lower()]!r}"
                 allowed = "a fleet name that is not one of the stacks' own ids (in any case)"
                 raise _fail("fleets", name, problem, allowed)
             if name.lower() in seen:
@@ -437,7 +189,7 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
             seen[name.lower()] = name
         _check_fleet_ids(tuple(ctx.fleets))
         return tuple(
-            _fleet(name, m, lambda f, n=name: f"fleets.{n}.{f}", _EFA_TYPES, "EFA-capable", region)
+            _fleet(name, m, lambda f, n=name: f"fleets.{n}.{f}", EFA_TYPES, "EFA-capable", region)
             for name, m in ctx.fleets.items()
         )
     fleets = []
@@ -448,9 +200,9 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
             raise _fail(f"{prefix}PurchaseOption", "spot", problem)
         if getattr(ctx, f"{prefix}_instance_type") == "none":
             continue
-        fields = {f: getattr(ctx, f"{prefix}_{_snake(f)}") for f in _FLAT_FIELDS}
+        fields = {f: getattr(ctx, f"{prefix}_{snake(f)}") for f in FLAT_FIELDS}
         model = FleetModel.model_validate(fields)
-        fleets.append(_fleet(prefix, model, lambda f, p=prefix: p + _upper_first(f), types, family, region))
+        fleets.append(_fleet(prefix, model, lambda f, p=prefix: p + upper_first(f), types, family, region))
     if not fleets:
         raise ConfigError("context keys gpuInstanceType=none and trainiumInstanceType=none leave no fleet to deploy")
     return tuple(fleets)
@@ -614,7 +366,7 @@ def _parallel_cluster(ctx: Any) -> ParallelClusterSettings:
         raise _fail("pclusterInstanceType", ctx.pcluster_instance_type, "empty")
     return ParallelClusterSettings(
         enabled=ctx.parallel_cluster,
-        instances=tuple(_instance("pclusterInstanceType", n, _EFA_TYPES, "EFA-capable") for n in names),
+        instances=tuple(_instance("pclusterInstanceType", n, EFA_TYPES, "EFA-capable") for n in names),
         max_nodes=ctx.pcluster_max_nodes,
         head_node_instance_type=ctx.pcluster_head_node_instance_type,
         ssh_source=ctx.pcluster_ssh_source,

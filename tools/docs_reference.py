@@ -1,6 +1,6 @@
 """Writes the site's reference pages (docs/reference/*.md) from the code that defines what they list.
 
-- context-keys.md: every key of config/context.py's `KEYS` (derived from the pydantic model), and the
+- context-keys.md: every key of config/context_keys.py's `KEYS` (derived from the pydantic model), and the
   fields of one `fleets` entry (`FleetModel`), with default, what is allowed and what it does;
 - catalog.md: the EFA-capable types of config/catalog.py's `CATALOG`;
 - cli.md: trainctl's commands, found by walking the command tree typer builds from `trainctl.cli.app`,
@@ -21,7 +21,7 @@ import typer.main
 from pydantic_core import PydanticUndefined
 
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec
-from config.context import KEYS, FleetModel
+from config.context_keys import KEYS, FleetModel
 from trainctl.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ def context_keys_page() -> str:
     lines = [
         "# Context keys",
         "",
-        GENERATED.format(source="config/context.py").rstrip("\n"),
+        GENERATED.format(source="config/context_keys.py").rstrip("\n"),
         "",
         "Set with `-c key=value` on every `make deploy` / `make diff` (or in `cdk.json`). What each key",
         "does in practice, and which pages to read before changing it: [Deploy and upgrade]"
