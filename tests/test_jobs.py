@@ -676,7 +676,12 @@ def test_each_placement_has_a_queue_of_its_own_compute_environment_only():
     """One compute environment per queue: a job is placed in one placement or none, never across two."""
     template = synth("three-fleets").templates[STACK]
     compute = synth("three-fleets").templates["TrainingCompute"]
-    exports = {o["Export"]["Name"]: o["Value"]["Fn::GetAtt"][0] for o in compute["Outputs"].values() if "Export" in o}
+    # Compute environments are exported by GetAtt; other exports (the boot-check log groups) are Refs.
+    exports = {
+        o["Export"]["Name"]: o["Value"]["Fn::GetAtt"][0]
+        for o in compute["Outputs"].values()
+        if "Export" in o and "Fn::GetAtt" in o["Value"]
+    }
     environments = []
     prefixes = ("Llm", "LlmFallback1", "LlmFallback2", "LlmFallback3")
     for queue_id, prefix in zip(queue_ids(template), prefixes, strict=True):
