@@ -289,7 +289,10 @@ def test_the_field_rules_match_eventbridges_table():
 def compute_export(template, fleet, attribute):
     """The jobs stack's import of one of `fleet`'s compute-stack values."""
     prefix = f"TrainingCompute:ExportsOutputFnGetAtt{construct_id(fleet)}"
-    imports = {v for v in _imports(template) if v.startswith(prefix) and attribute in v}
+    # The fleet's own compute path, not its fallback placements' (<Fleet>Fallback<n>...).
+    imports = {
+        v for v in _imports(template) if v.startswith(prefix) and attribute in v and "Fallback" not in v[len(prefix) :]
+    }
     (name,) = imports
     return {"Fn::ImportValue": name}
 

@@ -360,7 +360,9 @@ def test_every_fleet_counts_its_resumed_jobs_and_only_retries():
         assert not matches(concrete, {**RESUMED_EVENT, "detail": {**RESUMED_EVENT["detail"], "status": "RUNNING"}})
         node = {**RESUMED_EVENT, "detail": {**RESUMED_EVENT["detail"], "jobId": "4c75#1"}}
         assert not matches(concrete, node)
-        assert len(queue) == 1
+        # The fleet's own queue, then its fallback placements' (a job resumed on any of them counts).
+        own, *fallback = [q["Fn::GetAtt"][0] for q in queue]
+        assert all(q.startswith(own[: own.index("Queue")] + "Fallback") for q in fallback)
         (target,) = rule["Targets"]
         line = json.loads(transform(target, RESUMED_EVENT)["message"])
         assert line["status"] == "RESUMED"
