@@ -103,7 +103,9 @@ def check_keys(context: Mapping[str, Any]) -> None:
         if name in KEYS or not re.match(r"^[A-Za-z][A-Za-z0-9]*$", name):
             continue  # namespaced keys (feature flags, aws:cdk:*) belong to CDK
         guess = known.get(name.lower()) or next(iter(difflib.get_close_matches(name, KEYS, n=1, cutoff=0.75)), None)
-        hint = f"did you mean {guess}?" if guess else refusals.did_you_mean(name, KEYS, "README, Context keys")
+        hint = (
+            f"did you mean {guess}?" if guess else refusals.did_you_mean(name, KEYS, "docs/reference/context-keys.md")
+        )
         raise ConfigError(f"unknown context key {name!r}: {hint}")
 
 
@@ -113,7 +115,7 @@ def _instance(path: str, name: str, allowed: tuple[str, ...], family: str) -> In
         return spec
     listed = ", ".join(allowed)
     # A short list in full; otherwise the closest names and where the catalog is.
-    choices = listed if len(listed) <= 60 else refusals.did_you_mean(name, allowed, "README, Instance catalog")
+    choices = listed if len(listed) <= 60 else refusals.did_you_mean(name, allowed, "docs/reference/catalog.md")
     if spec is None:
         problem = "not in the instance catalog"
     elif not spec.efa_supported:
@@ -136,7 +138,7 @@ def _fleet(
     az = model.availability_zone
     _check_az(path("availabilityZone"), az, region)
     if model.ami_id and instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
-        problem = "GPU fleets take AWS's current ECS GPU AMI through Batch (README, Changing a deployed fleet)"
+        problem = "GPU fleets take AWS's current ECS GPU AMI through Batch (docs/fleets.md)"
         raise _fail(path("amiId"), model.ami_id, problem)
     reservation = model.capacity_reservation_id and CapacityReservation(
         reservation_id=model.capacity_reservation_id, kind=model.capacity_reservation_type
@@ -273,7 +275,7 @@ def _check_subnet_room(fleets: tuple[FleetSettings, ...], cluster: ParallelClust
         slurm["Slurm head node"] = 1
     for where, need in users.items():
         if sum(need.values()) > limits.TRAINING_SUBNET_ADDRESSES:
-            # The two largest users; README, Fleets explains the count per node.
+            # The two largest users; docs/fleets.md explains the count per node.
             largest = sorted(need.items(), key=lambda item: -item[1])
             detail = ", ".join(f"{name}: {n}" for name, n in largest[:2])
             detail += f", {len(largest) - 2} more" if len(largest) > 2 else ""
@@ -390,7 +392,7 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
         raise _from_pydantic(error, given) from None
     if ctx.log_retention_days not in limits.LOG_RETENTION_DAYS:
         near = sorted(sorted(limits.LOG_RETENTION_DAYS, key=lambda d: abs(d - ctx.log_retention_days))[:2])
-        allowed = f"a CloudWatch Logs retention such as {near[0]} or {near[1]} (README, Context keys)"
+        allowed = f"a CloudWatch Logs retention such as {near[0]} or {near[1]} (docs/reference/context-keys.md)"
         raise _fail("logRetentionDays", ctx.log_retention_days, "not a value CloudWatch Logs accepts", allowed)
     if ctx.parallel_cluster and ctx.log_retention_days not in limits.PCLUSTER_LOG_RETENTION_DAYS:
         allowed = "with parallelCluster=true one of " + ", ".join(map(str, limits.PCLUSTER_LOG_RETENTION_DAYS))

@@ -1,6 +1,6 @@
 """Keeps every refusal of a context value to one line of about 200 characters: the value as the user
 wrote it (cut short when long), the closest allowed names rather than all of them, and where the full
-list is. The README's context key table keeps the complete "allowed" text of each key."""
+list is. docs/reference/context-keys.md keeps the complete "allowed" text of each key."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ MAX_LINE = 200
 MAX_VALUE = 48
 
 # Short "allowed" texts for keys and fleet fields whose full text is a long list or a long sentence.
-CATALOG_TYPES = "an EFA-capable type of README, Instance catalog"
+CATALOG_TYPES = "an EFA-capable type of docs/reference/catalog.md"
 SHORT_ALLOWED = {
-    "fleets": "a JSON object of named fleets (README, Fleets)",
+    "fleets": "a JSON object of named fleets (docs/fleets.md)",
     "healthCheckSchedule": "empty, rate(1 hour) to rate(6 days), or cron(M H * * ? *)",
     "shares": "empty, or identifier:share,... (identifier: letters and digits, * suffix; share 1..1000)",
     "interfaceEndpoints": "any of: ",  # completed with the names in config/context.py

@@ -6,7 +6,7 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """trainctl's exit status (README, "trainctl")."""
+    """trainctl's exit status (docs/jobs.md, "trainctl exit status")."""
 
     OK = 0
     # submit --watch, check: the job ended FAILED.

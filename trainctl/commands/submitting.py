@@ -127,7 +127,7 @@ def submit(
     ] = None,
     no_launcher: Annotated[bool, typer.Option("--no-launcher", help="Run --command without the launcher.")] = False,
     image: Annotated[
-        str | None, typer.Option(help="Another image (registers a job definition revision, see README).")
+        str | None, typer.Option(help="Another image (registers a job definition revision, see docs/jobs.md).")
     ] = None,
     attempts: Annotated[
         int | None, typer.Option(min=1, max=MAX_ATTEMPTS, help="Attempts (infrastructure failures only).")
@@ -169,7 +169,7 @@ def run(
     poll_seconds: PollOption = POLL_SECONDS,
 ) -> None:
     """Submit the job a task file describes: fleet (required), job, nodes, name, command, launcher, image,
-    env, share, timeout, attempts (README, "Task files")."""
+    env, share, timeout, attempts (docs/jobs.md)."""
     state = state_of(ctx)
     fleet, request = build_request(state, load_task(task_file), new_share=new_share, dry_run=dry_run)
     if dry_run:

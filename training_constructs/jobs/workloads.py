@@ -1,7 +1,7 @@
 """What the job definitions run by default: the command and environment for each kind of fleet.
 
 Everything here can be overridden at submit time (node overrides of command and environment);
-the README shows how.
+docs/jobs.md shows how.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def training_workload(instance: InstanceSpec) -> Workload:
             "TASK": DEFAULT_TASK,
             "MAX_ITERATIONS": str(DEFAULT_MAX_ITERATIONS),
             # The Isaac Sim container does not start without both; setting them accepts NVIDIA's
-            # Omniverse licence terms for the jobs this definition runs (README, "Isaac Lab").
+            # Omniverse licence terms for the jobs this definition runs (docs/images.md).
             "ACCEPT_EULA": "Y",
             "PRIVACY_CONSENT": "Y",
             # Appended to the script's arguments by the launcher when it restored a model. Isaac Lab's

@@ -70,7 +70,7 @@ def capacity_alarm(scope: Construct, fleet: FleetSettings, runnable_timeout: Dur
         alarm_description=(
             f"Fleet {fleet.name}: within {window.to_minutes():.0f} minutes every placement's queue cancelled a job "
             "for lack of capacity, so jobs ran out of places to go. `trainctl status` shows which placements are "
-            "short and since when; add a placement, a reservation or a Capacity Block (README, Capacity fallback)."
+            "short and since when; add a placement, a reservation or a Capacity Block (docs/fleets.md)."
         ),
         threshold=1,
         evaluation_periods=1,

@@ -1,6 +1,6 @@
 """One CloudWatch dashboard for the deployment (a row per fleet) and the alarms that page the job-alert
 topic. aws_cloudwatch L2 only: cdk-monitoring-constructs has no Batch monitor (cdklabs/
-cdk-monitoring-constructs#612) and every figure here is a custom metric; see README, "Observability"."""
+cdk-monitoring-constructs#612) and every figure here is a custom metric; see docs/observability.md."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ class TrainingDashboard(Construct):
             )
             if gpu
             else cw.TextWidget(
-                markdown=f"**{name}: NeuronCore utilisation** is not collected (README, Observability).",
+                markdown=f"**{name}: NeuronCore utilisation** is not collected (docs/observability.md).",
                 width=6,
             )
         )
@@ -257,8 +257,8 @@ class TrainingDashboard(Construct):
                 "jobs became RUNNABLE and no job started: a window count, not each job's own wait (`trainctl "
                 "why JOB` tells one job's). The queue cancels jobs stuck at the limit. Check that the compute "
                 "environment is VALID and scaling (Batch console), the EC2 quota and capacity for "
-                f"{fleet.instance.name} in the fleet's AZ, and that the job fits one node (README, Jobs that "
-                "cannot run)."
+                f"{fleet.instance.name} in the fleet's AZ, and that the job fits one node (docs/jobs.md, "
+                "Jobs that cannot run)."
             ),
             threshold=1,
             evaluation_periods=1,
