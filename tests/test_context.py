@@ -72,7 +72,7 @@ def test_max_nodes_defaults_to_at_least_nodes():
     [
         ({"gpuInstanceType": "trn1.32xlarge"}, ["gpuInstanceType", "trn1.32xlarge", "not NVIDIA GPU", "catalog"]),
         # The closest names of the catalog, not all of them (issue 32: refusals stay short).
-        ({"gpuInstanceType": "p5.48xlarg"}, ["gpuInstanceType", "did you mean p5.48xlarge, ", "Instance catalog"]),
+        ({"gpuInstanceType": "p5.48xlarg"}, ["gpuInstanceType", "did you mean p5.48xlarge, ", "docs/reference/catalog.md"]),
         ({"trainiumInstanceType": "p5.48xlarge"}, ["trainiumInstanceType", "p5.48xlarge", "trn1n.32xlarge"]),
         ({"gpuInstanceType": "g6.4xlarge"}, ["gpuInstanceType", "g6.4xlarge", "no EFA"]),
         ({"gpuInstanceType": "m5.large"}, ["gpuInstanceType", "m5.large", "not in the instance catalog"]),
@@ -125,7 +125,7 @@ def test_misspelt_keys_are_refused_with_a_suggestion(typo, meant):
 
 def test_unknown_plain_key_points_to_the_key_table():
     message = error(flavour="vanilla")
-    assert message == "unknown context key 'flavour': see README, Context keys"
+    assert message == "unknown context key 'flavour': see docs/reference/context-keys.md"
     # Closest keys where some are close, without the whole list.
     message = error(healthSchedule="rate(1 day)")
     assert message.startswith("unknown context key 'healthSchedule': did you mean healthCheckSchedule")

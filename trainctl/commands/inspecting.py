@@ -23,6 +23,7 @@ from trainctl.display import human_duration, human_size, parse_since, styled_sta
 from trainctl.jobs import DONE, describe_jobs, num_nodes, owned_job
 from trainctl.listing import JobFilter, list_jobs, parse_states
 from trainctl.logs import LogLine, StreamReader, interleave, node_streams, parse_nodes
+from trainctl.recovery import log_tail
 from trainctl.showing import node_rows
 from trainctl.why import explain
 
@@ -207,7 +208,13 @@ def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB",
     job, fleet = owned_job(state.batch, state.deployment(), job_id)
     compute = fleet_compute(state.batch, fleet)
     explanation = explain(
-        job, queue=compute.queue, environment=compute.environment, instance=compute.instance, now=datetime.now(UTC)
+        job,
+        queue=compute.queue,
+        environment=compute.environment,
+        instance=compute.instance,
+        now=datetime.now(UTC),
+        # Each failed attempt's node line, read from the end of its log stream (trainctl/recovery.py).
+        tail=log_tail(state.aws.client("logs")),
     )
     if state.json:
         state.out({"jobId": job_id, "fleet": fleet.name, "status": explanation.status, "reasons": explanation.reasons})
