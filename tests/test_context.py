@@ -72,7 +72,10 @@ def test_max_nodes_defaults_to_at_least_nodes():
     [
         ({"gpuInstanceType": "trn1.32xlarge"}, ["gpuInstanceType", "trn1.32xlarge", "not NVIDIA GPU", "catalog"]),
         # The closest names of the catalog, not all of them (issue 32: refusals stay short).
-        ({"gpuInstanceType": "p5.48xlarg"}, ["gpuInstanceType", "did you mean p5.48xlarge, ", "docs/reference/catalog.md"]),
+        (
+            {"gpuInstanceType": "p5.48xlarg"},
+            ["gpuInstanceType", "did you mean p5.48xlarge, ", "docs/reference/catalog.md"],
+        ),
         ({"trainiumInstanceType": "p5.48xlarge"}, ["trainiumInstanceType", "p5.48xlarge", "trn1n.32xlarge"]),
         ({"gpuInstanceType": "g6.4xlarge"}, ["gpuInstanceType", "g6.4xlarge", "no EFA"]),
         ({"gpuInstanceType": "m5.large"}, ["gpuInstanceType", "m5.large", "not in the instance catalog"]),
