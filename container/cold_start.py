@@ -148,9 +148,13 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    state = Path(f"/proc/{pid}/stat")
-    # A zombie has exited; its parent has not reaped it yet.
-    return not (state.exists() and state.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+    try:
+        # A zombie (exited, not yet reaped) still answers signal 0: field 3 of /proc/<pid>/stat is Z.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False  # gone between the signal and the read
+    except (OSError, IndexError):
+        return True
 
 
 def rendezvous_seconds(pid: int, started: float, timeout: float, poll: float = 0.5) -> float | None:

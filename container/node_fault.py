@@ -40,6 +40,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from cold_start import alive  # beside this file in every image, like checkpoint_commit for checkpoint_sync
+
 NODE_STATE_DIR = "/var/lib/training-node"
 XID_FAULTS = "xid-faults"
 TAKE_OUT = "take-out"
@@ -63,7 +65,7 @@ def listen(port: int, pid: int, out: Path, job: str, poll: float = 1.0) -> int:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("0.0.0.0", port))  # noqa: S104 - the children reach the main node on its task ENI
         server.listen(16)
-        while _alive(pid):
+        while alive(pid):
             ready, _, _ = select.select([server], [], [], poll)
             if not ready:
                 continue
@@ -85,20 +87,6 @@ def listen(port: int, pid: int, out: Path, job: str, poll: float = 1.0) -> int:
                 os.kill(pid, signal.SIGUSR1)
             return 0
     return 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        # A zombie (exited, not yet reaped) still answers signal 0: field 3 of /proc/<pid>/stat is Z.
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def report(address: str, port: int, code: int, job: str, line: str, within: float) -> bool:
