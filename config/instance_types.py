@@ -22,7 +22,8 @@ EC2_API_VERSION = "2016-11-15"
 _SPEC = importlib.util.find_spec("botocore")
 _BOTOCORE = Path(_SPEC.origin).parent if _SPEC and _SPEC.origin else Path()
 _MODEL = _BOTOCORE / "data" / "ec2" / EC2_API_VERSION / "service-2.json.gz"
-_DECLARED = re.search(r"^__version__ = ['\"]([^'\"]+)", (_BOTOCORE / "__init__.py").read_text(), re.MULTILINE)
+_INIT = _BOTOCORE / "__init__.py"
+_DECLARED = re.search(r"^__version__ = ['\"]([^'\"]+)", _INIT.read_text() if _INIT.is_file() else "", re.MULTILINE)
 botocore_version = _DECLARED[1] if _DECLARED else "unknown"
 
 
@@ -33,6 +34,10 @@ def _cache_file() -> Path:
 
 
 def _from_model() -> tuple[str, ...]:
+    if _SPEC is None:
+        raise ModuleNotFoundError(
+            "botocore is needed to check instance types outside the catalog: pip install -r requirements.txt"
+        )
     from botocore.loaders import Loader  # slow to import: only when the cache has no list
 
     model = Loader().load_service_model("ec2", "service-2", EC2_API_VERSION)

@@ -5,7 +5,7 @@
 #
 # Maps the Batch MNP variables to torch.distributed.run (torchrun):
 #   AWS_BATCH_JOB_NUM_NODES          -> --nnodes
-#   AWS_BATCH_JOB_NODE_INDEX         -> --node_rank (shifted so that the main node is rank 0)
+#   AWS_BATCH_JOB_NODE_INDEX         -> --node_rank (main node first; c10d assigns the ranks itself)
 #   AWS_BATCH_JOB_MAIN_NODE_INDEX    -> which node hosts the rendezvous
 #   AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS (set on child nodes only) -> rendezvous host;
 #                                       the main node uses its own private address
@@ -231,7 +231,9 @@ else
     export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-$socket_interface}"
   fi
 
-  # The main node hosts the rendezvous and must be rank 0, whatever its Batch index.
+  # The main node hosts the rendezvous, whatever its Batch index. --node_rank counts from it, but the c10d
+  # rendezvous assigns ranks over its sorted node descriptors (address, pid): rank 0 may be a child
+  # (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py), so trainctl check reads every node.
   node_rank=$(((index - main + nodes) % nodes))
   if [[ "$index" -eq "$main" ]]; then
     is_main=1
@@ -319,8 +321,14 @@ fi
 exit_for_report() {
   local code line
   read -r code line <"$faults/report"
-  echo "$NAME: $line; ending this job with exit $([[ "$code" -eq "$IMAGE_EXIT" ]] && echo "$IMAGE_EXIT" || echo "$NODE_FAULT_EXIT") so that Batch retries it on other nodes" >&2
-  [[ "$code" -eq "$IMAGE_EXIT" ]] && exit "$IMAGE_EXIT"
+  # A child's bad input (2) or fleet-wide fault (78) is the job's too, and no retry mends it.
+  case "$code" in
+    2 | "$IMAGE_EXIT")
+      echo "$NAME: $line; ending this job with exit $code (not retried)" >&2
+      exit "$code"
+      ;;
+  esac
+  echo "$NAME: $line; ending this job with exit $NODE_FAULT_EXIT so that Batch retries it on other nodes" >&2
   exit "$NODE_FAULT_EXIT"
 }
 reported() {

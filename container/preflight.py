@@ -20,9 +20,10 @@ Always: a file NODE_STATE_DIR/shared-fault (default /var/lib/training-node, the 
 definitions mount), written by the host's boot check for a fault every node of the fleet shares, fails
 the node with IMAGE_EXIT, naming the cause it holds.
 A failed check prints ONE line to stderr, naming the node, what was expected and what was found, and
-exits PREFLIGHT_EXIT (75; the job definitions retry it), or IMAGE_EXIT (78; not retried) when only
-MIN_NVIDIA_DRIVER or EXPECT_TORCH_CUDA failed, which every node of the fleet shares. A malformed
-variable exits 2. Stdlib only; runs on Python 3.10.
+exits PREFLIGHT_EXIT (75; the job definitions retry it, and the launcher takes the node out) when a
+device count falls short, or IMAGE_EXIT (78; not retried, no node taken out) when only software failed
+that every node of the fleet shares: the EFA provider, Vulkan, the Neuron tools, the driver version,
+the image's PyTorch. A malformed variable exits 2. Stdlib only; runs on Python 3.10.
 
 Socket interface: inside an ECS task in awsvpc mode (AWS Batch multi-node jobs), `eth0` is the task
 ENI, and ecs-eth0 (the ECS credentials bridge) is unreachable from peers (NVIDIA/nccl#859). ECS sets
@@ -113,6 +114,10 @@ def check_efa(environ: Mapping[str, str], expected: int) -> list[str]:
     found = len(list(directory.glob("uverbs*"))) if directory.is_dir() else 0
     if found < expected:
         return [f"{expected} EFA devices (uverbs*) in {directory}, found {found}"]
+    return []
+
+
+def check_efa_provider(environ: Mapping[str, str], expected: int) -> list[str]:
     if expected == 0:
         return []
     result = _run(["fi_info", "-p", "efa"], environ)
@@ -156,7 +161,7 @@ def check_neuron(environ: Mapping[str, str], expected: int) -> list[str]:
         return [f"{expected} Neuron devices (/dev/neuron*) in {directory}, found {found}"]
     result = _run(["neuron-ls", "--json-output"], environ)
     if result is None:
-        return ["the Neuron tools (neuron-ls), found none in the image"]
+        return []  # the image lacks the tool: check_neuron_tools says so, as a fault the fleet shares
     status, output = result
     try:
         listed = len(json.loads(output[output.index("[") :])) if status == 0 else -1
@@ -164,6 +169,12 @@ def check_neuron(environ: Mapping[str, str], expected: int) -> list[str]:
         listed = -1
     if listed < expected:
         return [f"{expected} Neuron devices listed by neuron-ls, found exit {status}: {_last_line(output)}"]
+    return []
+
+
+def check_neuron_tools(environ: Mapping[str, str]) -> list[str]:
+    if _run(["neuron-ls", "--version"], environ) is None:
+        return ["the Neuron tools (neuron-ls), found none in the image"]
     return []
 
 
@@ -206,32 +217,40 @@ def check_driver(environ: Mapping[str, str], minimum: str) -> list[str]:
 
 
 def failures(environ: Mapping[str, str]) -> list[str]:
-    """What this node lacks, each as 'expected ..., found ...' text; empty when it is fit to train."""
+    """The devices this node lacks, each as 'expected ..., found ...' text; empty when it has them all.
+    A node fault: another node may have them (exit 75, retried, and the node is taken out)."""
     found: list[str] = []
     efa = _count(environ, "EFA_DEVICES")
     gpus = _count(environ, "EXPECTED_GPUS")
     neuron = _count(environ, "EXPECTED_NEURON_DEVICES")
-    vulkan = environ.get("EXPECT_VULKAN", "")
-    if vulkan not in ("", "0", "1"):
-        raise Malformed(f"EXPECT_VULKAN='{vulkan}' is not 0 or 1")
     if efa is not None:
         found += check_efa(environ, efa)
     if gpus is not None:
         found += check_gpus(environ, gpus)
-    if vulkan == "1":
-        found += check_vulkan(environ)
     if neuron is not None:
         found += check_neuron(environ, neuron)
     return found
 
 
 def image_failures(environ: Mapping[str, str]) -> list[str]:
-    """What no retry can fix, because every node of the fleet has it: a host driver older than the
-    GPU needs (the fleet's AMI), an image whose PyTorch cannot run a kernel on the GPU."""
+    """What no retry can fix, because every node of the fleet has it: software the image or the AMI
+    lacks (libfabric's EFA provider, the Vulkan userspace Isaac Sim needs, the Neuron tools; the boot
+    check counts these as shared faults too), a host driver older than the GPU needs, an image whose
+    PyTorch cannot run a kernel on the GPU. Exit 78: not retried, and no node is taken out for it."""
     torch_cuda = environ.get("EXPECT_TORCH_CUDA", "")
     if torch_cuda not in ("", "0", "1"):
         raise Malformed(f"EXPECT_TORCH_CUDA='{torch_cuda}' is not 0 or 1")
+    vulkan = environ.get("EXPECT_VULKAN", "")
+    if vulkan not in ("", "0", "1"):
+        raise Malformed(f"EXPECT_VULKAN='{vulkan}' is not 0 or 1")
     found: list[str] = []
+    efa = _count(environ, "EFA_DEVICES")
+    if efa is not None:
+        found += check_efa_provider(environ, efa)
+    if vulkan == "1":
+        found += check_vulkan(environ)
+    if _count(environ, "EXPECTED_NEURON_DEVICES") is not None:
+        found += check_neuron_tools(environ)
     if environ.get("MIN_NVIDIA_DRIVER"):
         found += check_driver(environ, environ["MIN_NVIDIA_DRIVER"])
     # After the driver check: an old driver explains a failed kernel better than the kernel does.

@@ -31,7 +31,7 @@ SHARE_DECAY = Duration.hours(1)
 class JobsStack(Stack):
     """Per fleet: a job queue (FIFO, or fair share when shares are given), the training and
     all-reduce job definitions and their log group; one job role for all, allowed to read datasets
-    and write checkpoints; alerts for failed and cancelled jobs.
+    and write checkpoints; alerts for failed jobs (not those `trainctl cancel` ended) and resumed ones.
 
     Attribute `fleets`: fleet name -> TrainingJobs.
     """
@@ -167,7 +167,8 @@ class JobsStack(Stack):
         self.resumed_alerts = ResumedJobAlerts(
             self,
             "ResumedJobAlerts",
-            job_queue_arns=[jobs_.job_queue.job_queue_arn for jobs_ in self.fleets.values()],
+            # The same queues as the failure alerts: a job resumed on a fallback placement is told too.
+            job_queue_arns=[q.job_queue_arn for jobs_ in self.fleets.values() for q in jobs_.placement_queues],
             topic=self.alerts.topic,
         )
         self.job_metrics = JobMetrics(

@@ -380,7 +380,9 @@ def test_a_resumed_job_alerts_through_its_own_rule_with_the_failed_attempt():
     ]
     (target,) = rule["Targets"]
     assert target["Arn"] == failed["Targets"][0]["Arn"]  # the job-alert topic
-    assert len(rule["EventPattern"]["detail"]["jobQueue"]) == len(THREE_FLEETS)
+    # Every placement's queue, exactly the queues whose failures alert (llm has three fallback placements).
+    assert rule["EventPattern"]["detail"]["jobQueue"] == failed["EventPattern"]["detail"]["jobQueue"]
+    assert len(rule["EventPattern"]["detail"]["jobQueue"]) == len(THREE_FLEETS) + 3
     paths = target["InputTransformer"]["InputPathsMap"].values()
     assert "$.detail.attempts[0].container.logStreamName" in paths and "$.detail.jobId" in paths
     assert "trainctl why" in target["InputTransformer"]["InputTemplate"]

@@ -51,6 +51,26 @@ def test_a_child_that_fails_its_preflight_ends_the_main_node_within_60_s_with_75
     assert not (tmp_path / "main" / "take-out").exists()
 
 
+def test_a_childs_bad_input_ends_the_main_node_with_2_not_a_retry(tmp_path):
+    nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#0", "MASTER_ADDR": "127.0.0.1"}
+    nodes |= {"MASTER_PORT": str(free_port()), "NODE_REPORT_PORT": str(free_port()), "NPROC_PER_NODE": "1"}
+    (tmp_path / "main").mkdir()
+    (tmp_path / "child").mkdir()
+    main = launch(base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="0", NODE_STATE_DIR=str(tmp_path / "main")), "t.py")
+    child_env = base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="1", NODE_STATE_DIR=str(tmp_path / "child"))
+    child_env["CHECKPOINT_URI"] = "not-an-s3-uri"
+    child = subprocess.run([str(LAUNCHER), "t.py"], env=child_env, capture_output=True, text=True, timeout=120)
+    try:
+        _, main_err = main.communicate(timeout=120)
+    finally:
+        main.kill()
+    assert child.returncode == 2, child.stderr
+    # The same input on every attempt: exit 2 is not retried (the job definitions retry 75 only).
+    assert main.returncode == 2, main_err
+    assert "ending this job with exit 2 (not retried)" in main_err
+    assert not (tmp_path / "child" / "take-out").exists()
+
+
 def crash(tmp_path: Path, *kernel_lines: str, settle: str = "5") -> subprocess.CompletedProcess[str]:
     """A one-node Batch run whose trainer raises (exit 1), after the host's Xid watcher saw `kernel_lines`."""
     state = tmp_path / "state"

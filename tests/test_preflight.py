@@ -107,22 +107,32 @@ def test_missing_efa_devices(gpu_node, tmp_path):
     assert found == f"1 EFA devices (uverbs*) in {tmp_path / 'none'}, found 0"
 
 
+def test_software_every_node_shares_is_not_a_node_fault(gpu_node, tmp_path):
+    # No libfabric, no Vulkan: the image or the AMI lacks them on every node, so the node passes the
+    # device checks (exit 75, take-out) and fails the fleet's (exit 78, not retried, nobody taken out).
+    (tmp_path / "bin" / "fi_info").unlink()
+    tool(tmp_path / "bin", "vulkaninfo", fixture("vulkaninfo-no-icd.txt"), status=1)
+    assert preflight.failures(gpu_node) == []
+    assert len(preflight.image_failures(gpu_node)) == 2
+    assert preflight.main(gpu_node) == preflight.IMAGE_EXIT == 78
+
+
 def test_missing_efa_provider(gpu_node, tmp_path):
     tool(tmp_path / "bin", "fi_info", text_file(tmp_path, "none.txt", FI_INFO_NONE), status=61)
-    (found,) = preflight.failures(gpu_node)
+    (found,) = preflight.image_failures(gpu_node)
     assert found.startswith("libfabric's EFA provider (fi_info -p efa), found exit 61")
     assert "No data available" in found
 
 
 def test_missing_libfabric(gpu_node, tmp_path):
     (tmp_path / "bin" / "fi_info").unlink()
-    (found,) = preflight.failures(gpu_node)
+    (found,) = preflight.image_failures(gpu_node)
     assert "found no fi_info" in found
 
 
 def test_missing_vulkan_driver(gpu_node, tmp_path):
     tool(tmp_path / "bin", "vulkaninfo", fixture("vulkaninfo-no-icd.txt"), status=1)
-    (found,) = preflight.failures(gpu_node)
+    (found,) = preflight.image_failures(gpu_node)
     assert found.startswith("a Vulkan GPU (vulkaninfo --summary), found exit 1")
 
 
@@ -131,7 +141,7 @@ def test_compute_only_driver_injection_is_refused(gpu_node, capabilities):
     env = {k: v for k, v in gpu_node.items() if k != "NVIDIA_DRIVER_CAPABILITIES"}
     if capabilities:
         env["NVIDIA_DRIVER_CAPABILITIES"] = capabilities
-    (found,) = preflight.failures(env)
+    (found,) = preflight.image_failures(env)
     assert found == f"NVIDIA_DRIVER_CAPABILITIES with graphics (Vulkan for Isaac Sim), found {capabilities or 'unset'}"
 
 
@@ -144,15 +154,15 @@ def test_without_vulkaninfo_the_icd_file_decides(gpu_node, tmp_path, name):
     icd.mkdir()
     (icd / "intel_icd.x86_64.json").write_text("{}")  # another vendor's ICD does not count
     env = {**gpu_node, "VULKAN_ICD_DIRS": str(icd)}
-    (found,) = preflight.failures(env)
+    (found,) = preflight.image_failures(env)
     assert found == f"the NVIDIA Vulkan ICD (nvidia_icd*.json) in {icd}, found none"
     (icd / name).write_text("{}")
-    assert preflight.failures(env) == []
+    assert preflight.image_failures(env) == []
 
 
 def test_vulkan_is_checked_only_when_asked(gpu_node):
     env = {k: v for k, v in gpu_node.items() if k not in ("EXPECT_VULKAN", "NVIDIA_DRIVER_CAPABILITIES")}
-    assert preflight.failures(env) == []
+    assert preflight.image_failures(env) == []
 
 
 def test_wrong_neuron_device_count(neuron_node, tmp_path):

@@ -333,6 +333,13 @@ def test_run_a_task_file_with_a_command_and_another_image(world: World, trainctl
     assert again["retryStrategy"]["attempts"] == 2
 
 
+def test_a_task_file_that_is_not_utf8_is_one_line(trainctl: Any, tmp_path: Path) -> None:
+    task = tmp_path / "task.yaml"
+    task.write_bytes(b"\xff\xfefleet: gpu\n")
+    line = one_error_line(trainctl("run", str(task), env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}), ExitCode.USAGE)
+    assert line.endswith("task.yaml: not UTF-8 text")
+
+
 def test_the_launcher_is_the_one_the_job_definitions_run() -> None:
     from training_constructs.jobs.workloads import LAUNCHER as DEPLOYED
 
@@ -350,6 +357,7 @@ def test_the_launcher_is_the_one_the_job_definitions_run() -> None:
         ("fleet: gpu\nattempts: 11\n", "field attempts"),
         ("- fleet\n", "a task file is a mapping"),
         ("fleet: [gpu\n", "not valid YAML at line"),
+        ("fleet: gpu\nenv:\n  A: [1, 2]\n", "field env: A: give text, a number or true/false"),
     ],
 )
 def test_a_bad_task_file_is_one_line_naming_the_field(trainctl: Any, tmp_path: Path, text: str, says: str) -> None:

@@ -348,6 +348,10 @@ def test_since_takes_a_span_back_from_now_or_a_date() -> None:
     assert parse_since(None, default=timedelta(hours=1), now=now) == datetime(2026, 11, 24, 11, 0, tzinfo=UTC)
     with pytest.raises(TrainctlError, match="30m, 12h, 7d, 2w"):
         parse_since("7 days", default=timedelta(0), now=now)
+    # Spans reaching before year 1 overflow datetime: the same one line, not a traceback.
+    for huge in ("99999999d", "99999999999999999w"):
+        with pytest.raises(TrainctlError, match="30m, 12h, 7d, 2w"):
+            parse_since(huge, default=timedelta(0), now=now)
 
 
 def test_human_sizes_and_durations() -> None:

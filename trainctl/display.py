@@ -64,11 +64,11 @@ def parse_since(text: str | None, *, default: timedelta, now: datetime | None = 
     if text is None:
         return now - default
     span = _SPAN.match(text.strip().lower())
-    if span:
-        return now - timedelta(**{_SPAN_UNITS[span.group(2)]: int(span.group(1))})
     try:
+        if span:
+            return now - timedelta(**{_SPAN_UNITS[span.group(2)]: int(span.group(1))})
         moment = datetime.fromisoformat(text)
-    except ValueError:
+    except (ValueError, OverflowError):  # a span reaching before year 1 overflows datetime
         raise TrainctlError(
             f"--since {text!r}: give a span back from now (30m, 12h, 7d, 2w) or a date YYYY-MM-DD"
         ) from None

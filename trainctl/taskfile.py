@@ -61,6 +61,8 @@ class Task(BaseModel):
                     raise ValueError(f"{name!r} is not a shell variable name")
                 if name.startswith(RESERVED_ENV_PREFIX):
                     raise ValueError(f"{name}: names starting with {RESERVED_ENV_PREFIX} are reserved for Batch")
+                if not isinstance(value[name], str | int | float | bool):
+                    raise ValueError(f"{name}: give text, a number or true/false")
             # YAML reads 1000 as a number and true as a boolean; the environment is text.
             return {k: v if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
                     for k, v in value.items()}  # fmt: skip
@@ -80,6 +82,8 @@ def load_task(path: Path) -> Task:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise TrainctlError(f"{path}: cannot read it ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise TrainctlError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

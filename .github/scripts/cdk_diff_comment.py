@@ -41,7 +41,7 @@ FAILS_WHEN_REPLACED = {
         # Deletes run in the cleanup phase: a failed one leaves the update UPDATE_COMPLETE and the
         # subnet orphaned (CloudFormation User Guide, Troubleshooting, "Resource removed from stack
         # but not deleted").
-        "left orphaned, outside any stack, while instances still have interfaces in it: drain first (README)",
+        "left orphaned, outside any stack, while instances still have interfaces in it: drain first (docs/fleets.md)",
     ),
     "AWS::EC2::VPCCidrBlock": (
         "the new block is associated first and overlaps",
@@ -49,7 +49,7 @@ FAILS_WHEN_REPLACED = {
     ),
     "AWS::Batch::ComputeEnvironment": (
         "new ARN; queues that use the old one block its deletion",
-        "fails while a job queue uses it: deploy TrainingJobs first (README)",
+        "fails while a job queue uses it: deploy TrainingJobs first (docs/fleets.md)",
     ),
     "AWS::Batch::JobQueue": ("new ARN; jobs in the old queue are lost", "jobs still in the queue are lost"),
 }
@@ -135,7 +135,7 @@ def summary(at_risk: list[Risk]) -> list[str]:
         head = [
             "> [!CAUTION]",
             f"> **{dangerous} of {len(at_risk)} replaced or removed resource(s) fail or lose data (marked ⛔).** "
-            "Check each before merging; README, Changing a deployed fleet, has the order that works.",
+            "Check each before merging; docs/fleets.md, Changing a deployed fleet, has the order that works.",
         ]
     else:
         head = ["> [!NOTE]", f"> {len(at_risk)} resource(s) replaced or removed; none holds data or blocks the deploy."]
