@@ -268,6 +268,21 @@ def test_why_on_a_resubmitted_job_reads_its_own_placement(world: World, trainctl
     assert any("last open placement" in r for r in reasons)
 
 
+def test_jobs_and_status_see_a_job_on_a_fallback_placement(world: World, trainctl: Any) -> None:
+    def gpu_jobs() -> int:
+        gpu = next(r for r in json.loads(trainctl("--json", "status").stdout) if r["fleet"] == "gpu")
+        return sum(gpu["jobs"].values())
+
+    before = gpu_jobs()
+    batch = world.client("batch")
+    job_id = batch.submit_job(jobName="moved", jobQueue=world.queues["gpu2"], jobDefinition=world.training["gpu"])[
+        "jobId"
+    ]
+    rows = json.loads(trainctl("--json", "jobs", "--fleet", "gpu", "--since", "1d").stdout)
+    assert [(r["fleet"], r["name"]) for r in rows if r["jobId"] == job_id] == [("gpu", "moved")]
+    assert gpu_jobs() == before + 1
+
+
 def test_status_says_which_placements_are_short_and_since_when(world: World, trainctl: Any) -> None:
     batch = world.client("batch")
     job_id = batch.submit_job(jobName="short", jobQueue=world.queues["gpu2"], jobDefinition=world.training["gpu"])[

@@ -9,7 +9,6 @@ that ran before the fleet changed type is priced at the new one.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -17,7 +16,6 @@ from typing import Any
 
 from config.prices import PRICES
 from trainctl import display
-from trainctl.capacity import placements_of
 from trainctl.compute import fleet_compute
 from trainctl.deployment import Deployment
 from trainctl.errors import TrainctlError
@@ -139,11 +137,7 @@ def finished_usages(batch: Any, deployment: Deployment, since: datetime) -> list
     since_ms = int(since.timestamp() * 1000)
     usages = []
     # Every placement of every fleet: a job the capacity fallback moved ran on its placement's type.
-    views = [
-        fleet if number == 0 else dataclasses.replace(fleet, job_queue=ref.queue, placement=number)
-        for fleet in deployment.fleets.values()
-        for number, ref in enumerate(placements_of(fleet))
-    ]
+    views = [view for fleet in deployment.fleets.values() for view in fleet.placement_views()]
     for fleet in views:
         compute = fleet_compute(batch, fleet)
         # With a filter, ListJobs returns jobs in every status (API ListJobs, jobStatus).

@@ -46,6 +46,15 @@ class Fleet:
     placements: tuple[PlacementRef, ...] = ()
     placement: int = 0
 
+    def placement_views(self) -> list[Fleet]:
+        """The fleet as seen from each of its placements, its own first: each view's `job_queue` is that
+        placement's queue, where the capacity fallback may have sent a job."""
+        return [self] + [
+            dataclasses.replace(self, job_queue=ref.queue, placement=number)
+            for number, ref in enumerate(self.placements)
+            if number
+        ]
+
 
 def parse_placements(value: str) -> tuple[PlacementRef, ...]:
     refs = []
@@ -72,12 +81,10 @@ class Deployment:
         """The fleet a queue belongs to; for a fallback placement's queue, the fleet as seen from that
         placement (its `job_queue` is that queue)."""
         for fleet in self.fleets.values():
-            # Outputs hold the queue ARN; a job description names the queue by ARN as well.
-            if queue_arn in (fleet.job_queue, fleet.job_queue.rsplit("/", 1)[-1]):
-                return fleet
-            for number, ref in enumerate(fleet.placements):
-                if number and queue_arn in (ref.queue, ref.queue.rsplit("/", 1)[-1]):
-                    return dataclasses.replace(fleet, job_queue=ref.queue, placement=number)
+            for view in fleet.placement_views():
+                # Outputs hold the queue ARN; a job description names the queue by ARN as well.
+                if queue_arn in (view.job_queue, view.job_queue.rsplit("/", 1)[-1]):
+                    return view
         return None
 
     def fleet_names(self) -> str:

@@ -39,7 +39,8 @@ def list_jobs(batch: Any, deployment: Deployment, wanted: JobFilter, *, now_ms: 
     fleets = [deployment.fleet(wanted.fleet)] if wanted.fleet else list(deployment.fleets.values())
     since_ms = int(wanted.since.timestamp() * 1000)
     picked: list[tuple[dict[str, Any], str, str]] = []
-    for fleet in fleets:
+    # Every placement's queue: a job the capacity fallback sent on waits or runs there.
+    for fleet in (view for f in fleets for view in f.placement_views()):
         instance_type = fleet_compute(batch, fleet).instance_type or "unknown"
         for summary in list_job_ids(
             batch, fleet.job_queue, filters=[{"name": "AFTER_CREATED_AT", "values": [str(since_ms)]}]

@@ -28,7 +28,11 @@ def fleet_status(batch: Any, fleet: Fleet) -> dict[str, Any]:
         "instances": desired // per_instance if per_instance else None,
         "vcpus": desired,
         "max_vcpus": int(resources.get("maxvCpus", 0)),
-        "jobs": {s: sum(1 for _ in list_job_ids(batch, fleet.job_queue, jobStatus=s)) for s in STATES},
+        # Jobs of every placement's queue (one queue without fallback).
+        "jobs": {
+            s: sum(1 for view in fleet.placement_views() for _ in list_job_ids(batch, view.job_queue, jobStatus=s))
+            for s in STATES
+        },
         # Per placement (the fleet's own first): whether Batch reports insufficient capacity now.
         "placements": [p.as_dict() for p in capacity],
         "capacity": capacity_summary(capacity),
