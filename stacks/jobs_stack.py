@@ -202,7 +202,7 @@ class JobsStack(Stack):
             fleets=[
                 BreakerFleet(
                     name=fleet.name,
-                    compute_environment_arn=compute[fleet.name].compute_environment_arn,
+                    compute_environment_arns=tuple(p.compute_environment_arn for p in compute[fleet.name].placements),
                     boot_check_log_group=compute[fleet.name].boot_check_log_group,
                 )
                 for fleet in fleets

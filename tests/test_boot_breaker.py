@@ -117,7 +117,7 @@ def alerts(world: dict[str, Any]) -> list[str]:
 
 def trip_event(world: dict[str, Any], fleet: str) -> dict[str, str]:
     """The rule's constant input for `fleet` (training_constructs/health/boot_breaker.py)."""
-    return {"fleet": fleet, "computeEnvironment": world["environments"][fleet], "logGroup": f"/boot/{fleet}"}
+    return {"fleet": fleet, "computeEnvironments": [world["environments"][fleet]], "logGroup": f"/boot/{fleet}"}
 
 
 def test_k_node_faults_disable_that_fleet_only(world):
@@ -132,6 +132,17 @@ def test_k_node_faults_disable_that_fleet_only(world):
         f"aws batch update-compute-environment --compute-environment {world['environments']['gpu']} --state ENABLED"
     )
     assert message.endswith(command) and "/boot/gpu" in message
+
+
+def test_every_placement_of_the_fleet_is_disabled(world):
+    # A fleet with a fallback placement: its nodes log to the fleet's group, so both environments stop
+    # (here llm's environment stands in for gpu's fallback placement).
+    boot_lines(world, "gpu", ["node"] * K)
+    event = trip_event(world, "gpu") | {"computeEnvironments": [world["environments"][f] for f in ("gpu", "llm")]}
+    assert trip.handler(event)["tripped"] is True
+    assert states(world) == {"gpu": "DISABLED", "llm": "DISABLED"}
+    (message,) = alerts(world)
+    assert message.count("aws batch update-compute-environment") == 2
 
 
 def test_below_k_nothing_happens(world):

@@ -333,9 +333,11 @@ def test_k_node_faults_in_an_hour_trip_each_fleets_own_breaker():
         # The alert says how to turn the fleet back on, with this fleet's compute environment.
         text = alarm["AlarmDescription"]["Fn::Join"][1]
         command = "aws batch update-compute-environment --compute-environment "
+        fallback = len(THREE_FLEETS[fleet].get("fallback", []))
+        also = f" (and the same for its {fallback} fallback placements: see the breaker's message)" if fallback else ""
         assert text[0].endswith(command) and text[1:] == [
             compute_export(template, fleet, "ComputeEnvironmentArn"),
-            " --state ENABLED",
+            " --state ENABLED" + also,
         ]
     assert set(by_fleet) == set(THREE_FLEETS)
 
@@ -360,10 +362,15 @@ def test_each_breaker_rule_disables_exactly_its_own_fleet():
         assert rule["EventPattern"]["detail"] == {"state": {"value": ["ALARM"]}}
         (target,) = rule["Targets"]
         assert target["Arn"] == {"Fn::GetAtt": [function, "Arn"]}
+        # The input with each import written as its export name: this fleet's own compute environment,
+        # then one per fallback placement (their nodes log to the same group), and its log group.
         parts = target["Input"]["Fn::Join"][1]
-        assert parts[0] == f'{{"fleet":"{fleet}","computeEnvironment":"'
-        assert parts[1] == compute_export(template, fleet, "ComputeEnvironmentArn")
-        assert "logGroup" in parts[2] and f"{construct_id(fleet)}BootCheckLogs" in parts[3]["Fn::ImportValue"]
+        given = json.loads("".join(p if isinstance(p, str) else p["Fn::ImportValue"] for p in parts))
+        own, *fallback = given["computeEnvironments"]
+        assert {"Fn::ImportValue": own} == compute_export(template, fleet, "ComputeEnvironmentArn")
+        assert len(fallback) == len(THREE_FLEETS[fleet].get("fallback", []))
+        assert all(f"{construct_id(fleet)}Fallback" in arn for arn in fallback)
+        assert given["fleet"] == fleet and f"{construct_id(fleet)}BootCheckLogs" in given["logGroup"]
 
 
 def test_the_breaker_function_may_disable_only_the_fleets_compute_environments():
@@ -382,7 +389,13 @@ def test_the_breaker_function_may_disable_only_the_fleets_compute_environments()
         for action in [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]:
             by_action[action] = statement["Resource"]
     assert [a for a in by_action if a.startswith("batch:")] == ["batch:UpdateComputeEnvironment"]
-    environments = [compute_export(template, fleet, "ComputeEnvironmentArn") for fleet in THREE_FLEETS]
+    # Every placement's compute environment of every fleet (llm's fallback placements included).
+    environments = [
+        {"Fn::ImportValue": name}
+        for name in sorted(set(_imports(template)))
+        if name.startswith("TrainingCompute:ExportsOutputFnGetAtt") and "ComputeEnvironmentArn" in name
+    ]
+    assert len(environments) == len(THREE_FLEETS) + sum(len(f.get("fallback", [])) for f in THREE_FLEETS.values())
     assert sorted(map(json.dumps, by_action["batch:UpdateComputeEnvironment"])) == sorted(map(json.dumps, environments))
     assert len(by_action["logs:FilterLogEvents"]) == len(THREE_FLEETS)
     assert by_action["sns:Publish"] == topic_ref(template)

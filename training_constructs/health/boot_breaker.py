@@ -47,12 +47,10 @@ LOOKBACK = Duration.hours(2)
 @dataclass(frozen=True)
 class BreakerFleet:
     name: str
-    compute_environment_arn: str
+    # Every placement's compute environment, the fleet's own first: the nodes of each placement run the
+    # boot check under the fleet's name and log group, so their faults trip the same breaker.
+    compute_environment_arns: tuple[str, ...]
     boot_check_log_group: logs.ILogGroup
-
-
-def enable_command(compute_environment_arn: str) -> str:
-    return trip.enable_command(compute_environment_arn)
 
 
 class BootCircuitBreaker(Construct):
@@ -77,7 +75,8 @@ class BootCircuitBreaker(Construct):
         # guide, "Supported resource-level permissions for AWS Batch API actions"): these fleets only.
         role.add_to_principal_policy(
             iam.PolicyStatement(
-                actions=["batch:UpdateComputeEnvironment"], resources=[f.compute_environment_arn for f in fleets]
+                actions=["batch:UpdateComputeEnvironment"],
+                resources=[arn for f in fleets for arn in f.compute_environment_arns],
             )
         )
         for fleet in fleets:
@@ -118,6 +117,10 @@ class BootCircuitBreaker(Construct):
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         self.rules: dict[str, events.Rule] = {}
         for fleet in fleets:
+            own, *fallback = fleet.compute_environment_arns
+            # The alarm text has room for one command (AlarmDescription: 1024 characters); the breaker's
+            # own message lists one per placement.
+            also = f" (and the same for its {len(fallback)} fallback placements: see the breaker's message)"
             node_faults = cloudwatch.Metric(
                 namespace=metrics.NAMESPACE,
                 metric_name=metrics.BOOT_CHECK_FAILED,
@@ -133,7 +136,7 @@ class BootCircuitBreaker(Construct):
                     "boot check with a node fault within an hour, so the fleet's compute environment is being "
                     "disabled (no new instances; running jobs go on). A second message names the failed checks; "
                     "the lines are in the fleet's boot-check log group. Fix the cause, then turn the fleet back on: "
-                    f"{enable_command(fleet.compute_environment_arn)}"
+                    f"{trip.enable_command(own)}{also if fallback else ''}"
                 ),
                 threshold=NODE_FAULTS_TO_TRIP,
                 evaluation_periods=1,
@@ -158,7 +161,7 @@ class BootCircuitBreaker(Construct):
                         event=events.RuleTargetInput.from_object(
                             {
                                 "fleet": fleet.name,
-                                "computeEnvironment": fleet.compute_environment_arn,
+                                "computeEnvironments": list(fleet.compute_environment_arns),
                                 "logGroup": fleet.boot_check_log_group.log_group_name,
                             }
                         ),

@@ -49,22 +49,22 @@ def enable_command(compute_environment: str) -> str:
     return f"aws batch update-compute-environment --compute-environment {compute_environment} --state ENABLED"
 
 
-def message(fleet: str, compute_environment: str, log_group: str, faults: list[dict[str, Any]], hours: float) -> str:
+def message(fleet: str, environments: list[str], log_group: str, faults: list[dict[str, Any]], hours: float) -> str:
     counted = collections.Counter(failure for line in faults for failure in line.get("failed", []))
     checks = "; ".join(f"{failure} ({n} node{'s' if n > 1 else ''})" for failure, n in counted.most_common())
     return (
         f"Fleet {fleet}: {len(faults)} nodes failed the boot check with a node fault in the last {hours:g} h "
-        f"({checks or 'no failure lines'}). The circuit breaker disabled its compute environment: it launches "
-        "no instances, running jobs go on, queued jobs wait. Read the lines in log group "
+        f"({checks or 'no failure lines'}). The circuit breaker disabled its compute environments (one per "
+        "placement): they launch no instances, running jobs go on, queued jobs wait. Read the lines in log group "
         f"{log_group}, fix the cause (AMI, instance type, launch template), then turn the fleet back on: "
-        f"{enable_command(compute_environment)}"
+        + "; ".join(enable_command(arn) for arn in environments)
     )
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     import boto3  # here, so that the app imports this module's names at synth without boto3
 
-    fleet, compute_environment, log_group = event["fleet"], event["computeEnvironment"], event["logGroup"]
+    fleet, environments, log_group = event["fleet"], list(event["computeEnvironments"]), event["logGroup"]
     threshold, lookback = int(os.environ[THRESHOLD_ENV]), int(os.environ[LOOKBACK_ENV])
     since_ms = int((time.time() - lookback) * 1000)
     faults = node_faults(boto3.client("logs"), log_group, since_ms)
@@ -74,14 +74,12 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         return {"tripped": False, "nodeFaults": len(faults)}
     # A DISABLED managed compute environment does not scale out; jobs already STARTING or RUNNING
     # continue (Batch API, ComputeEnvironmentDetail.state).
-    boto3.client("batch").update_compute_environment(computeEnvironment=compute_environment, state="DISABLED")
-    text = message(fleet, compute_environment, log_group, faults, lookback / 3600)
+    batch = boto3.client("batch")
+    for arn in environments:
+        batch.update_compute_environment(computeEnvironment=arn, state="DISABLED")
+    text = message(fleet, environments, log_group, faults, lookback / 3600)
     boto3.client("sns").publish(
         TopicArn=os.environ[TOPIC_ENV], Subject=f"Fleet {fleet} stopped: boot-check circuit breaker", Message=text
     )
-    print(
-        json.dumps(
-            {"fleet": fleet, "tripped": True, "nodeFaults": len(faults), "computeEnvironment": compute_environment}
-        )
-    )
+    print(json.dumps({"fleet": fleet, "tripped": True, "nodeFaults": len(faults), "computeEnvironments": environments}))
     return {"tripped": True, "nodeFaults": len(faults)}
