@@ -31,7 +31,7 @@ from config.context_keys import (
     upper_first,
 )
 from config.instance_types import botocore_version, ec2_instance_types
-from config.placements import FIELDS_TEXT, PlacementError, fallback_placements
+from config.placements import FIELDS_TEXT, LAMBDA_ENVIRONMENT_BYTES, PlacementError, fallback_placements, routes_bytes
 from config.settings import (
     FLEET_ID_SUFFIXES,
     AppSettings,
@@ -69,7 +69,11 @@ _PROBLEMS = {
 def _fail(path: str, value: Any, problem: str, allowed: str | None = None) -> ConfigError:
     if allowed is None:
         allowed = _allowed(path)
-    return ConfigError(f"context key {path}={refusals.shown(value)}: {problem}; allowed: {allowed}")
+    line = f"context key {path}={refusals.shown(value)}: {problem}; allowed: {allowed}"
+    if len(line) > refusals.MAX_LINE:
+        # A long value beside a long list: point at the list instead of printing it.
+        line = f"context key {path}={refusals.shown(value)}: {problem}; allowed: see {refusals.KEY_TABLE}"
+    return ConfigError(line)
 
 
 def _allowed(path: str) -> str:
@@ -190,10 +194,16 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
                 raise _fail("fleets", name, f"names {seen[name.lower()]!r} and {name!r} differ only in case")
             seen[name.lower()] = name
         _check_fleet_ids(tuple(ctx.fleets))
-        return tuple(
+        built = tuple(
             _fleet(name, m, lambda f, n=name: f"fleets.{n}.{f}", EFA_TYPES, "EFA-capable", region)
             for name, m in ctx.fleets.items()
         )
+        size = routes_bytes(built)
+        if size > LAMBDA_ENVIRONMENT_BYTES:
+            placements = sum(len(f.fallback) for f in built)
+            problem = f"the capacity fallback's routes take about {size} bytes of Lambda's 4 KB environment"
+            raise _fail("fleets", f"{placements} fallback placements", problem, "fewer fallback placements")
+        return built
     fleets = []
     for prefix, (family, types, _) in FLAT_FLEETS.items():
         if getattr(ctx, f"{prefix}_purchase_option") == "spot":
@@ -249,7 +259,7 @@ def _network(
     names = tuple(dict.fromkeys(n.strip() for n in ctx.interface_endpoints.split(",") if n.strip()))
     unknown = [n for n in names if n not in limits.INTERFACE_ENDPOINTS]
     if unknown:
-        raise _fail("interfaceEndpoints", ctx.interface_endpoints, f"unknown service {unknown[0]!r}")
+        raise _fail("interfaceEndpoints", ctx.interface_endpoints, f"unknown service {refusals.shown(unknown[0])}")
     return NetworkSettings(
         availability_zone=az, fleet_availability_zones=named, nat_gateways=ctx.nat_gateways, interface_endpoints=names
     )
@@ -293,7 +303,7 @@ def _shares(raw: str) -> tuple[Share, ...]:
     for item in (i.strip() for i in raw.split(",")):
         match = re.fullmatch(r"(?P<identifier>[A-Za-z0-9]{1,255}\*?):(?P<share>\d{1,4})", item)
         if not match or not 1 <= int(match["share"]) <= limits.MAX_SHARE:
-            raise _fail("shares", raw, f"entry {item!r} is not identifier:share")
+            raise _fail("shares", raw, f"entry {refusals.shown(item)} is not identifier:share")
         shares.append(Share(identifier=match["identifier"], share=int(match["share"])))
     if len(shares) > limits.MAX_SHARE_IDENTIFIERS:
         raise _fail("shares", raw, f"{len(shares)} identifiers")
@@ -303,7 +313,7 @@ def _shares(raw: str) -> tuple[Share, ...]:
             if a.identifier == b.identifier or any(
                 x.identifier.endswith("*") and y.identifier.startswith(x.identifier[:-1]) for x, y in ((a, b), (b, a))
             ):
-                raise _fail("shares", raw, f"{a.identifier!r} and {b.identifier!r} overlap")
+                raise _fail("shares", raw, f"{refusals.shown(a.identifier)} and {refusals.shown(b.identifier)} overlap")
     return tuple(shares)
 
 

@@ -10,6 +10,7 @@ a job the capacity time limit cancels is submitted again to the next placement's
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Literal
@@ -17,7 +18,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from config.catalog import CATALOG, InstanceSpec
-from config.settings import CapacityReservation, CapacityWindow, Placement
+from config.settings import CapacityReservation, CapacityWindow, FleetSettings, Placement
 
 # Fallback placements per fleet: each adds a compute environment, a job queue and an EventBridge
 # hop; three keep the stacks' resource and output counts well inside CloudFormation's limits.
@@ -167,3 +168,39 @@ def _check_block(instance: InstanceSpec, az: str | None, model: PlacementModel, 
     if az is None:
         problem = "a capacity block lives in one AZ: name it, so the placement's subnet is there"
         raise PlacementError(path("availabilityZone"), None, problem, "the block's AZ, such as us-east-2a")
+
+
+# Lambda takes at most 4 KB of environment variables per function, all together (Lambda developer
+# guide, "Lambda quotas": function environment variables, 4 KB); CloudFormation would refuse the
+# resubmitter at deploy. Its ROUTES (training_constructs/jobs/capacity_fallback/routes.py) holds, for
+# every placement's queue, the placements after it, so it grows with the square of a fleet's
+# placements. Queue ARNs are only known at deploy: estimated at QUEUE_ARN_CHARS each
+# ("arn:aws:batch:<region>:<account>:job-queue/" is about 50, CloudFormation's generated name about 60).
+LAMBDA_ENVIRONMENT_BYTES = 4096
+QUEUE_ARN_CHARS = 120
+
+
+def routes_bytes(fleets: Sequence[FleetSettings]) -> int:
+    """An estimate of the resubmitter's ROUTES for these fleets, shaped as routes.routes_document."""
+    document: dict[str, object] = {}
+    for fleet in fleets:
+        if not fleet.fallback:
+            continue
+        entries = [
+            {
+                "queue": f"{fleet.name}-{number}".ljust(QUEUE_ARN_CHARS, "x"),
+                "placement": str(number),
+                "label": placement.label,
+                "instanceType": placement.instance.name,
+                **({"start": placement.window.start, "end": placement.window.end} if placement.window else {}),
+            }
+            for number, placement in enumerate(fleet.placements)
+        ]
+        for number, entry in enumerate(entries):
+            document[entry["queue"]] = {
+                "fleet": fleet.name,
+                "placement": entry["placement"],
+                "label": entry["label"],
+                "next": entries[number + 1 :],
+            }
+    return len(json.dumps(document, separators=(",", ":"))) + len("ROUTES")

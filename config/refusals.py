@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from typing import Any
 
 MAX_LINE = 200
+# Where every key's full "allowed" text is, for a refusal that has no room for it.
+KEY_TABLE = "docs/reference/context-keys.md"
 MAX_VALUE = 48
 
 # Short "allowed" texts for keys and fleet fields whose full text is a long list or a long sentence.

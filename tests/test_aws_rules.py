@@ -16,6 +16,8 @@ import pytest
 from config import instance_types, zones
 from config.catalog import CATALOG
 from config.context import ConfigError, read_settings
+from config.context_keys import KEYS
+from config.refusals import MAX_LINE
 from tests import conftest
 from tests.harness import ROOT
 
@@ -224,3 +226,13 @@ def test_a_warm_cache_keeps_botocore_out_of_the_synth(tmp_path):
     ]
     assert runs[0].stdout.split()[0] == "True"  # the first run loads the model and writes the cache
     assert runs[1].stdout.split()[0] == "False", runs[1].stdout
+
+
+@pytest.mark.parametrize("key", sorted(KEYS))
+def test_a_300_character_value_of_any_key_is_refused_in_one_short_line(key):
+    # The value is cut (refusals.shown) and, where the allowed list leaves no room, the line points at
+    # the key table instead of printing it. A key that takes free text may accept the value.
+    try:
+        read_settings({key: "x" * 300})
+    except ConfigError as error:
+        assert "\n" not in str(error) and len(str(error)) <= MAX_LINE, str(error)

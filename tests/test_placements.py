@@ -10,7 +10,15 @@ import pytest
 
 from config import limits
 from config.context import ConfigError, read_settings
-from config.placements import CAPACITY_BLOCK_TYPES, MAX_FALLBACK, same_shape
+from config.placements import (
+    CAPACITY_BLOCK_TYPES,
+    LAMBDA_ENVIRONMENT_BYTES,
+    MAX_FALLBACK,
+    QUEUE_ARN_CHARS,
+    routes_bytes,
+    same_shape,
+)
+from tests.conftest import MAX_REFUSAL
 
 BLOCK = {"capacityReservationId": "cr-0a1b2c3d4e5f60718", "capacityReservationType": "capacity-block"}
 WINDOW = {"start": "2026-12-01T11:30Z", "end": "2026-12-08T11:30Z"}
@@ -21,13 +29,12 @@ def settings(fallback: list[dict[str, Any]], **fleet: Any) -> Any:
     return read_settings({"fleets": json.dumps({"llm": llm})}, region="us-west-2")
 
 
-def refusal(fallback: list[dict[str, Any]], short: bool = True, **fleet: Any) -> str:
-    """The one-line refusal; `short`: one of this module's own, about 200 characters at most (the
-    network limits' older lines are longer)."""
+def refusal(fallback: list[dict[str, Any]], **fleet: Any) -> str:
+    """The one-line refusal, of at most MAX_REFUSAL characters like every other (tests/conftest.py)."""
     with pytest.raises(ConfigError) as refused:
         settings(fallback, **fleet)
     message = str(refused.value)
-    assert "\n" not in message and (len(message) <= 220 or not short), message
+    assert "\n" not in message and len(message) <= MAX_REFUSAL, message
     return message
 
 
@@ -63,14 +70,14 @@ def test_at_most_three_placements_in_the_stacks_region():
 
 def test_fallback_azs_count_against_the_named_az_limit():
     fallback = [{"availabilityZone": f"us-west-2{z}"} for z in "acd"]
-    message = refusal(fallback, short=False)
+    message = refusal(fallback)
     assert f"at most {limits.MAX_NAMED_AZ_BLOCKS} named AZs" in message
     assert settings(fallback[:2]).network.fleet_availability_zones == ("us-west-2b", "us-west-2a", "us-west-2c")
 
 
 def test_a_placement_in_a_shared_subnet_counts_at_its_largest():
     # 400 p5e nodes x 33 addresses = 13,200 each: two placements in us-west-2b do not fit one /18.
-    message = refusal([{"instanceType": "p5.48xlarge"}], short=False, maxNodes=400)
+    message = refusal([{"instanceType": "p5.48xlarge"}], maxNodes=400)
     assert "fleet llm fallback 1" in message
 
 
@@ -103,3 +110,33 @@ def test_unknown_fields_and_bad_values_name_the_field():
 def test_a_fleet_without_fallback_has_only_its_own_placement():
     fleet = read_settings({}).fleets[0]
     assert fleet.fallback == () and len(fleet.placements) == 1
+
+
+def test_routes_over_lambdas_environment_limit_are_refused_at_synth():
+    # Lambda refuses more than 4 KB of environment variables at deploy (Lambda quotas); the estimate is
+    # routes_document's own shape with queue ARNs of QUEUE_ARN_CHARS, so it is tied to what deploys.
+    from types import SimpleNamespace
+
+    from training_constructs.jobs.capacity_fallback.routes import FallbackRoute, routes_document
+
+    def fleets(count: int) -> str:
+        two_more = [{"availabilityZone": "us-west-2b"}, {"availabilityZone": "us-west-2c"}]
+        spec = {"instanceType": "p5.48xlarge", "availabilityZone": "us-west-2a", "fallback": two_more}
+        return json.dumps({f"f{i}": spec for i in range(count)})
+
+    built = read_settings({"fleets": fleets(3)}).fleets
+    routes = [
+        FallbackRoute(
+            fleet=f.name,
+            placements=f.placements,
+            queues=[SimpleNamespace(job_queue_arn=f"{f.name}-{n}".ljust(QUEUE_ARN_CHARS, "x")) for n in range(3)],
+            job_definition_arns=(),
+        )
+        for f in built
+    ]
+    document = json.dumps(routes_document(routes), separators=(",", ":"))
+    assert routes_bytes(built) == len(document) + len("ROUTES") < LAMBDA_ENVIRONMENT_BYTES
+    with pytest.raises(ConfigError) as error:
+        read_settings({"fleets": fleets(4)})
+    assert str(error.value).startswith("context key fleets='8 fallback placements': the capacity fallback's routes")
+    assert "Lambda's 4 KB environment" in str(error.value)
