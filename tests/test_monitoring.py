@@ -250,7 +250,7 @@ def test_alarms_of_every_fleet_go_to_the_job_alert_topic_and_say_what_to_do():
             for k in found
             if k.startswith(f"Dashboard{fleet.capitalize()}")
         }
-        expected = {"Runnable", "EfaRetransmit"} | ({"Xid"} if fleet in GPU_FLEETS else set())
+        expected = {"Runnable", "EfaRetransmit", "TakenOut"} | ({"Xid"} if fleet in GPU_FLEETS else set())
         # A fleet with fallback placements also alarms when every placement is short.
         expected |= {"Capacity"} if "fallback" in THREE_FLEETS[fleet] else set()
         assert kinds == expected, fleet
@@ -273,6 +273,17 @@ def test_runnable_alarm_fires_at_half_the_queue_limit(variant, half_seconds, fle
         names = {metrics[i]["MetricStat"]["Metric"]["MetricName"] for i in ("runnable", "started")}
         assert names == {"JobsRunnable", "JobsStarting"}
         assert all(metrics[i]["MetricStat"]["Period"] == half_seconds for i in ("runnable", "started"))
+
+
+def test_nodes_taking_themselves_out_alarm_at_the_breakers_count_per_hour():
+    for fleet in THREE_FLEETS:
+        (alarm,) = [
+            a for k, a in alarms("three-fleets").items() if k.startswith(f"Dashboard{fleet.capitalize()}TakenOut")
+        ]
+        assert alarm["MetricName"] == "NodesTakenOut" and alarm["Statistic"] == "Sum" and alarm["Period"] == 3600
+        assert alarm["Dimensions"] == [{"Name": "Fleet", "Value": fleet}]
+        assert alarm["Threshold"] == 3 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert "--state DISABLED" in alarm["AlarmDescription"]
 
 
 def test_fault_alarms_sum_the_fleets_nodes_with_metrics_insights():

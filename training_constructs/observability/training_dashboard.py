@@ -287,6 +287,32 @@ class TrainingDashboard(Construct):
                     treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 )
             )
+        # Nodes that took themselves out after a node fault during a job (container/node_fault.py): each
+        # costs an instance, and a cause every node shares would repeat on every retry. Nothing here acts;
+        # the alert says so and how to stop the fleet.
+        taken_out = cw.Metric(
+            namespace=NAMESPACE,
+            metric_name=NODES_TAKEN_OUT,
+            dimensions_map={FLEET_DIMENSION: name},
+            statistic="Sum",
+            period=WINDOW,
+        )
+        alarms.append(
+            taken_out.create_alarm(
+                self,
+                f"{cid}TakenOutAlarm",
+                alarm_description=(
+                    f"Fleet {name}: {NODE_FAULTS_TO_TRIP} or more nodes took themselves out after a node fault "
+                    "within an hour. `trainctl why JOB` names each node and what it found; the same fault on "
+                    "many nodes points at the AMI or instance type: stop the fleet while you look with "
+                    "aws batch update-compute-environment --compute-environment <its ARN> --state DISABLED."
+                ),
+                threshold=NODE_FAULTS_TO_TRIP,
+                evaluation_periods=1,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            )
+        )
         retransmits = cw.MathExpression(
             expression=insights_sum(EFA_COUNTER_METRICS["retrans_pkts"], name),
             period=Duration.minutes(1),
