@@ -103,6 +103,13 @@ def test_the_same_crash_without_the_xid_stays_1_with_no_marker(tmp_path):
     assert not (tmp_path / "state" / "take-out").exists()
 
 
+def test_an_xid_read_again_after_a_collector_restart_keeps_its_kernel_time():
+    # dmesg --follow replays the ring buffer: the line's own time ([8812.000001] s after boot), not
+    # the time it was read, decides whether it happened during this run.
+    assert xid.line_time(XID_79, boot=1_000_000.0) == 1_000_000.0 + 8812.000001
+    assert xid.line_time("no timestamp here", boot=1_000_000.0) is None
+
+
 def test_an_xid_from_before_this_run_does_not_count(tmp_path):
     state = tmp_path
     xid.record_node_faults(state, [XID_79], now=1000.0)

@@ -76,7 +76,6 @@ def host_check_commands(
         f'elif [ "$boot_check_status" -eq {EXIT_SHARED} ]; then',
         f"  echo 'training boot check: shared fault in {SHARED_FAULT_FILE}; registering' >&2",
         'elif [ "$boot_check_status" -ne 0 ]; then',
-        '  echo "training boot check could not run (exit $boot_check_status); registering, the job preflight '
-        'still checks this node" >&2',
+        '  echo "training boot check could not run (exit $boot_check_status); registering" >&2',
         "fi",
     ]

@@ -28,8 +28,8 @@ UNIT_DIR = "/etc/systemd/system"
 # Bare command names: systemd resolves them on its fixed search path (systemd.service, "Command lines",
 # systemd 239 and later; AL2023 ships 252).
 TAKE_OUT_STEPS = (
-    f"sh -c 'echo \"training-node-take-out: a job found a node fault ($(head -c 300 {TAKE_OUT_MARKER}));"
-    " no more jobs here, powering off\" > /dev/console'",
+    f'sh -c \'echo "training-node-take-out: node fault ($(head -c 300 {TAKE_OUT_MARKER})); powering off"'
+    " > /dev/console'",
     "systemctl mask --runtime ecs.service",
     f"sleep {TAKE_OUT_GRACE_SECONDS}",
     "systemctl --no-block poweroff",

@@ -107,7 +107,7 @@ def node_metrics_commands(*, fleet: str, gpu: bool) -> list[str]:
             f"systemctl enable --now {SERVICE}.service",
         ]
     )
-    failure = f"echo '{SERVICE}: CloudWatch agent setup failed, this node sends no node metrics' > /dev/console"
+    failure = f"echo '{SERVICE}: CloudWatch agent setup failed, no node metrics' > /dev/console"
     return [
         f"mkdir -p {INSTALL_DIR}",
         # Compacted (docstrings and comments out): the user data has room for little more.

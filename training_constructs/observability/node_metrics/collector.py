@@ -23,6 +23,7 @@ Runs on the host's own python3 (Amazon Linux 2023 ships 3.9), standard library o
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import socket
 import subprocess
@@ -97,11 +98,26 @@ def record_node_faults(state_dir: Path, lines: Iterable[str], now: float | None 
     return len(faults)
 
 
+KERNEL_TIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
+
+
+def line_time(line: str, boot: float) -> float | None:
+    """When the kernel logged `line` ("[ 1234.567890] ...": seconds since boot), as wall-clock time."""
+    found = KERNEL_TIME.match(line)
+    return boot + float(found.group(1)) if found else None
+
+
 def follow_kernel_log(state_dir: Path) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
+    # `dmesg --follow` prints the whole ring buffer first: each line keeps the time the kernel logged
+    # it, so a restarted collector does not make an old Xid look like one of this run's.
+    boot = time.time() - float(Path("/proc/uptime").read_text().split()[0])
     with subprocess.Popen([DMESG, "--follow"], stdout=subprocess.PIPE, text=True, errors="replace") as dmesg:  # noqa: S603
         for line in dmesg.stdout or ():
-            record_node_faults(state_dir, [line])
+            record_node_faults(state_dir, [line], now=line_time(line, boot))
+    # dmesg ended: without it no Xid is recorded, so end the collector and let systemd restart it.
+    print("collector: dmesg ended", file=sys.stderr)
+    os._exit(1)
 
 
 def total_power_watts(query_output: str) -> float | None:
