@@ -39,7 +39,6 @@ FIELDS = (
     CronField("day-of-week", 1, 7, DAYS, extra="?L#"),
     CronField("year", 1970, 2199),
 )
-YEAR = FIELDS[5]
 # The L, W and # forms: last day, nearest weekday, nth weekday of the month.
 _SPECIAL = {"day-of-month": r"L|LW|\d{1,2}W", "day-of-week": r"L|\dL|\d#[1-5]"}
 

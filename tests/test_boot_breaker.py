@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from config import metrics
 from tests.trainctl_world import ACCOUNT, REGION, moto_environment
 from training_constructs.health import boot_breaker
 from training_constructs.health.boot_breaker_function import trip
@@ -171,3 +172,8 @@ def test_lines_that_are_not_boot_check_json_are_skipped(world):
     )
     boot_lines(world, "gpu", ["node"] * K)
     assert trip.handler(trip_event(world, "gpu"))["nodeFaults"] == K
+
+
+def test_the_function_reads_the_fields_the_boot_check_writes():
+    # The asset cannot import config/: its copy of the names must match, or it would count 0 faults.
+    assert (metrics.FAULT_DIMENSION, metrics.BOOT_FAULTS[0]) == (trip.FAULT_FIELD, trip.NODE_FAULT)

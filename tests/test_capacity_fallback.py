@@ -217,14 +217,9 @@ def test_a_capacity_block_is_used_inside_its_window() -> None:
     assert resubmit.next_placement(route, datetime(2026, 12, 8, 11, 30, tzinfo=UTC)) is None
 
 
-def test_one_job_never_spans_two_placements(world: World) -> None:
-    """Each placement's queue holds exactly one compute environment, of one instance type: a job is
-    placed in one of them or not at all."""
-    batch = world.client("batch")
-    queues = batch.describe_job_queues(jobQueues=[world.queues[q] for q in ("gpu", "gpu1", "gpu2")])["jobQueues"]
-    environments = [q["computeEnvironmentOrder"] for q in queues]
-    assert [len(e) for e in environments] == [1, 1, 1]
-    assert len({e[0]["computeEnvironment"] for e in environments}) == 3
+# One job never spans two placements: each placement's queue holds exactly one compute environment,
+# read from the synthesized template (tests/test_jobs.py, test_each_placement_has_a_queue_of_its_own_
+# compute_environment_only); the queues this file builds for moto only mirror that.
 
 
 # ----------------------------------------------------------------------------------------------- trainctl
@@ -302,6 +297,30 @@ def test_status_says_which_placements_are_short_and_since_when(world: World, tra
     lines = trainctl("status").stdout.splitlines()
     assert f"fleet gpu: {gpu['capacity']}" in [line.strip() for line in lines]
     assert not [line for line in lines if line.startswith("fleet spare:")]
+
+
+def test_a_failed_tag_after_the_resubmission_does_not_raise_into_a_second_copy(world: World) -> None:
+    class TagRefused:
+        """moto's Batch, except that tagging is throttled after SubmitJob succeeded."""
+
+        def __init__(self, batch: Any) -> None:
+            self.batch, self.submitted = batch, 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.batch, name)
+
+        def submit_job(self, **request: Any) -> Any:
+            self.submitted += 1
+            return self.batch.submit_job(**request)
+
+        def tag_resource(self, **_: Any) -> Any:
+            raise RuntimeError("ThrottlingException: Rate exceeded")
+
+    batch = TagRefused(world.client("batch"))
+    answer = resubmit.handle(_cancelled_job(world, "gpu"), _routes(world), batch, NOW)
+
+    assert answer["action"] == "resubmitted" and "Rate exceeded" in answer["tag_error"]
+    assert batch.submitted == 1
 
 
 def test_a_refused_resubmission_is_said_and_not_retried(world: World) -> None:

@@ -112,3 +112,23 @@ def test_node_line_takes_the_launchers_hardware_line_too() -> None:
     line = "distributed_run.sh: node 0 (ip-1): trainer exited 1 on a hardware fault: NVIDIA Xid 79; exiting 75 so..."
     assert node_line(["noise", line]) == "node 0 (ip-1): trainer exited 1 on a hardware fault: NVIDIA Xid 79"
     assert node_line(["distributed_run.sh: node 0 of 2 (rank 0, main 0)"]) is None
+
+
+def test_the_exit_codes_are_the_launchers():
+    # trainctl reads attempts' exit codes with the container's meanings (container/ is not importable as
+    # a package, so it is loaded by path as the launcher tests do).
+    import importlib.util
+    from pathlib import Path
+
+    from trainctl import recovery
+
+    def load(name: str) -> Any:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / "container" / f"{name}.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    preflight = load("preflight")
+    assert recovery.NODE_FAULT_EXIT == preflight.PREFLIGHT_EXIT
+    assert recovery.SHARED_FAULT_EXIT == preflight.IMAGE_EXIT

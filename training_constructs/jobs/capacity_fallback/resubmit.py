@@ -139,7 +139,12 @@ def handle(detail: Mapping[str, Any], routes: Mapping[str, Any], batch: Any, now
         reason = f"SubmitJob to placement {target['placement']} refused: {error}"
         return log(action="resubmit-failed", event="capacity-cancel", reason=reason, **base)
     new_id = str(submitted["jobId"])
-    batch.tag_resource(resourceArn=str(job.get("jobArn", "")), tags={SUCCESSOR_TAG: new_id})
+    try:
+        batch.tag_resource(resourceArn=str(job.get("jobArn", "")), tags={SUCCESSOR_TAG: new_id})
+    except Exception as error:
+        # The successor exists: raising now would have EventBridge retry the event and submit a second
+        # copy. Say it instead; only a repeated delivery of this event could still resubmit again.
+        base = {**base, "tag_error": str(error)[:300]}
     return log(
         action="resubmitted",
         event="capacity-cancel",
