@@ -27,9 +27,15 @@ def _skeleton(value: Any) -> Any:
     return type(value).__name__
 
 
+# Constructs that make one child per fleet, named by the fleet id after their own (alarms, rules, the
+# compute stack's exports): those resources belong to the fleet as much as its own.
+PER_FLEET_PARENTS = ("", "Dashboard", "JobMetrics", "BootCircuitBreaker", "ExportsOutputFnGetAtt", "ExportsOutputRef")
+
+
 def _owner(logical_id: str) -> str | None:
-    """The fleet whose construct id starts `logical_id` (the longest, as G6e48xlarge vs G6e4...)."""
-    owners = [t for t, fid in FLEET_IDS.items() if logical_id.startswith(fid)]
+    """The fleet whose construct id starts `logical_id`, after a per-fleet parent's name (the longest
+    id, as G6e48xlarge vs G6e4...)."""
+    owners = [t for t, fid in FLEET_IDS.items() for parent in PER_FLEET_PARENTS if logical_id.startswith(parent + fid)]
     return max(owners, key=lambda t: len(FLEET_IDS[t]), default=None)
 
 
