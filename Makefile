@@ -56,7 +56,7 @@ test: bootstrap $(VENV)/.dev
 
 deploy: bootstrap
 	$(BIN)/python -m config.image_build_check $(ARGS)
-	$(CDK) deploy --all $(if $(APPROVAL),--require-approval $(APPROVAL)) $(ARGS)
+	$(CDK) deploy --all -c templateValidation=true $(if $(APPROVAL),--require-approval $(APPROVAL)) $(ARGS)
 
 diff: bootstrap
 	$(CDK) diff $(ARGS)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""CDK entry point: read the context once, build the stacks, check them with cdk-nag."""
+"""CDK entry point: read the context once, build the stacks, check them with cdk-nag (and with
+CloudFormation's own validation when templateValidation=true)."""
 
 from __future__ import annotations
 
@@ -119,10 +120,15 @@ def build_app(
         cluster.add_stack_dependency(data)
     if nag:
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    if settings.template_validation:
+        # CloudFormation's own validation (aws-cdk-lib's plugin, a WASM engine) costs about 2 s of
+        # every synth, so main() turns CDK's built-in instance off and this adds it on request
+        # (`make deploy` asks). The tests validate every template shape (tests/harness.py).
+        cdk.Validations.of(app).add_plugins(cdk.CloudFormationValidatePlugin())
 
 
 def main() -> None:
-    app = cdk.App()
+    app = cdk.App(builtin_cloud_formation_validation=False)  # templateValidation=true adds it (build_app)
     # Set by the CDK CLI when it knows them; without them the stacks are environment-agnostic.
     env = cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION"))
     try:

@@ -432,4 +432,5 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
             size_gib=ctx.root_volume_gib, throughput_mibps=ctx.root_volume_throughput, iops=ctx.root_volume_iops
         ),
         images=ImageSettings(build=ctx.image_build, ngc_secret=ctx.ngc_secret),
+        template_validation=ctx.template_validation,
     )

@@ -217,6 +217,10 @@ class _ContextBase(BaseModel):
     ecs_exec: Bool = key(
         "ecsExec", True, "true or false", "ECS Exec into job containers (`trainctl exec`); false removes it and its IAM"
     )
+    template_validation: Bool = key(
+        "templateValidation", False, "true or false (true in make deploy)",
+        "CloudFormation's own validation of every template at synth (about 2 s more); a finding fails synth",
+    )  # fmt: skip
     parallel_cluster: Bool = key("parallelCluster", False, "true or false", "add the optional ParallelCluster stack")
     pcluster_instance_type: str = key(
         "pclusterInstanceType", "p5e.48xlarge", "comma list of EFA-capable types: " + ", ".join(EFA_TYPES), "queues"

@@ -250,6 +250,8 @@ class AppSettings:
     log_retention_days: int
     root_volume: RootVolume
     images: ImageSettings = ImageSettings()
+    # CloudFormation's own validation at synth (the templateValidation key).
+    template_validation: bool = False
 
     @property
     def root_volume_gib(self) -> int:

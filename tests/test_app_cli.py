@@ -62,3 +62,28 @@ def test_bad_context_is_one_line_on_stderr_without_traceback(case):
     assert lines[0].startswith(BAD_CONTEXTS[case][1])
     assert "Traceback" not in stderr
     assert not wrote_assembly
+
+
+@pytest.mark.parametrize("validate", [False, True])
+def test_template_validation_is_off_unless_asked_and_then_fails_synth_on_a_finding(validate):
+    """main() builds its App with CDK's built-in CloudFormation validation off (about 2 s of every
+    synth); templateValidation=true adds the same validation back, and with cdk.json's flags a finding
+    fails synth. Built here as main() builds it, with one broken resource added after build_app."""
+    import aws_cdk as cdk
+
+    from app import build_app
+    from config.context import read_settings
+    from tests.harness import FEATURE_FLAGS
+
+    context = {**FEATURE_FLAGS, "trainiumInstanceType": "none"}
+    if validate:
+        context["templateValidation"] = "true"
+    app = cdk.App(context=context, outdir=tempfile.mkdtemp(prefix="cdkout-"), builtin_cloud_formation_validation=False)
+    build_app(app, read_settings(app.node.get_all_context()), cdk.Environment(), nag=False)
+    data = app.node.find_child("TrainingData")
+    cdk.CfnResource(data, "Broken", type="AWS::S3::Bucket", properties={"NoSuchProperty": 1})
+    if not validate:
+        assert app.synth().get_stack_by_name("TrainingData").template["Resources"]["Broken"]
+        return
+    with pytest.raises(RuntimeError, match="NoSuchProperty"):
+        app.synth()

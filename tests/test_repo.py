@@ -93,10 +93,16 @@ def make_dry_run(*args: str) -> str:
 
 def test_make_deploy_can_skip_the_approval_prompt():
     assert make_dry_run("deploy", "APPROVAL=never", "ARGS=-c gpuNodes=4").endswith(
-        "cdk deploy --all --require-approval never -c gpuNodes=4"
+        "cdk deploy --all -c templateValidation=true --require-approval never -c gpuNodes=4"
     )
     # Without APPROVAL the CLI's own default (ask before broadening permissions) stays.
     assert "--require-approval" not in make_dry_run("deploy")
+
+
+def test_make_deploy_validates_the_templates_and_a_later_value_can_turn_it_off():
+    # The CLI takes the last -c of a key, so the user's ARGS come after the default.
+    line = make_dry_run("deploy", "ARGS=-c templateValidation=false")
+    assert line.index("-c templateValidation=true") < line.index("-c templateValidation=false")
 
 
 def test_docs_say_a_failed_subnet_delete_does_not_roll_back():

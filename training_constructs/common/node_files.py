@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import gzip
 import io
 import tokenize
 
 
+# Every fleet packs the same scripts: the work is done once per process (it is most of an
+# all-types build otherwise).
+@functools.cache
 def pack(content: bytes) -> str:
     return base64.b64encode(gzip.compress(content, mtime=0)).decode()
 
@@ -24,6 +28,7 @@ def write_packed(path: str, content: bytes) -> str:
     return f"echo '{pack(content)}' | base64 -d | gunzip > {path}"
 
 
+@functools.cache
 def compact_python(source: str) -> str:
     """`source` without what the interpreter never reads: docstrings (the module's cut to its first line,
     which argparse reads), comments, and blank lines outside multi-line strings. Code stays as written."""
