@@ -5,7 +5,9 @@ whole session. The app is built by app.build_app with cdk.json's feature flags, 
 same templates and the same cdk-nag checks as the CLI.
 
 Checks and their cost: CDK's built-in CloudFormation validation (aws-cdk-lib's validation plugin,
-on in every `cdk synth`) costs several times the synth itself, growing with the templates' size;
+which app.py adds only with templateValidation=true, as `make deploy` asks; here through the App's
+own switch, whose engine is made once per process) costs several times the synth itself, growing
+with the templates' size;
 cdk-nag and cfn-lint grow the same way. So every variant gets all three except "all-types", whose
 40 fleets repeat 17 template shapes: it is synthesized for its structure only, and "layouts", one
 fleet of each shape, gets the checks instead (tests/test_shapes.py proves that every type's fleet

@@ -4,13 +4,11 @@
 import functools
 import json
 import multiprocessing
-import os
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
 from tests.harness import CHECKED_VARIANTS, synth
-from tests.lint_worker import findings
 
 
 def template_json(variant: str, name: str) -> str:
@@ -21,10 +19,14 @@ def template_json(variant: str, name: str) -> str:
 def all_findings() -> dict[str, tuple[str, ...]]:
     # Variants share most templates (the network stack is the same for every instance type), so
     # identical templates are linted once. Each goes to the pool as soon as its variant is
-    # synthesized, so linting runs on the other cores while the next variant synthesizes.
+    # synthesized, so linting runs in another process while the next variant synthesizes.
+    from tests.lint_worker import findings  # cfn-lint's import is a second of every worker's collection
+
     context = multiprocessing.get_context("spawn")
     futures = {}
-    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=context) as pool:
+    # One lint process: it runs while this worker synthesizes, and the suite's other xdist worker
+    # has the other core (a second one would load cfn-lint's rules again, about 2.5 s, to compete).
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
         for variant in CHECKED_VARIANTS:
             for name in synth(variant).templates:
                 text = template_json(variant, name)
@@ -34,7 +36,7 @@ def all_findings() -> dict[str, tuple[str, ...]]:
 
 
 # Longer than the default limit: the first case synthesizes every checked variant and lints every
-# distinct template of them (on both cores), for all the cases after it.
+# distinct template of them (in a second process), for all the cases after it.
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("variant", CHECKED_VARIANTS)
 def test_templates_lint_clean(variant):
@@ -44,5 +46,7 @@ def test_templates_lint_clean(variant):
 
 def test_lint_catches_a_broken_template():
     # The check itself works: an unknown property is an error.
+    from tests.lint_worker import findings
+
     broken = {"Resources": {"Bucket": {"Type": "AWS::S3::Bucket", "Properties": {"NoSuchProperty": 1}}}}
     assert findings(json.dumps(broken))
