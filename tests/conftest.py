@@ -10,7 +10,10 @@ grouping is a scheduler of our own, through xdist's `pytest_xdist_make_scheduler
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import threading
 from pathlib import PurePosixPath
 from typing import Any
@@ -42,6 +45,21 @@ def _one_jsii_thread() -> None:
 
 
 _one_jsii_thread()
+
+
+def _scratch_folder() -> None:
+    """Synths, replays and the processes tests start (torchrun, the CDK CLI) write temporary folders,
+    tens of MB a session: they go into one folder per process, removed when the process ends. The
+    processes find it as TMPDIR, the synths through tests.harness.scratch_dir. pytest's own tmp_path
+    stays where it was (this process's temporary folder is read before TMPDIR changes), so that
+    paths in messages keep their length."""
+    tempfile.gettempdir()
+    scratch = tempfile.mkdtemp(prefix="training-tests-")
+    os.environ["TMPDIR"] = scratch
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+
+
+_scratch_folder()
 
 # Files whose tests call tests.harness.synth() or synth_with().
 SYNTH_FILES = frozenset(

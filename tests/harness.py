@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -162,6 +163,11 @@ class Synth:
     manifest: dict[str, Any]
 
 
+def scratch_dir(prefix: str) -> str:
+    """A new folder in the session's scratch folder (TMPDIR, set and removed by tests/conftest.py)."""
+    return tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("TMPDIR"))
+
+
 def build(
     context: dict[str, str], env: cdk.Environment | None = None, *, validate: bool = True, **options: Any
 ) -> cdk.App:
@@ -170,7 +176,7 @@ def build(
     compared or read (templates are the same either way)."""
     app = cdk.App(
         context={**FEATURE_FLAGS, **context},
-        outdir=tempfile.mkdtemp(prefix="cdkout-"),
+        outdir=scratch_dir("cdkout-"),
         builtin_cloud_formation_validation=validate,
     )
     env = env or cdk.Environment()

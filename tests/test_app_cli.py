@@ -5,12 +5,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT
+from tests.harness import ROOT, scratch_dir
 
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
 
@@ -40,7 +39,7 @@ def bad_context_runs() -> tuple[tuple[int, str, bool], ...]:
     the jsii kernel): (exit status, stderr, whether a cloud assembly was written)."""
     runs = []
     for context, _ in BAD_CONTEXTS:
-        workdir = Path(tempfile.mkdtemp(prefix="bad-context-"))
+        workdir = Path(scratch_dir("bad-context-"))
         env = clean_env(workdir, CDK_CONTEXT_JSON=json.dumps(context), CDK_OUTDIR=str(workdir / "out"))
         process = subprocess.Popen(
             [sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -78,7 +77,7 @@ def test_template_validation_is_off_unless_asked_and_then_fails_synth_on_a_findi
     context = {**FEATURE_FLAGS, "trainiumInstanceType": "none"}
     if validate:
         context["templateValidation"] = "true"
-    app = cdk.App(context=context, outdir=tempfile.mkdtemp(prefix="cdkout-"), builtin_cloud_formation_validation=False)
+    app = cdk.App(context=context, outdir=scratch_dir("cdkout-"), builtin_cloud_formation_validation=False)
     build_app(app, read_settings(app.node.get_all_context()), cdk.Environment(), nag=False)
     data = app.node.find_child("TrainingData")
     cdk.CfnResource(data, "Broken", type="AWS::S3::Bucket", properties={"NoSuchProperty": 1})

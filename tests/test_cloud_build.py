@@ -8,7 +8,6 @@ import json
 import re
 import shlex
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from config.context import ConfigError, read_settings
 from config.settings import ImageSettings
 from stacks.registry_stack import RegistryStack
-from tests.harness import FEATURE_FLAGS, ROOT, VARIANTS, resources, synth, synth_with
+from tests.harness import FEATURE_FLAGS, ROOT, VARIANTS, resources, scratch_dir, synth, synth_with
 from tests.template_diff import diff_templates
 from tests.test_app_cli import CDK
 from training_constructs.common.retention import retention_days
@@ -240,7 +239,7 @@ def test_default_mode_exports_the_same_repository_values():
 
 def registry_alone(container_dir: Path = ROOT / "container", **context: str) -> RegistryStack:
     """A cloud-mode registry stack of the gpu fleet alone, in a bare app (no nag, no other stacks)."""
-    app = cdk.App(context=FEATURE_FLAGS, outdir=tempfile.mkdtemp(prefix="cdkout-"))
+    app = cdk.App(context=FEATURE_FLAGS, outdir=scratch_dir("cdkout-"))
     settings = read_settings({"imageBuild": "cloud", "trainiumInstanceType": "none", **context})
     return RegistryStack(app, STACK, fleets=settings.fleets, images=settings.images,
                          log_retention=retention_days(30), container_dir=container_dir)  # fmt: skip
@@ -260,7 +259,7 @@ def test_a_fleet_with_its_own_image_builds_nothing_in_cloud_mode():
 @functools.cache
 def changed_container() -> Path:
     """A copy of container/ with one byte changed in the launcher's comments."""
-    copy = Path(tempfile.mkdtemp(prefix="container-")) / "container"
+    copy = Path(scratch_dir("container-")) / "container"
     shutil.copytree(ROOT / "container", copy, ignore=shutil.ignore_patterns("__pycache__"))
     launcher = copy / "distributed_run.sh"
     text = launcher.read_text()
@@ -272,7 +271,7 @@ def changed_container() -> Path:
 def test_the_tag_follows_container_content_only():
     digest = content_tag_hash()
     assert HASH.fullmatch(digest)
-    unchanged = Path(tempfile.mkdtemp(prefix="container-")) / "container"
+    unchanged = Path(scratch_dir("container-")) / "container"
     shutil.copytree(ROOT / "container", unchanged, ignore=shutil.ignore_patterns("__pycache__"))
     # Another synth of the same files, from another folder: the same tag.
     assert registry_tag(unchanged) == f"gpu-{digest}"

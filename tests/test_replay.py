@@ -23,7 +23,6 @@ import json
 import re
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from app import build_app
 from config import limits
 from config.context import read_settings
 from config.settings import FLEET_ID_SUFFIXES, RESERVED_CONSTRUCT_IDS, fleet_construct_id
-from tests.harness import FEATURE_FLAGS, ROOT
+from tests.harness import FEATURE_FLAGS, ROOT, scratch_dir
 from tests.template_diff import diff_templates
 
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
@@ -231,7 +230,7 @@ def _synth(context: dict[str, str]) -> Synthed:
     # Compared, not checked: no cdk-nag and no CDK validation (tests/harness.py says why).
     app = cdk.App(
         context={**FEATURE_FLAGS, **context},
-        outdir=tempfile.mkdtemp(prefix="replay-"),
+        outdir=scratch_dir("replay-"),
         builtin_cloud_formation_validation=False,
     )
     build_app(app, read_settings(app.node.get_all_context()), cdk.Environment(), nag=False)
@@ -452,7 +451,7 @@ def test_the_cli_agrees_with_the_in_process_diff(synthed: dict[str, Synthed], di
     old = synthed["named-azs"].directory / f"{stack}.template.json"
     command = [str(CDK), "diff", "--app", str(synthed["gpu-moved"].directory), "--template", str(old)]
     command += ["--no-change-set", "--exclusively", "--no-color", stack]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=tempfile.mkdtemp(), timeout=60)
+    result = subprocess.run(command, capture_output=True, text=True, cwd=scratch_dir("cli-diff-"), timeout=60)
     line = re.compile(r"^\[(?P<op>[+~-])\] (?P<type>\S+) (?:\S+ )?(?P<id>[A-Za-z0-9]+)(?: (?P<impact>.+))?$")
 
     def resources(text: str) -> set[tuple[str, ...]]:
@@ -481,7 +480,7 @@ def test_every_stack_child_that_is_not_a_fleets_is_reserved() -> None:
     # Compared, not checked: no cdk-nag and no CDK validation (tests/harness.py says why).
     app = cdk.App(
         context={**FEATURE_FLAGS, **context},
-        outdir=tempfile.mkdtemp(prefix="replay-"),
+        outdir=scratch_dir("replay-"),
         builtin_cloud_formation_validation=False,
     )
     build_app(app, read_settings(app.node.get_all_context()), cdk.Environment(), nag=False)
