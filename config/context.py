@@ -2,7 +2,8 @@
 
 The keys themselves are declared in config/context_keys.py. Values from `-c key=value` arrive as
 strings, values from cdk.json as JSON types; both are accepted. The first problem found is raised as a
-one-line ConfigError that names the key (or `fleets.<name>.<field>`), the value and what is allowed.
+one-line ConfigError that names the key (or `fleets.<name>.<field>`), the value and what is allowed
+(config/key_refusals.py words it).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from config.context_keys import (
     upper_first,
 )
 from config.instance_types import botocore_version, ec2_instance_types
-from config.placements import FIELDS_TEXT, LAMBDA_ENVIRONMENT_BYTES, PlacementError, fallback_placements, routes_bytes
+from config.key_refusals import fail, from_pydantic
+from config.placements import LAMBDA_ENVIRONMENT_BYTES, PlacementError, fallback_placements, routes_bytes
 from config.settings import (
     FLEET_ID_SUFFIXES,
     AppSettings,
@@ -46,58 +48,6 @@ from config.settings import (
     Share,
     fleet_construct_id,
 )
-
-_FLEET_FIELDS = {f.alias: f.json_schema_extra["allowed"] for f in FleetModel.model_fields.values()}
-_SHORT_ALLOWED = refusals.SHORT_ALLOWED | {
-    "interfaceEndpoints": refusals.SHORT_ALLOWED["interfaceEndpoints"] + ", ".join(limits.INTERFACE_ENDPOINTS),
-    "instanceType": refusals.CATALOG_TYPES,
-}
-_PROBLEMS = {
-    "greater_than_equal": "below {ge}",
-    "less_than_equal": "above {le}",
-    "string_pattern_mismatch": "malformed",
-    "string_too_long": "longer than {max_length} characters",
-    "literal_error": "not a known option",
-    "extra_forbidden": "unknown field",
-    "missing": "required",
-    "string_type": "not a string",
-    "dict_type": "not a JSON object",
-    "model_type": "not a JSON object",
-}
-
-
-def _fail(path: str, value: Any, problem: str, allowed: str | None = None) -> ConfigError:
-    if allowed is None:
-        allowed = _allowed(path)
-    line = f"context key {path}={refusals.shown(value)}: {problem}; allowed: {allowed}"
-    if len(line) > refusals.MAX_LINE:
-        # A long value beside a long list: point at the list instead of printing it.
-        line = f"context key {path}={refusals.shown(value)}: {problem}; allowed: see {refusals.KEY_TABLE}"
-    return ConfigError(line)
-
-
-def _allowed(path: str) -> str:
-    """What a refusal says is allowed: the key's own text, or a short one where that is a long list."""
-    parts = path.split(".")
-    # A top-level key, a fleet (fleets.<name>) or one of its fields (fleets.<name>.<field>).
-    name = parts[0] if len(parts) < 3 else parts[2]
-    if name in _SHORT_ALLOWED:
-        return _SHORT_ALLOWED[name]
-    return KEYS[name].allowed if len(parts) < 3 else _FLEET_FIELDS.get(name, ", ".join(_FLEET_FIELDS))
-
-
-def _from_pydantic(error: ValidationError, given: Mapping[str, Any]) -> ConfigError:
-    first = error.errors()[0]
-    path = ".".join(str(part) for part in first["loc"])
-    if len(first["loc"]) == 1 and path in given:
-        first["input"] = given[path]  # what the user wrote, before CLI strings were parsed
-    problem = str(first["ctx"]["error"]) if first["type"] == "value_error" else _PROBLEMS.get(first["type"])
-    if first["type"] == "extra_forbidden":
-        fields = FIELDS_TEXT if "fallback" in path.split(".") else ", ".join(_FLEET_FIELDS)
-        return _fail(path, first["input"], "unknown field", "fields " + fields)
-    if first["type"] == "missing":
-        return ConfigError(f"context key {path}: required; allowed: {_allowed(path)}")
-    return _fail(path, first["input"], (problem or first["msg"]).format(**first.get("ctx", {})))
 
 
 def check_keys(context: Mapping[str, Any]) -> None:
@@ -126,7 +76,7 @@ def _instance(path: str, name: str, allowed: tuple[str, ...], family: str) -> In
         problem = "has no EFA (multi-node training needs it)"
     else:
         problem = f"a {spec.accelerator_kind} type, not {family}"
-    raise _fail(path, name, problem, f"{family} types; {choices}")
+    raise fail(path, name, problem, f"{family} types; {choices}")
 
 
 def _fleet(
@@ -135,15 +85,15 @@ def _fleet(
     instance = _instance(path("instanceType"), model.instance_type, allowed, family)
     max_nodes = max(model.nodes, 4) if model.max_nodes is None else model.max_nodes
     if max_nodes < model.nodes:
-        raise _fail(path("maxNodes"), model.max_nodes, f"out of range {model.nodes}..{limits.MAX_NODES}")
+        raise fail(path("maxNodes"), model.max_nodes, f"out of range {model.nodes}..{limits.MAX_NODES}")
     if model.capacity_reservation_type == "capacity-block" and not model.capacity_reservation_id:
         problem = f"needs {path('capacityReservationId')}, the block's cr- id"
-        raise _fail(path("capacityReservationType"), model.capacity_reservation_type, problem)
+        raise fail(path("capacityReservationType"), model.capacity_reservation_type, problem)
     az = model.availability_zone
     _check_az(path("availabilityZone"), az, region)
     if model.ami_id and instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
         problem = "GPU fleets take AWS's current ECS GPU AMI through Batch (docs/fleets.md)"
-        raise _fail(path("amiId"), model.ami_id, problem)
+        raise fail(path("amiId"), model.ami_id, problem)
     reservation = model.capacity_reservation_id and CapacityReservation(
         reservation_id=model.capacity_reservation_id, kind=model.capacity_reservation_type
     )
@@ -163,14 +113,14 @@ def _fleet(
         where = lambda i, f: path("fallback") + (f"[{i}]" if i >= 0 else "") + (f".{f}" if f else "")  # noqa: E731
         fallback = fallback_placements(fleet.own_placement, model.fallback, where, region)
     except PlacementError as error:
-        raise _fail(error.path, error.value, error.problem, error.allowed) from None
+        raise fail(error.path, error.value, error.problem, error.allowed) from None
     return dataclasses.replace(fleet, fallback=fallback)
 
 
 def _check_az(path: str, az: str | None, region: str | None) -> None:
     found = az and zones.az_problem(az, region)
     if found:
-        raise _fail(path, az, *found)
+        raise fail(path, az, *found)
 
 
 def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[FleetSettings, ...]:
@@ -179,19 +129,19 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
         if flat:
             raise ConfigError(f"context keys fleets and {flat} cannot be mixed: describe every fleet in fleets")
         if not ctx.fleets:
-            raise _fail("fleets", {}, "no fleet")
+            raise fail("fleets", {}, "no fleet")
         if len(ctx.fleets) > limits.MAX_FLEETS:
-            raise _fail("fleets", f"{len(ctx.fleets)} fleets", f"at most {limits.MAX_FLEETS}")
+            raise fail("fleets", f"{len(ctx.fleets)} fleets", f"at most {limits.MAX_FLEETS}")
         seen: dict[str, str] = {}
         for name in ctx.fleets:
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,31}", name):
-                raise _fail("fleets", name, "a fleet name is a letter, then up to 31 letters and digits")
+                raise fail("fleets", name, "a fleet name is a letter, then up to 31 letters and digits")
             if fleet_construct_id(name).lower() in RESERVED_NAMES:
                 problem = f"{name!r} is taken by the stacks' own {RESERVED_NAMES[name.lower()]!r}"
                 allowed = "a fleet name that is not one of the stacks' own ids (in any case)"
-                raise _fail("fleets", name, problem, allowed)
+                raise fail("fleets", name, problem, allowed)
             if name.lower() in seen:
-                raise _fail("fleets", name, f"names {seen[name.lower()]!r} and {name!r} differ only in case")
+                raise fail("fleets", name, f"names {seen[name.lower()]!r} and {name!r} differ only in case")
             seen[name.lower()] = name
         _check_fleet_ids(tuple(ctx.fleets))
         built = tuple(
@@ -202,14 +152,14 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
         if size > LAMBDA_ENVIRONMENT_BYTES:
             placements = sum(len(f.fallback) for f in built)
             problem = f"the capacity fallback's routes take about {size} bytes of Lambda's 4 KB environment"
-            raise _fail("fleets", f"{placements} fallback placements", problem, "fewer fallback placements")
+            raise fail("fleets", f"{placements} fallback placements", problem, "fewer fallback placements")
         return built
     fleets = []
     for prefix, (family, types, _) in FLAT_FLEETS.items():
         if getattr(ctx, f"{prefix}_purchase_option") == "spot":
             # Batch user guide, multi-node-parallel-jobs: MNP jobs are not supported on Spot.
             problem = "AWS Batch multi-node parallel jobs do not run on Spot compute environments"
-            raise _fail(f"{prefix}PurchaseOption", "spot", problem)
+            raise fail(f"{prefix}PurchaseOption", "spot", problem)
         if getattr(ctx, f"{prefix}_instance_type") == "none":
             continue
         fields = {f: getattr(ctx, f"{prefix}_{snake(f)}") for f in FLAT_FIELDS}
@@ -231,7 +181,7 @@ def _check_fleet_ids(names: tuple[str, ...]) -> None:
             other, _ = claimed.setdefault(child.lower(), (name, suffix))
             if other != name:
                 problem = f"fleets {other!r} and {name!r} both make the construct id {child!r}"
-                raise _fail("fleets", name, problem, "another name for one of them")
+                raise fail("fleets", name, problem, "another name for one of them")
 
 
 def _network(
@@ -240,7 +190,7 @@ def _network(
     az = ctx.availability_zone
     _check_az("availabilityZone", az, region)
     if ctx.nat_gateways > 2:
-        raise _fail("natGateways", ctx.nat_gateways, "out of range 1..2 (one per public subnet)")
+        raise fail("natGateways", ctx.nat_gateways, "out of range 1..2 (one per public subnet)")
     # Every placement of a fleet (its own, then its fallback ones) has a subnet in its AZ.
     zones = [p.availability_zone for f in fleets for p in f.placements]
     named = tuple(dict.fromkeys(z for z in zones if z not in (None, az)))
@@ -253,13 +203,13 @@ def _network(
         )
         allowed = f"at most {limits.MAX_NAMED_AZ_BLOCKS} named AZs, Slurm's included"
         if az:
-            raise _fail("availabilityZone", az, problem, allowed)
-        raise _fail("fleets", f"{blocks} AZs", problem, allowed)
+            raise fail("availabilityZone", az, problem, allowed)
+        raise fail("fleets", f"{blocks} AZs", problem, allowed)
     _check_subnet_room(fleets, cluster, az)
     names = tuple(dict.fromkeys(n.strip() for n in ctx.interface_endpoints.split(",") if n.strip()))
     unknown = [n for n in names if n not in limits.INTERFACE_ENDPOINTS]
     if unknown:
-        raise _fail("interfaceEndpoints", ctx.interface_endpoints, f"unknown service {refusals.shown(unknown[0])}")
+        raise fail("interfaceEndpoints", ctx.interface_endpoints, f"unknown service {refusals.shown(unknown[0])}")
     return NetworkSettings(
         availability_zone=az, fleet_availability_zones=named, nat_gateways=ctx.nat_gateways, interface_endpoints=names
     )
@@ -303,17 +253,17 @@ def _shares(raw: str) -> tuple[Share, ...]:
     for item in (i.strip() for i in raw.split(",")):
         match = re.fullmatch(r"(?P<identifier>[A-Za-z0-9]{1,255}\*?):(?P<share>\d{1,4})", item)
         if not match or not 1 <= int(match["share"]) <= limits.MAX_SHARE:
-            raise _fail("shares", raw, f"entry {refusals.shown(item)} is not identifier:share")
+            raise fail("shares", raw, f"entry {refusals.shown(item)} is not identifier:share")
         shares.append(Share(identifier=match["identifier"], share=int(match["share"])))
     if len(shares) > limits.MAX_SHARE_IDENTIFIERS:
-        raise _fail("shares", raw, f"{len(shares)} identifiers")
+        raise fail("shares", raw, f"{len(shares)} identifiers")
     for i, a in enumerate(shares):
         for b in shares[i + 1 :]:
             # Batch refuses overlapping entries: a duplicate, or a prefix entry covering another.
             if a.identifier == b.identifier or any(
                 x.identifier.endswith("*") and y.identifier.startswith(x.identifier[:-1]) for x, y in ((a, b), (b, a))
             ):
-                raise _fail("shares", raw, f"{refusals.shown(a.identifier)} and {refusals.shown(b.identifier)} overlap")
+                raise fail("shares", raw, f"{refusals.shown(a.identifier)} and {refusals.shown(b.identifier)} overlap")
     return tuple(shares)
 
 
@@ -327,55 +277,55 @@ def _health_check_schedule(raw: str) -> HealthCheckSchedule | None:
     if not text:
         return None
     if len(text) > limits.MAX_SCHEDULE_EXPRESSION:
-        raise _fail("healthCheckSchedule", raw, f"longer than {limits.MAX_SCHEDULE_EXPRESSION} characters")
+        raise fail("healthCheckSchedule", raw, f"longer than {limits.MAX_SCHEDULE_EXPRESSION} characters")
     rate = re.fullmatch(r"rate\((?P<n>[1-9]\d*) (?P<unit>minute|hour|day)(?P<plural>s?)\)", text)
     if rate:
         if (rate["n"] == "1") == bool(rate["plural"]):
-            raise _fail("healthCheckSchedule", raw, "the unit is singular for 1 and plural otherwise")
+            raise fail("healthCheckSchedule", raw, "the unit is singular for 1 and plural otherwise")
         interval = int(rate["n"]) * _RATE_SECONDS[rate["unit"]]
         if not 3600 <= interval <= limits.MAX_HEALTH_CHECK_DAYS * 86400:
-            raise _fail("healthCheckSchedule", raw, "out of range")
+            raise fail("healthCheckSchedule", raw, "out of range")
         return HealthCheckSchedule(expression=text, interval_seconds=interval)
     cron = re.fullmatch(r"cron\((?P<fields>[^()]+)\)", text)
     fields = cron["fields"].split() if cron else []
     if len(fields) != 6:
-        raise _fail("healthCheckSchedule", raw, "not a rate(...) or six-field cron(...) expression")
+        raise fail("healthCheckSchedule", raw, "not a rate(...) or six-field cron(...) expression")
     if not all(re.fullmatch(r"[0-9A-Za-z*?/,#L-]+", f) for f in fields):
-        raise _fail("healthCheckSchedule", raw, "malformed cron field")
+        raise fail("healthCheckSchedule", raw, "malformed cron field")
     problem = schedule_rules.cron_problem(fields)
     if problem:
-        raise _fail("healthCheckSchedule", raw, problem)
+        raise fail("healthCheckSchedule", raw, problem)
     if fields[5] != "*":
         # A year field ends the schedule; from then on only the missing-verdict alarm would fire.
-        raise _fail("healthCheckSchedule", raw, "the year field must be * (a check that stops leaves its alarm firing)")
+        raise fail("healthCheckSchedule", raw, "the year field must be * (a check that stops leaves its alarm firing)")
     # The missing-verdict alarm needs a bounded gap between runs: a cron that runs every day.
     if fields[2] not in ("*", "?") or fields[3] != "*" or fields[4] not in ("*", "?"):
-        raise _fail("healthCheckSchedule", raw, "a cron schedule must run every day (day fields * or ?)")
+        raise fail("healthCheckSchedule", raw, "a cron schedule must run every day (day fields * or ?)")
     # EventBridge takes a value or * in only one of day-of-month and day-of-week, and ? in the other
     # (EventBridge user guide, "Schedule expressions for rules", cron expressions).
     if sorted((fields[2], fields[4])) != ["*", "?"]:
-        raise _fail("healthCheckSchedule", raw, "one of day-of-month and day-of-week must be ?, the other *")
+        raise fail("healthCheckSchedule", raw, "one of day-of-month and day-of-week must be ?, the other *")
     return HealthCheckSchedule(expression=text, interval_seconds=86400)
 
 
 def _parallel_cluster(ctx: Any) -> ParallelClusterSettings:
     capacity = ctx.fsx_capacity_gib
     if capacity != limits.FSX_MIN_CAPACITY_GIB and capacity % limits.FSX_CAPACITY_STEP_GIB:
-        raise _fail("fsxCapacityGib", capacity, f"not 1200 or a multiple of {limits.FSX_CAPACITY_STEP_GIB}")
+        raise fail("fsxCapacityGib", capacity, f"not 1200 or a multiple of {limits.FSX_CAPACITY_STEP_GIB}")
     if ctx.fsx_throughput not in limits.FSX_THROUGHPUTS:
-        raise _fail("fsxThroughput", ctx.fsx_throughput, "not a PERSISTENT_2 throughput")
+        raise fail("fsxThroughput", ctx.fsx_throughput, "not a PERSISTENT_2 throughput")
     if ctx.pcluster_capacity_reservation_type == "capacity-block" and not ctx.pcluster_capacity_reservation_id:
         problem = "needs pclusterCapacityReservationId, the block's cr- id"
-        raise _fail("pclusterCapacityReservationType", "capacity-block", problem)
+        raise fail("pclusterCapacityReservationType", "capacity-block", problem)
     head = ctx.pcluster_head_node_instance_type
     if head not in ec2_instance_types():
         allowed = refusals.did_you_mean(head, ec2_instance_types(), "aws ec2 describe-instance-types")
-        raise _fail(
+        raise fail(
             "pclusterHeadNodeInstanceType", head, f"not an EC2 instance type (botocore {botocore_version})", allowed
         )
     names = list(dict.fromkeys(n.strip() for n in ctx.pcluster_instance_type.split(",") if n.strip()))
     if not names:
-        raise _fail("pclusterInstanceType", ctx.pcluster_instance_type, "empty")
+        raise fail("pclusterInstanceType", ctx.pcluster_instance_type, "empty")
     return ParallelClusterSettings(
         enabled=ctx.parallel_cluster,
         instances=tuple(_instance("pclusterInstanceType", n, EFA_TYPES, "EFA-capable") for n in names),
@@ -399,21 +349,21 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
         ctx = Context.model_validate(given)
         fleets = _fleets(ctx, given, region)
     except ValidationError as error:
-        raise _from_pydantic(error, given) from None
+        raise from_pydantic(error, given) from None
     if ctx.log_retention_days not in limits.LOG_RETENTION_DAYS:
         near = sorted(sorted(limits.LOG_RETENTION_DAYS, key=lambda d: abs(d - ctx.log_retention_days))[:2])
         allowed = f"a CloudWatch Logs retention such as {near[0]} or {near[1]} (docs/reference/context-keys.md)"
-        raise _fail("logRetentionDays", ctx.log_retention_days, "not a value CloudWatch Logs accepts", allowed)
+        raise fail("logRetentionDays", ctx.log_retention_days, "not a value CloudWatch Logs accepts", allowed)
     if ctx.parallel_cluster and ctx.log_retention_days not in limits.PCLUSTER_LOG_RETENTION_DAYS:
         allowed = "with parallelCluster=true one of " + ", ".join(map(str, limits.PCLUSTER_LOG_RETENTION_DAYS))
         problem = "ParallelCluster refuses it"
-        raise _fail("logRetentionDays", ctx.log_retention_days, problem, allowed)
+        raise fail("logRetentionDays", ctx.log_retention_days, problem, allowed)
     if ctx.root_volume_throughput > ctx.root_volume_iops * limits.GP3_MIBPS_PER_IOPS:
         problem = f"above {limits.GP3_MIBPS_PER_IOPS} MiB/s per IOPS (rootVolumeIops={ctx.root_volume_iops})"
-        raise _fail("rootVolumeThroughput", ctx.root_volume_throughput, problem)
+        raise fail("rootVolumeThroughput", ctx.root_volume_throughput, problem)
     cluster = _parallel_cluster(ctx)
     if ctx.ngc_secret and ctx.image_build != "cloud":
-        raise _fail("ngcSecret", ctx.ngc_secret, "only the cloud build reads it; add -c imageBuild=cloud")
+        raise fail("ngcSecret", ctx.ngc_secret, "only the cloud build reads it; add -c imageBuild=cloud")
     return AppSettings(
         network=_network(ctx, fleets, cluster, region),
         fleets=fleets,
