@@ -4,6 +4,7 @@ CloudFormation's own validation when templateValidation=true)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -25,6 +26,13 @@ from training_constructs.common.retention import retention_days
 from training_constructs.images.training_image import CONTAINER_DIR
 
 STACK_PREFIX = "Training"
+
+
+@functools.cache
+def cloudformation_validation() -> cdk.CloudFormationValidatePlugin:
+    """CDK's CloudFormation validation plugin, made once per process (its engine takes about 1.5 s to
+    build) and shared by every App that asks, as CDK shares its built-in instance."""
+    return cdk.CloudFormationValidatePlugin()
 
 
 def build_app(
@@ -123,8 +131,8 @@ def build_app(
     if settings.template_validation:
         # CloudFormation's own validation (aws-cdk-lib's plugin, a WASM engine) costs about 2 s of
         # every synth, so main() turns CDK's built-in instance off and this adds it on request
-        # (`make deploy` asks). The tests validate every template shape (tests/harness.py).
-        cdk.Validations.of(app).add_plugins(cdk.CloudFormationValidatePlugin())
+        # (`make deploy` asks). The tests validate every template shape this way (tests/harness.py).
+        cdk.Validations.of(app).add_plugins(cloudformation_validation())
 
 
 def main() -> None:

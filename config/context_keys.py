@@ -219,7 +219,7 @@ class _ContextBase(BaseModel):
     )
     template_validation: Bool = key(
         "templateValidation", False, "true or false (true in make deploy)",
-        "CloudFormation's own validation of every template at synth (about 2 s more); a finding fails synth",
+        "CloudFormation's own validation of every template at synth (about 2 s more); an error fails synth",
     )  # fmt: skip
     parallel_cluster: Bool = key("parallelCluster", False, "true or false", "add the optional ParallelCluster stack")
     pcluster_instance_type: str = key(

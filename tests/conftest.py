@@ -49,10 +49,11 @@ _one_jsii_thread()
 
 def _scratch_folder() -> None:
     """Synths, replays and the processes tests start (torchrun, the CDK CLI) write temporary folders,
-    tens of MB a session: they go into one folder per process, removed when the process ends. The
-    processes find it as TMPDIR, the synths through tests.harness.scratch_dir. pytest's own tmp_path
-    stays where it was (this process's temporary folder is read before TMPDIR changes), so that
-    paths in messages keep their length."""
+    tens of MB a session: they go into a scratch folder, removed when its process ends. Processes
+    started later find it as TMPDIR, the synths through tests.harness.scratch_dir, so the xdist
+    workers' folders nest inside the controller's, which removes the whole tree last. Where pytest
+    runs in one process, its tmp_path stays in the system's folder (read before TMPDIR changes), so
+    that paths in messages keep their length."""
     tempfile.gettempdir()
     scratch = tempfile.mkdtemp(prefix="training-tests-")
     os.environ["TMPDIR"] = scratch

@@ -4,10 +4,9 @@ Every test that looks at templates goes through `synth(variant)`, which caches t
 whole session. The app is built by app.build_app with cdk.json's feature flags, so tests see the
 same templates and the same cdk-nag checks as the CLI.
 
-Checks and their cost: CDK's built-in CloudFormation validation (aws-cdk-lib's validation plugin,
-which app.py adds only with templateValidation=true, as `make deploy` asks; here through the App's
-own switch, whose engine is made once per process) costs several times the synth itself, growing
-with the templates' size;
+Checks and their cost: CloudFormation's own validation (aws-cdk-lib's validation plugin, which
+app.py adds only with templateValidation=true, as `make deploy` asks, and as these synths ask; its
+engine is made once per process) costs several times the synth itself, growing with the templates' size;
 cdk-nag and cfn-lint grow the same way. So every variant gets all three except "all-types", whose
 40 fleets repeat 17 template shapes: it is synthesized for its structure only, and "layouts", one
 fleet of each shape, gets the checks instead (tests/test_shapes.py proves that every type's fleet
@@ -174,10 +173,13 @@ def build(
     """An app with every stack added but not yet synthesized; `options` go to app.build_app.
     `validate=False` leaves out CDK's built-in CloudFormation validation, for synths that are only
     compared or read (templates are the same either way)."""
+    # Validation as `make deploy` runs it: CDK's built-in instance off (as in app.main), and the
+    # templateValidation key adding app.py's one plugin. (The built-in one also obeys CDK_VALIDATION=false,
+    # which would leave the checked variants unchecked without a word.)
     app = cdk.App(
-        context={**FEATURE_FLAGS, **context},
+        context={**FEATURE_FLAGS, **context, **({"templateValidation": "true"} if validate else {})},
         outdir=scratch_dir("cdkout-"),
-        builtin_cloud_formation_validation=validate,
+        builtin_cloud_formation_validation=False,
     )
     env = env or cdk.Environment()
     build_app(app, read_settings(app.node.get_all_context(), region=env.region), env, **options)

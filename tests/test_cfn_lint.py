@@ -4,6 +4,7 @@
 import functools
 import json
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
@@ -24,9 +25,11 @@ def all_findings() -> dict[str, tuple[str, ...]]:
 
     context = multiprocessing.get_context("spawn")
     futures = {}
-    # One lint process: it runs while this worker synthesizes, and the suite's other xdist worker
-    # has the other core (a second one would load cfn-lint's rules again, about 2.5 s, to compete).
-    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+    # Lint processes beside the one synthesizing: one on two cores (the suite's other xdist worker
+    # has the other; a second would load cfn-lint's rules again, about 2.5 s, to compete), two where
+    # there are more cores.
+    workers = max(1, min(2, (os.cpu_count() or 2) - 1))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         for variant in CHECKED_VARIANTS:
             for name in synth(variant).templates:
                 text = template_json(variant, name)

@@ -17,8 +17,8 @@ import tokenize
 
 
 # Every fleet packs the same scripts: the work is done once per process (it is most of an
-# all-types build otherwise).
-@functools.cache
+# all-types build otherwise). Bounded: per-fleet content (the agent's configuration) passes through too.
+@functools.lru_cache(maxsize=64)
 def pack(content: bytes) -> str:
     return base64.b64encode(gzip.compress(content, mtime=0)).decode()
 
