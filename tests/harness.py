@@ -171,8 +171,8 @@ def build(
     context: dict[str, str], env: cdk.Environment | None = None, *, validate: bool = True, **options: Any
 ) -> cdk.App:
     """An app with every stack added but not yet synthesized; `options` go to app.build_app.
-    `validate=False` leaves out CDK's built-in CloudFormation validation, for synths that are only
-    compared or read (templates are the same either way)."""
+    `validate=False` leaves out CloudFormation's validation, for synths that are only compared or
+    read (templates are the same either way)."""
     # Validation as `make deploy` runs it: CDK's built-in instance off (as in app.main), and the
     # templateValidation key adding app.py's one plugin. (The built-in one also obeys CDK_VALIDATION=false,
     # which would leave the checked variants unchecked without a word.)
