@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from config import metrics
+from tests.local_aws import moto_server
 from tests.trainctl_world import ACCOUNT, REGION, moto_environment
 from training_constructs.health import boot_breaker
 from training_constructs.health.boot_breaker_function import trip
@@ -23,15 +24,8 @@ FLEETS = ("gpu", "llm")
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    _, port = server.get_host_and_port()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture

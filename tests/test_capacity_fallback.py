@@ -16,8 +16,7 @@ from typer.testing import CliRunner
 
 from config.catalog import CATALOG
 from config.settings import CapacityReservation, CapacityWindow, Placement
-from tests.trainctl_world import ACCOUNT, REGION, World, build_world, moto_environment
-from tests.trainctl_world import tear_down as tear_down_world
+from tests.trainctl_world import ACCOUNT, REGION, World, moto_environment, served_world
 from trainctl.cli import app
 from trainctl.jobs import STATES
 from training_constructs.jobs.capacity_fallback import resubmit
@@ -45,19 +44,9 @@ PLACEMENTS = (
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    _, port = server.get_host_and_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        world = build_world(endpoint)
+    with served_world() as world:
         _add_placements(world)
         yield world
-    finally:
-        tear_down_world(endpoint)
-        server.stop()
 
 
 def _add_placements(world: World) -> None:

@@ -18,7 +18,8 @@ import pytest
 from boto3.exceptions import S3UploadFailedError
 
 from tests.harness import ROOT
-from tests.test_launcher import LAUNCHER, base_env, free_port
+from tests.local_aws import moto_server
+from tests.test_launcher import LAUNCHER, base_env
 
 sys.path.insert(0, str(ROOT / "container"))
 import checkpoint_sync
@@ -75,13 +76,8 @@ for step in filter(None, os.environ.get("TRAIN_PLAN", "").split(";")):
 
 @pytest.fixture(scope="module")
 def s3_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture

@@ -17,25 +17,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tests.trainctl_world import CHECKPOINT_BUCKET, RUNNABLE_LIMIT_SECONDS, World, build_world, moto_environment
-from tests.trainctl_world import tear_down as tear_down_world
+from tests.trainctl_world import CHECKPOINT_BUCKET, RUNNABLE_LIMIT_SECONDS, World, moto_environment, served_world
 from trainctl.cli import app
 from trainctl.errors import ExitCode
 
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    _, port = server.get_host_and_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        yield build_world(endpoint)
-    finally:
-        tear_down_world(endpoint)
-        server.stop()
+    with served_world() as world:
+        yield world
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
+from tests.local_aws import moto_server
 from trainctl.recovery import attempt_story, log_tail, node_line
 from trainctl.why import explain
 
@@ -43,21 +44,14 @@ def job(status: str = "RUNNING") -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def logs() -> Iterator[Any]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    _, port = server.get_host_and_port()
-    try:
+    with moto_server() as endpoint:
         yield boto3.client(
             "logs",
-            endpoint_url=f"http://127.0.0.1:{port}",
+            endpoint_url=endpoint,
             region_name="us-east-1",
             aws_access_key_id="testing",
             aws_secret_access_key="testing",  # noqa: S106 - moto's
         )
-    finally:
-        server.stop()
 
 
 def test_the_story_names_the_node_what_it_found_and_the_resume_time(logs: Any) -> None:

@@ -397,3 +397,15 @@ def moto_environment(endpoint: str) -> dict[str, str | None]:
         "AWS_MAX_ATTEMPTS": "1",
     }
     return environment
+
+
+@contextmanager
+def served_world() -> Iterator[World]:
+    """A world on a moto server of its own (tests/local_aws.py), torn down and stopped on exit."""
+    from tests.local_aws import moto_server
+
+    with moto_server() as endpoint:
+        try:
+            yield build_world(endpoint)
+        finally:
+            tear_down(endpoint)
