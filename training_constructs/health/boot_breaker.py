@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, CfnResource, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_events as events
@@ -30,6 +30,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from config import metrics
+from training_constructs.common.function_role import depend_on_policy_only, logging_role
 from training_constructs.health.boot_breaker_function import trip
 
 FUNCTION_DIR = Path(__file__).with_name("boot_breaker_function")
@@ -67,10 +68,7 @@ class BootCircuitBreaker(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         function_logs = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN)
-        # Its own role, writing only to its own log group (no AWSLambdaBasicExecutionRole, which
-        # allows any log group).
-        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-        function_logs.grant_write(role)
+        role = logging_role(self, "Role", function_logs)
         # UpdateComputeEnvironment takes the compute environment's ARN as its resource (Batch user
         # guide, "Supported resource-level permissions for AWS Batch API actions"): these fleets only.
         role.add_to_principal_policy(
@@ -107,12 +105,7 @@ class BootCircuitBreaker(Construct):
             },
         )
 
-        # CDK makes the function depend on its role and the role's policy; the role is already a GetAtt
-        # of the function (cfn-lint W3005): keep the policy only.
-        function = self.function.node.default_child
-        if isinstance(function, CfnResource):
-            policy = role.node.find_child("DefaultPolicy").node.default_child
-            function.add_override("DependsOn", [Stack.of(self).get_logical_id(policy)])  # type: ignore[arg-type]
+        depend_on_policy_only(self.function, role)
 
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         self.rules: dict[str, events.Rule] = {}

@@ -20,6 +20,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from training_constructs.common.function_role import depend_on_policy_only, logging_role
 from training_constructs.common.nag_names import nag_name
 from training_constructs.images.build_reporter import report_build
 
@@ -126,12 +127,11 @@ class CloudImageBuild(Construct):
         repository.grant_pull_push(self.project)
         repository.grant(self.project, "ecr:DescribeImages")
 
-        # Both functions write only to their own log groups: roles without the AWS managed
-        # AWSLambdaBasicExecutionRole, which would allow any log group.
+        # Both functions write only to their own log groups (logging_role).
         reporter_logs = logs.LogGroup(
             self, "ReporterLogs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN
         )
-        self._reporter_role = self._function_role("ReporterRole", reporter_logs)
+        self._reporter_role = logging_role(self, "ReporterRole", reporter_logs)
         # The reporter's fallback when an event lacks the build's variables: read this project's builds.
         self._reporter_role.add_to_principal_policy(
             iam.PolicyStatement(actions=["codebuild:BatchGetBuilds"], resources=[self.project.project_arn])
@@ -150,7 +150,7 @@ class CloudImageBuild(Construct):
         self._starter_logs = logs.LogGroup(
             self, "StarterLogs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN
         )
-        self._starter_role = self._function_role("StarterRole", self._starter_logs)
+        self._starter_role = logging_role(self, "StarterRole", self._starter_logs)
         self._starter_role.add_to_principal_policy(
             iam.PolicyStatement(actions=["codebuild:StartBuild"], resources=[self.project.project_arn])
         )
@@ -215,21 +215,8 @@ class CloudImageBuild(Construct):
         return condition
 
     def _drop_redundant_role_dependencies(self) -> None:
-        """CDK makes a function with a given role depend on the role and its policy; the role is
-        already a GetAtt of the function (cfn-lint W3005). Keep only the policy dependency."""
-        stack = Stack.of(self)
-        starter_function = stack.node.find_child(AWS_CUSTOM_RESOURCE_SINGLETON)
-        pairs = [(self.reporter, self._reporter_role), (starter_function, self._starter_role)]
-        for construct, role in pairs:
-            function = construct.node.default_child
-            if isinstance(function, CfnResource):
-                policy = role.node.find_child("DefaultPolicy").node.default_child
-                function.add_override("DependsOn", [stack.get_logical_id(policy)])  # type: ignore[arg-type]
-
-    def _function_role(self, construct_id: str, log_group: logs.LogGroup) -> iam.Role:
-        role = iam.Role(self, construct_id, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-        log_group.grant_write(role)
-        return role
+        depend_on_policy_only(self.reporter, self._reporter_role)
+        depend_on_policy_only(Stack.of(self).node.find_child(AWS_CUSTOM_RESOURCE_SINGLETON), self._starter_role)
 
     def _acknowledge(self) -> None:
         Validations.of(self.project).acknowledge(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, CfnResource, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -22,6 +22,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.metrics import CAPACITY_CANCELS, FALLBACK_RESUBMITS, FLEET_DIMENSION, NAMESPACE, PLACEMENT_DIMENSION
+from training_constructs.common.function_role import depend_on_policy_only, logging_role
 from training_constructs.common.nag_names import nag_name
 from training_constructs.jobs.capacity_fallback.resubmit import CAPACITY_CANCEL
 from training_constructs.jobs.capacity_fallback.routes import FallbackRoute, routes_document
@@ -56,8 +57,7 @@ class CapacityFallback(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN)
-        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-        self.log_group.grant_write(role)
+        role = logging_role(self, "Role", self.log_group)
         queue_arns = [queue.job_queue_arn for route in routes for queue in route.queues]
         # SubmitJob is authorized on the job queue and the job definition (Service Authorization
         # Reference, AWS Batch: SubmitJob, resource types job-definition and job-queue): exactly the
@@ -94,12 +94,7 @@ class CapacityFallback(Construct):
         self._count(f"{FALLBACK_RESUBMITS}Filter", '{ $.action = "resubmitted" }', FALLBACK_RESUBMITS, False)
         self._count(f"{CAPACITY_CANCELS}Filter", '{ $.event = "capacity-cancel" }', CAPACITY_CANCELS, True)
         self._acknowledge(role, stack, job_arns)
-        # CDK makes the function depend on its role and the role's policy; the role is already a GetAtt
-        # of the function (cfn-lint W3005). Keep only the policy dependency.
-        function = self.function.node.default_child
-        policy = role.node.find_child("DefaultPolicy").node.default_child
-        if isinstance(function, CfnResource) and isinstance(policy, CfnResource):
-            function.add_override("DependsOn", [stack.get_logical_id(policy)])
+        depend_on_policy_only(self.function, role)
 
     def _count(self, construct_id: str, pattern: str, metric: str, per_placement: bool) -> None:
         dimensions = {FLEET_DIMENSION: "$.fleet"} | ({PLACEMENT_DIMENSION: "$.placement"} if per_placement else {})
