@@ -13,7 +13,12 @@ from config import limits, refusals
 from config.context_keys import KEYS, ConfigError, FleetModel
 from config.placements import FIELDS_TEXT
 
-_FLEET_FIELDS = {f.alias: f.json_schema_extra["allowed"] for f in FleetModel.model_fields.values()}
+# Each fleet field's alias and its allowed text (context_keys.key() puts it in json_schema_extra).
+_FLEET_FIELDS: dict[str, str] = {
+    str(f.alias): str(f.json_schema_extra["allowed"])
+    for f in FleetModel.model_fields.values()
+    if isinstance(f.json_schema_extra, dict)
+}
 _SHORT_ALLOWED = refusals.SHORT_ALLOWED | {
     "interfaceEndpoints": refusals.SHORT_ALLOWED["interfaceEndpoints"] + ", ".join(limits.INTERFACE_ENDPOINTS),
     "instanceType": refusals.CATALOG_TYPES,
