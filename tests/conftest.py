@@ -72,6 +72,8 @@ SYNTH_FILES = frozenset(
         "test_fleet_health.py",
         "test_host_check.py",
         "test_jobs.py",
+        "test_job_fallback.py",
+        "test_job_queues.py",
         "test_nag.py",
         "test_node_recovery.py",
         "test_network.py",

@@ -207,7 +207,7 @@ def test_a_capacity_block_is_used_inside_its_window() -> None:
 
 
 # One job never spans two placements: each placement's queue holds exactly one compute environment,
-# read from the synthesized template (tests/test_jobs.py, test_each_placement_has_a_queue_of_its_own_
+# read from the synthesized template (tests/test_job_fallback.py, test_each_placement_has_a_queue_of_its_own_
 # compute_environment_only); the queues this file builds for moto only mirror that.
 
 

@@ -108,7 +108,7 @@ def test_every_fleet_has_a_rule_on_its_own_queue_into_the_job_events_log_group()
 
 def test_metric_filters_count_each_state_per_fleet():
     template = synth("three-fleets").templates[JOBS]
-    # The capacity fallback's own filters are tested in tests/test_jobs.py.
+    # The capacity fallback's own filters are tested in tests/test_job_fallback.py.
     filters = [
         f["Properties"]
         for k, f in resources(template, "AWS::Logs::MetricFilter").items()
