@@ -13,6 +13,7 @@ from config.metrics import FLEET_ENV
 from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
+from training_constructs.common.small_functions import alarm_on_errors
 from training_constructs.compute.training_fleet import TrainingFleet
 from training_constructs.health.boot_breaker import BootCircuitBreaker, BreakerFleet
 from training_constructs.health.fleet_health import FleetHealth
@@ -164,6 +165,12 @@ class JobsStack(Stack):
             email=jobs.alert_email,
         )
         CfnOutput(self, "AlertTopic", value=self.alerts.topic.topic_arn)
+        if routes:
+            alarm_on_errors(
+                self.capacity_fallback.function,
+                self.alerts.topic,
+                "jobs cancelled for lack of capacity are not sent to their fleet's next placement",
+            )
         self.resumed_alerts = ResumedJobAlerts(
             self,
             "ResumedJobAlerts",

@@ -421,3 +421,27 @@ def test_the_breaker_function_may_disable_only_the_fleets_compute_environments()
 def function_key(template):
     (key,) = [k for k in resources(template, "AWS::Lambda::Function") if k.startswith("BootCircuitBreaker")]
     return key
+
+
+@pytest.mark.parametrize(
+    ("variant", "prefixes"),
+    [("default", ("BootCircuitBreaker",)), ("three-fleets", ("BootCircuitBreaker", "CapacityFallback"))],
+)
+def test_the_breaker_and_the_resubmitter_page_when_they_fail(variant, prefixes):
+    """Both act on AWS's events with nobody watching: a failed invocation of either (Lambda's Errors
+    metric of that function) alarms to the job-alert topic, and only a deployment with fallback
+    placements has the resubmitter."""
+    template = synth(variant).templates[STACK]
+    functions = [k for k in resources(template, "AWS::Lambda::Function") if k.startswith(prefixes)]
+    errors = alarms(template, "Errors")
+    assert len(functions) == len(prefixes) == len(errors)
+    watched = []
+    for alarm in errors:
+        assert alarm["Namespace"] == "AWS/Lambda" and alarm["Statistic"] == "Sum" and alarm["Period"] == 300
+        assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert alarm["AlarmActions"] == [topic_ref(template)] and alarm["TreatMissingData"] == "notBreaching"
+        ((dimension),) = alarm["Dimensions"]
+        assert dimension["Name"] == "FunctionName"
+        watched.append(dimension["Value"]["Ref"])
+        assert "until it works again" in alarm["AlarmDescription"]
+    assert sorted(watched) == sorted(functions)

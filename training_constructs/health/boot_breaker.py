@@ -30,7 +30,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from config import metrics
-from training_constructs.common.function_role import depend_on_policy_only, logging_role
+from training_constructs.common.small_functions import alarm_on_errors, depend_on_policy_only, logging_role
 from training_constructs.health.boot_breaker_function import trip
 
 FUNCTION_DIR = Path(__file__).with_name("boot_breaker_function")
@@ -55,7 +55,7 @@ class BreakerFleet:
 
 
 class BootCircuitBreaker(Construct):
-    """Attributes: `function`, `alarms` and `rules` (fleet name -> the fleet's alarm, rule)."""
+    """Attributes: `function`, `errors_alarm`, `alarms` and `rules` (fleet name -> the fleet's alarm, rule)."""
 
     def __init__(
         self,
@@ -106,6 +106,9 @@ class BootCircuitBreaker(Construct):
         )
 
         depend_on_policy_only(self.function, role)
+        self.errors_alarm = alarm_on_errors(
+            self.function, topic, "a fleet whose nodes keep failing the boot check is not disabled"
+        )
 
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         self.rules: dict[str, events.Rule] = {}

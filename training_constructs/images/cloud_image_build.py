@@ -20,8 +20,8 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from training_constructs.common.function_role import depend_on_policy_only, logging_role
 from training_constructs.common.nag_names import nag_name
+from training_constructs.common.small_functions import depend_on_policy_only, logging_role
 from training_constructs.images.build_reporter import report_build
 
 REPORTER_DIR = Path(report_build.__file__).resolve().parent

@@ -22,8 +22,8 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.metrics import CAPACITY_CANCELS, FALLBACK_RESUBMITS, FLEET_DIMENSION, NAMESPACE, PLACEMENT_DIMENSION
-from training_constructs.common.function_role import depend_on_policy_only, logging_role
 from training_constructs.common.nag_names import nag_name
+from training_constructs.common.small_functions import depend_on_policy_only, logging_role
 from training_constructs.jobs.capacity_fallback.resubmit import CAPACITY_CANCEL
 from training_constructs.jobs.capacity_fallback.routes import FallbackRoute, routes_document
 

@@ -1,0 +1,50 @@
+"""What the platform's small Lambda functions (the boot-check breaker, the capacity resubmitter, the
+cloud build's reporter and starter) share: a role that writes to the function's own log group only,
+the one dependency CDK should give the function on it, and an alarm when the function fails."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnResource, Duration, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+
+def logging_role(scope: Construct, construct_id: str, log_group: logs.ILogGroup) -> iam.Role:
+    """A role Lambda assumes that may write to `log_group` only: not the AWS managed
+    AWSLambdaBasicExecutionRole, which allows every log group of the account."""
+    role = iam.Role(scope, construct_id, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    log_group.grant_write(role)
+    return role
+
+
+def depend_on_policy_only(function: Construct, role: iam.Role) -> None:
+    """CDK makes a function with a given role depend on the role and on its policy; the role is
+    already a GetAtt of the function (cfn-lint W3005), so keep only the policy dependency."""
+    resource = function.node.default_child
+    policy = role.node.find_child("DefaultPolicy").node.default_child
+    if isinstance(resource, CfnResource) and isinstance(policy, CfnResource):
+        resource.add_override("DependsOn", [Stack.of(function).get_logical_id(policy)])
+
+
+def alarm_on_errors(function: lambda_.Function, topic: sns.ITopic, what_stops: str) -> cloudwatch.Alarm:
+    """An alarm to `topic` when the function fails (its Errors metric: invocations that ended in an
+    error, Lambda developer guide, "Using CloudWatch metrics with Lambda"), so that a function acting on
+    AWS's events cannot stop working in silence. `what_stops` says what no longer happens meanwhile."""
+    alarm = function.metric_errors(period=Duration.minutes(5), statistic="Sum").create_alarm(
+        function,
+        "Errors",
+        alarm_description=(
+            f"The function {function.node.path} failed: {what_stops} until it works again. Its log group has the error."
+        ),
+        threshold=1,
+        evaluation_periods=1,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+    )
+    alarm.add_alarm_action(actions.SnsAction(topic))
+    return alarm
