@@ -9,8 +9,10 @@ to take it out of the fleet.
 Batch decides a multi-node job by its main node alone: a child that fails ends only itself (Batch user
 guide, "Multi-node parallel jobs"). So a child that fails before its rendezvous, or whose trainer dies
 on a hardware fault, connects to the main node's address on a side port (MASTER_PORT + 1 unless
-NODE_REPORT_PORT is set; the nodes' task ENIs share the EFA security group, which admits all traffic
-between its members) and sends one line, "<exit code> <job id> <text>". The main node's listener
+NODE_REPORT_PORT is set; Batch gives a multi-node job's task ENIs the compute environment's security
+groups, or the VPC's default group when it names none, as these fleets do: that group admits all traffic
+from its own members, so the port is open to the job's nodes and nothing outside the group) and sends
+one line, "<exit code> <job id> <text>". The main node's listener
 ignores other jobs' lines, writes the line to FILE and sends the launcher SIGUSR1; the launcher stops
 torchrun and exits 75 (78 when the child's fault is one the whole fleet shares) with the child's line.
 
