@@ -285,3 +285,36 @@ def test_environment_bound_synth_passes_cdk_nag_too():
     result = synth_with({"parallelCluster": "true"}, cdk.Environment(account="123456789012", region="eu-west-1"))
     policies = resources(result.templates[STACK], "AWS::IAM::ManagedPolicy")
     assert "arn:aws:ecr:eu-west-1:123456789012:repository/*" in json.dumps(policies)
+
+
+def _cluster_warnings(ssh_source: str | None) -> list[str]:
+    """The TrainingCluster construct alone in a stack: its synth-time warnings (no synth needed)."""
+    from aws_cdk import aws_s3 as s3
+    from aws_cdk.assertions import Annotations, Match
+
+    from training_constructs.cluster.training_cluster import TrainingCluster
+
+    context = {"parallelCluster": "true", **({"pclusterSshSource": ssh_source} if ssh_source else {})}
+    stack = cdk.Stack(cdk.App(), "Cluster")
+    buckets = [s3.Bucket.from_bucket_name(stack, name, name.lower()) for name in ("Datasets", "Checkpoints")]
+    TrainingCluster(
+        stack,
+        "Slurm",
+        cluster_name="training-slurm",
+        settings=read_settings(context).parallel_cluster,
+        subnet_id="subnet-0123456789abcdef0",
+        dataset_bucket=buckets[0],
+        checkpoint_bucket=buckets[1],
+        log_retention_days=30,
+        root_volume_gib=300,
+    )
+    return [str(w.entry.data) for w in Annotations.from_stack(stack).find_warning("*", Match.any_value())]
+
+
+def test_ssh_open_to_the_internet_is_said_at_synth_in_one_line():
+    (warning,) = _cluster_warnings("0.0.0.0/0")
+    assert warning.startswith("pclusterSshSource=0.0.0.0/0 opens the head node's SSH port to the whole internet")
+    assert "Session Manager needs no open port" in warning
+    assert "\n" not in warning and len(warning) <= 200
+    assert [w for w in _cluster_warnings("203.0.113.0/24") if "SSH" in w] == []
+    assert [w for w in _cluster_warnings(None) if "SSH" in w] == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, Aws, CfnResource, Fn, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Annotations, Aws, CfnResource, Fn, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_cloudformation as cloudformation
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -34,6 +34,14 @@ PROVIDER_POLICIES_PARAMETER = "AdditionalIamPolicies"
 # The service-linked role FSx for Lustre uses to reach S3 for data repository associations.
 FSX_S3_SERVICE_ROLE = "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/*"
 ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
+
+
+def open_ssh_warning(source: str) -> str:
+    """One line for a head node whose SSH port is open to every address."""
+    return (
+        f"pclusterSshSource={source} opens the head node's SSH port to the whole internet; name your own CIDR, or "
+        "unset it: Session Manager needs no open port"
+    )
 
 
 class TrainingCluster(Construct):
@@ -94,6 +102,8 @@ class TrainingCluster(Construct):
         self.cluster.apply_removal_policy(
             RemovalPolicy.RETAIN if settings.deletion_policy == "Retain" else RemovalPolicy.DESTROY
         )
+        if settings.ssh_source and settings.ssh_source.endswith("/0"):
+            Annotations.of(self).add_warning_v2("training:open-ssh", open_ssh_warning(settings.ssh_source))
 
     def _ecr_pull_policy(self) -> iam.ManagedPolicy:
         """Nodes pull training images from this account's ECR repositories (the CDK asset repository
