@@ -77,8 +77,6 @@ class JobsStack(Stack):
             iam.PolicyStatement(effect=iam.Effect.DENY, actions=["s3:DeleteObjectVersion"], resources=every_object)
         )
         self._acknowledge_bucket_grants(datasets, checkpoints)
-        if jobs.ecs_exec:
-            grant_ecs_exec(self.job_role)
 
         self.scheduling_policy: batch.FairshareSchedulingPolicy | None = None
         if jobs.shares:
@@ -138,6 +136,8 @@ class JobsStack(Stack):
                         ],
                     ),
                 )
+        if jobs.ecs_exec:
+            grant_ecs_exec(self.job_role, [f.log_group for f in self.fleets.values()])
         self.capacity_fallback: CapacityFallback | None = None
         routes = [
             FallbackRoute(

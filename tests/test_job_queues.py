@@ -156,9 +156,12 @@ def test_ecs_exec_is_on_by_default_and_the_context_key_removes_it_and_its_permis
     for props in resources(off, "AWS::Batch::JobDefinition").values():
         assert "EnableExecuteCommand" not in container(props["Properties"])
     exec_statements = [s for s in job_policy_statements("default") if "ssmmessages" in json.dumps(s["Action"])]
+    # IAM policy minimization merges the statements on "*": ECS Exec's four channel actions and the
+    # one its session logging needs on every log group, nothing else.
     assert exec_statements == [
         {
             "Action": [
+                "logs:DescribeLogGroups",
                 "ssmmessages:CreateControlChannel",
                 "ssmmessages:CreateDataChannel",
                 "ssmmessages:OpenControlChannel",
@@ -169,6 +172,25 @@ def test_ecs_exec_is_on_by_default_and_the_context_key_removes_it_and_its_permis
         }
     ]
     assert "ssmmessages" not in json.dumps(job_policy_statements("two-nat"))
+    assert "logs:DescribeLog" not in json.dumps(job_policy_statements("two-nat"))
+
+
+def test_ecs_exec_sessions_may_log_to_the_job_log_groups_and_nowhere_else():
+    """ECS developer guide, "Monitor Amazon ECS containers with ECS Exec", IAM permissions required for
+    CloudWatch Logs logging: DescribeLogGroups on every log group; CreateLogStream, DescribeLogStreams
+    and PutLogEvents on the log group the session writes to (the task's awslogs group, Batch's cluster
+    keeping the default logging)."""
+    template = synth("three-fleets").templates[STACK]
+    job_log_groups = sorted(
+        k for k in resources(template, "AWS::Logs::LogGroup") if re.fullmatch(r"(Rl|Llm|Trn)Logs.*", k)
+    )
+    assert len(job_log_groups) == 3
+    statements = job_policy_statements("three-fleets")
+    (lookup,) = [s for s in statements if "logs:DescribeLogGroups" in s["Action"]]
+    assert lookup["Resource"] == "*" and set(lookup["Action"]) - set(ECS_EXEC_ACTIONS) == {"logs:DescribeLogGroups"}
+    (writes,) = [s for s in statements if "logs:DescribeLogStreams" in s["Action"]]
+    assert writes["Action"] == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
+    assert writes["Resource"] == [{"Fn::GetAtt": [group, "Arn"]} for group in job_log_groups]
 
 
 def test_alert_email_is_subscribed_only_when_given():
@@ -197,8 +219,9 @@ def test_job_role_is_for_ecs_tasks_only():
 def test_no_permission_on_every_resource():
     for statement in job_policy_statements("default"):
         resources_ = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-        # ECS Exec's ssmmessages actions have no resource type: the one statement on "*", exactly them.
-        if statement["Action"] == list(ECS_EXEC_ACTIONS):
+        # ECS Exec's ssmmessages actions have no resource type, and its session logging needs
+        # logs:DescribeLogGroups on every group: the one statement on "*", exactly them.
+        if statement["Action"] == ["logs:DescribeLogGroups", *ECS_EXEC_ACTIONS]:
             continue
         assert "*" not in resources_
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]

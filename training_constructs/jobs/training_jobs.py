@@ -25,15 +25,28 @@ ECS_EXEC_ACTIONS = (
     "ssmmessages:OpenControlChannel",
     "ssmmessages:OpenDataChannel",
 )
+# Session logging: Batch's ECS cluster keeps ECS Exec's default logging, which sends each session's
+# commands and output to the task's awslogs log group, written by the SSM agent in the container as
+# the task role. What that role needs, as the same page lists it ("IAM permissions required for
+# Amazon CloudWatch Logs or Amazon S3 Logging"): DescribeLogGroups on every log group, and the three
+# stream actions on the log group the session writes to (here each fleet's job log group).
+ECS_EXEC_LOG_LOOKUP = ("logs:DescribeLogGroups",)
+ECS_EXEC_LOG_WRITES = ("logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents")
 
 
-def grant_ecs_exec(role: iam.Role) -> None:
-    """Let the job containers open ECS Exec sessions (`trainctl exec`)."""
+def grant_ecs_exec(role: iam.Role, log_groups: Sequence[logs.ILogGroup]) -> None:
+    """Let the job containers open ECS Exec sessions (`trainctl exec`) and log them to the jobs'
+    log groups."""
     role.add_to_principal_policy(iam.PolicyStatement(actions=list(ECS_EXEC_ACTIONS), resources=["*"]))
+    role.add_to_principal_policy(iam.PolicyStatement(actions=list(ECS_EXEC_LOG_LOOKUP), resources=["*"]))
+    role.add_to_principal_policy(
+        iam.PolicyStatement(actions=list(ECS_EXEC_LOG_WRITES), resources=[g.log_group_arn for g in log_groups])
+    )
     Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
         Acknowledgment(
             id="AwsSolutions-IAM5[Resource::*]",
-            reason="ECS Exec's four ssmmessages actions, which have no resource types to scope them to",
+            reason="ECS Exec's four ssmmessages actions, which have no resource types to scope them to, and "
+            "logs:DescribeLogGroups, which ECS Exec's session logging needs on every log group (ECS developer guide)",
         )
     )
 
