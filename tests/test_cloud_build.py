@@ -82,7 +82,7 @@ def test_build_project_is_privileged_large_enough_time_limited_and_logs_to_a_ret
     assert group["DeletionPolicy"] == "Retain"
     spec = json.loads(project["Source"]["BuildSpec"])
     assert spec["phases"]["build"]["commands"][0].startswith("bash -c ")
-    assert "compression=zstd" in spec["phases"]["build"]["commands"][0]
+    assert "docker build " in spec["phases"]["build"]["commands"][0]
 
 
 def test_build_role_pushes_to_one_repository_reads_one_secret_and_the_source_object():
@@ -118,26 +118,34 @@ def test_build_role_pushes_to_one_repository_reads_one_secret_and_the_source_obj
 
 # Docker Hub's hosts, and an image reference with no registry host (a Docker Hub short name).
 DOCKER_HUB = re.compile(r"docker\.io|registry\.hub\.docker\.com|(?<![\w./-])(moby|library|docker)/[\w.-]+")
-DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+# A registry host: a dotted name (or one with a port) followed by a path, as in an image reference.
+REGISTRY_HOST = re.compile(r"(?<![\w.$/-])((?:[a-z0-9-]+\.)+[a-z]{2,}(?::\d+)?)/[\w.-]+")
 
 
-def test_the_cloud_build_pulls_nothing_from_docker_hub_and_pins_every_image_by_digest():
-    """Issue 32: Docker Hub limits anonymous pulls per address and CodeBuild builds share addresses;
-    a refused pull failed the build and rolled the registry stack back, now and then."""
+def test_the_cloud_build_pulls_no_builder_image_from_any_registry():
+    """Issue 46: BuildKit came from an ECR Public namespace (`vend`) that belongs to neither Docker nor
+    AWS. Now CodeBuild's managed image builds with its own Docker (BuildKit inside dockerd): the build's
+    sources name no registry but the team repository (a variable) and nvcr.io (the NGC login for the
+    Isaac Sim base that container/gpu/Dockerfile names), and no Docker Hub image at all."""
     project = only(template(), "AWS::CodeBuild::Project")["Properties"]
     variables = {v["Name"]: v["Value"] for v in project["Environment"]["EnvironmentVariables"]}
     buildspec = project["Source"]["BuildSpec"]
     script = build.BUILD_SCRIPT.read_text()
+    construct_source = Path(build.__file__).read_text()
     # The buildspec runs the script; neither names a Docker Hub image.
     assert json.loads(buildspec)["phases"]["build"]["commands"] == [f"bash -c {shlex.quote(script)}"]
     assert not DOCKER_HUB.search(buildspec) and not DOCKER_HUB.search(script)
-    # Every image the build itself pulls: BuildKit, passed in by variable, from ECR Public, by digest.
-    pulls = re.findall(r"image=\"?\$(\w+)", script)
-    assert pulls == ["BUILDKIT_IMAGE"] and "docker pull" not in script and "docker run" not in script
-    for name in pulls:
-        image = variables[name]
-        assert image.startswith("public.ecr.aws/") and DIGEST.search(image), image
-    assert variables["BUILDKIT_IMAGE"] == build.BUILDKIT_IMAGE
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    for text in (code, construct_source, json.dumps(variables)):
+        assert {m for m in REGISTRY_HOST.findall(text) if not m.endswith("amazonaws.com")} <= {"nvcr.io"}, text
+        assert "public.ecr.aws" not in text and "@sha256:" not in text
+    # No builder of its own: no docker-container driver, no image pulled or run by the script itself.
+    for command in ("buildx create", "--driver", "docker pull", "docker run"):
+        assert command not in code, command
+    assert "BUILDKIT_IMAGE" not in variables and not hasattr(build, "BUILDKIT_IMAGE")
+    # The build environment is CodeBuild's own managed image (aws/codebuild/...), in privileged mode.
+    assert project["Environment"]["Image"] == "aws/codebuild/standard:7.0"
+    assert project["Environment"]["PrivilegedMode"] is True
     # The Dockerfiles' base images come from NGC and ECR Public, never Docker Hub.
     for dockerfile in sorted((ROOT / "container").glob("*/Dockerfile")):
         for base in re.findall(r"^ARG \w+_IMAGE=(\S+)$", dockerfile.read_text(), re.MULTILINE):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The cloud image build (imageBuild=cloud): runs in CodeBuild from container/, inlined into the
-# project's buildspec at synth. Builds $DOCKERFILE and pushes it as $REPOSITORY_URI:$IMAGE_TAG with
-# zstd layers, unless that tag exists already (tags are immutable; a retried deploy reuses it).
-# Input: REPOSITORY_URI, REPOSITORY_NAME, IMAGE_TAG, DOCKERFILE, BUILDKIT_IMAGE, AWS_REGION;
+# project's buildspec at synth. Builds $DOCKERFILE and pushes it as $REPOSITORY_URI:$IMAGE_TAG, unless
+# that tag exists already (tags are immutable; a retried deploy reuses it).
+# Input: REPOSITORY_URI, REPOSITORY_NAME, IMAGE_TAG, DOCKERFILE, AWS_REGION;
 # NGC_API_KEY and NGC_SECRET when the deploy names an NGC secret.
 set -euo pipefail
 
@@ -21,18 +21,16 @@ if [[ -n "${NGC_API_KEY:-}" ]]; then
   printf '%s' "$NGC_API_KEY" | docker login nvcr.io --username "\$oauthtoken" --password-stdin
 fi
 
-# The default `docker` driver cannot push zstd layers; a docker-container builder can (Docker docs,
-# "Image and registry exporters": compression, force-compression, oci-mediatypes).
-# BuildKit comes from ECR Public, pinned by digest (cloud_image_build.py); nothing here pulls from
-# Docker Hub. --bootstrap pulls and starts it now, so a failed pull is named here, not mid-build.
-if ! docker buildx create --use --bootstrap --driver docker-container --driver-opt image="$BUILDKIT_IMAGE" >/dev/null; then
-  echo "could not start BuildKit from $BUILDKIT_IMAGE (ECR Public): check that the image and digest exist"
-  exit 1
-fi
-output="type=image,name=$REPOSITORY_URI:$IMAGE_TAG,push=true"
-output+=",oci-mediatypes=true,compression=zstd,force-compression=true"
+# CodeBuild's own Docker, in privileged mode, builds: the managed image (aws/codebuild/standard:7.0)
+# ships Docker Engine 28.5 and buildx 0.32 (aws/aws-codebuild-docker-images, ubuntu/standard/7.0/
+# Dockerfile), so `docker build` is the BuildKit inside dockerd and no builder image is pulled from any
+# registry. Its dockerd keeps the classic image store (dockerd-entrypoint.sh: --storage-driver=overlay2),
+# whose exporter takes no compression option: the layers are pushed gzip-compressed by dockerd, as a
+# local build's are (docs/images.md, "Which Docker builds").
+image="$REPOSITORY_URI:$IMAGE_TAG"
 log=$(mktemp)
-if docker buildx build --platform linux/amd64 --file "$DOCKERFILE" --output "$output" . 2>&1 | tee "$log"; then
+if DOCKER_BUILDKIT=1 docker build --platform linux/amd64 --file "$DOCKERFILE" --tag "$image" . 2>&1 | tee "$log" &&
+  docker push "$image" 2>&1 | tee -a "$log"; then
   exit 0
 fi
 refused='(unauthorized|denied|forbidden|401|403)'

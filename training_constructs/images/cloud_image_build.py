@@ -37,18 +37,9 @@ QUEUED_TIMEOUT_MINUTES = 60
 # after at most 3600 s (ServiceTimeout), shorter than one Isaac Sim build (README, "Images built in AWS").
 WAIT_SECONDS = (QUEUED_TIMEOUT_MINUTES + BUILD_TIMEOUT_MINUTES + 10) * 60
 MAX_WAIT_SECONDS = 43200
-# BuildKit for the docker-container builder that pushes zstd layers (see build_image.sh), pulled
-# from ECR Public, not Docker Hub: Docker Hub limits anonymous pulls per address and CodeBuild builds
-# share addresses. The digest is Docker Hub's moby/buildkit:v0.25.1 image index (as pinned in several
-# public repositories); a pull by digest fetches exactly those bytes whichever registry serves them,
-# and fails loudly (build_image.sh names the image) if the ECR Public mirror has no such index.
-BUILDKIT_IMAGE = (
-    "public.ecr.aws/vend/moby/buildkit:v0.25.1@sha256:79cc6476ab1a3371c9afd8b44e7c55610057c43e18d9b39b68e2b0c2475cc1b6"
-)
-# Pushed with zstd layers: the ECS-optimized AL2023 GPU and Neuron AMIs run Docker 25.0
-# (aws/amazon-ecs-ami release-al2023.auto.pkrvars.hcl, docker_version_al2023 = 25.0.16, used by
-# al2023gpu.pkr.hcl and al2023neu.pkr.hcl), and Docker pulls zstd layers since 23.0 (moby/moby
-# v23.0.0 release notes, moby/moby#41759).
+# CodeBuild's managed image, whose own Docker (BuildKit inside dockerd, privileged mode) builds and
+# pushes: no builder image from any registry (build_image.sh says which Docker it ships).
+BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build_image.sh"
 # The construct id of the Lambda function that every AwsCustomResource in a stack shares.
 AWS_CUSTOM_RESOURCE_SINGLETON = "AWS679f53fac002430cb0da5b7982bd2287"
@@ -95,7 +86,6 @@ class CloudImageBuild(Construct):
         variables = {
             "REPOSITORY_URI": codebuild.BuildEnvironmentVariable(value=repository.repository_uri),
             "REPOSITORY_NAME": codebuild.BuildEnvironmentVariable(value=repository.repository_name),
-            "BUILDKIT_IMAGE": codebuild.BuildEnvironmentVariable(value=BUILDKIT_IMAGE),
         }
         if ngc_secret:
             variables["NGC_SECRET"] = codebuild.BuildEnvironmentVariable(value=ngc_secret)
@@ -108,9 +98,7 @@ class CloudImageBuild(Construct):
             "Project",
             description="Builds the training images from container/ at cdk deploy (imageBuild=cloud)",
             source=codebuild.Source.s3(bucket=self.source.bucket, path=self.source.s3_object_key),
-            environment=codebuild.BuildEnvironment(
-                build_image=codebuild.LinuxBuildImage.STANDARD_7_0, compute_type=COMPUTE_TYPE, privileged=True
-            ),
+            environment=codebuild.BuildEnvironment(build_image=BUILD_IMAGE, compute_type=COMPUTE_TYPE, privileged=True),
             environment_variables=variables,
             timeout=Duration.minutes(BUILD_TIMEOUT_MINUTES),
             queued_timeout=Duration.minutes(QUEUED_TIMEOUT_MINUTES),
