@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -140,7 +141,7 @@ def main() -> None:
     # Set by the CDK CLI when it knows them; without them the stacks are environment-agnostic.
     env = cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION"))
     try:
-        settings = read_settings(app.node.get_all_context(), region=env.region)
+        settings = read_settings(app.node.get_all_context(), region=env.region, now=datetime.now(UTC))
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

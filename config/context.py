@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import re
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -33,7 +34,7 @@ from config.context_keys import (
 )
 from config.instance_types import botocore_version, ec2_instance_types
 from config.key_refusals import fail, from_pydantic
-from config.placements import LAMBDA_ENVIRONMENT_BYTES, PlacementError, fallback_placements, routes_bytes
+from config.placements import LAMBDA_ENVIRONMENT_BYTES, PlacementError, ended, fallback_placements, routes_bytes
 from config.settings import (
     FLEET_ID_SUFFIXES,
     AppSettings,
@@ -115,6 +116,17 @@ def _fleet(
     except PlacementError as error:
         raise fail(error.path, error.value, error.problem, error.allowed) from None
     return dataclasses.replace(fleet, fallback=fallback)
+
+
+def _refuse_ended_windows(fleets: tuple[FleetSettings, ...], now: datetime) -> None:
+    """A Capacity Block placement whose window lies wholly in the past can never take a job."""
+    for fleet in fleets:
+        for index, placement in enumerate(fleet.fallback):
+            if placement.window and ended(placement.window, now):
+                # Only `fleets` takes fallback placements.
+                path, end = f"fleets.{fleet.name}.fallback[{index}].end", placement.window.end
+                problem = f"the Capacity Block's window ended before this synth ({now:%Y-%m-%dT%H:%MZ})"
+                raise fail(path, end, problem, "a window that has not ended; remove the placement")
 
 
 def _check_az(path: str, az: str | None, region: str | None) -> None:
@@ -341,8 +353,9 @@ def _parallel_cluster(ctx: Any) -> ParallelClusterSettings:
     )
 
 
-def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> AppSettings:
-    """Build AppSettings from the app's context. Raises ConfigError on the first bad value."""
+def read_settings(context: Mapping[str, Any], *, region: str | None = None, now: datetime | None = None) -> AppSettings:
+    """Build AppSettings from the app's context. Raises ConfigError on the first bad value. With `now`
+    (app.py passes the clock; tests a fixed time), a Capacity Block whose window has ended is refused."""
     check_keys(context)
     given = {k: v for k, v in context.items() if k in KEYS and v is not None}
     try:
@@ -350,6 +363,8 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None) -> A
         fleets = _fleets(ctx, given, region)
     except ValidationError as error:
         raise from_pydantic(error, given) from None
+    if now is not None:
+        _refuse_ended_windows(fleets, now)
     if ctx.log_retention_days not in limits.LOG_RETENTION_DAYS:
         near = sorted(sorted(limits.LOG_RETENTION_DAYS, key=lambda d: abs(d - ctx.log_retention_days))[:2])
         allowed = f"a CloudWatch Logs retention such as {near[0]} or {near[1]} (docs/reference/context-keys.md)"

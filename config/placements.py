@@ -87,6 +87,11 @@ def _time(text: str) -> datetime:
     return datetime.fromisoformat(stamp).replace(tzinfo=UTC)
 
 
+def ended(window: CapacityWindow, now: datetime) -> bool:
+    """Whether the window's end is at or before `now`."""
+    return _time(window.end) <= now
+
+
 def fallback_placements(
     own: Placement,
     models: Sequence[PlacementModel],

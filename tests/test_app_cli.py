@@ -24,11 +24,23 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 # The messages themselves are tested in-process (tests/test_context.py); these runs prove that
 # app.py turns a flat key's and a fleets field's error into one line and exit 2, before any synth.
+ENDED_BLOCK = {
+    "availabilityZone": "us-east-1b",
+    "capacityReservationId": "cr-0a1b2c3d4e5f60718",
+    "capacityReservationType": "capacity-block",
+    "start": "2025-01-01T11:30Z",
+    "end": "2025-01-08T11:30Z",
+}
 BAD_CONTEXTS = [
     ({"gpuNodes": "0"}, "error: context key gpuNodes='0': below 2; allowed: integer 2..1000"),
     (
         {"fleets": '{"rl": {"instanceType": "g6e.48xlarge",}}'},
         """error: context key fleets='{"rl": {"instanceType": "g6e.48xlarge",}}': malformed JSON""",
+    ),
+    # app.py reads the clock: a Capacity Block whose window is over is refused (issue 46).
+    (
+        {"fleets": json.dumps({"rl": {"instanceType": "p5.48xlarge", "fallback": [ENDED_BLOCK]}})},
+        "error: context key fleets.rl.fallback[0].end='2025-01-08T11:30:00Z': the Capacity Block's window ended",
     ),
 ]
 

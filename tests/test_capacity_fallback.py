@@ -198,12 +198,38 @@ def test_the_last_open_placement_ends_the_chain_with_a_reason(world: World) -> N
     assert batch.submitted == []
 
 
-def test_a_capacity_block_is_used_inside_its_window() -> None:
+def test_a_capacity_block_is_used_inside_its_window_until_half_an_hour_and_a_start_before_its_end() -> None:
+    """EC2 starts terminating a block's instances 30 minutes before its end (EC2 user guide, "Monitor
+    Capacity Blocks using EventBridge"); a job sent there also needs its expected start time."""
     route = {"next": [{"placement": "2", "start": BLOCK.start, "end": BLOCK.end}]}
+    end = datetime(2026, 12, 8, 11, 30, tzinfo=UTC)
+    early, expected_start = resubmit.BLOCK_EARLY_END, resubmit.EXPECTED_START
+    assert early == timedelta(minutes=30) and expected_start > timedelta(0)
+    last = end - early - expected_start
 
     assert resubmit.next_placement(route, datetime(2026, 12, 1, 11, 29, tzinfo=UTC)) is None
     assert resubmit.next_placement(route, datetime(2026, 12, 1, 11, 30, tzinfo=UTC)) is not None
-    assert resubmit.next_placement(route, datetime(2026, 12, 8, 11, 30, tzinfo=UTC)) is None
+    assert resubmit.next_placement(route, last - timedelta(seconds=1)) is not None
+    assert resubmit.next_placement(route, last) is None
+    assert resubmit.next_placement(route, end - timedelta(minutes=30)) is None
+    assert resubmit.next_placement(route, end - timedelta(minutes=1)) is None
+
+
+def test_a_block_window_that_has_ended_is_refused_at_synth_in_one_line() -> None:
+    from config.context import ConfigError, read_settings
+    from tests.harness import THREE_FLEETS, VARIANTS
+
+    context = {"fleets": json.dumps(THREE_FLEETS)}
+    assert VARIANTS["three-fleets"]["fleets"] == context["fleets"]  # the harness's block, 2026-12-01..08
+    end = datetime(2026, 12, 8, 11, 30, tzinfo=UTC)
+    assert read_settings(context, now=end - timedelta(minutes=1)).fleet("llm").fallback[2].window == BLOCK
+    with pytest.raises(ConfigError) as refused:
+        read_settings(context, now=end)
+    line = str(refused.value)
+    assert line.startswith("context key fleets.llm.fallback[2].end='2026-12-08T11:30:00Z': the Capacity Block's")
+    assert "ended before this synth (2026-12-08T11:30Z)" in line and "\n" not in line and len(line) <= 200
+    # Without a clock (tests, the harness) nothing is judged by the date.
+    assert read_settings(context).fleet("llm").fallback[2].window == BLOCK
 
 
 # One job never spans two placements: each placement's queue holds exactly one compute environment,

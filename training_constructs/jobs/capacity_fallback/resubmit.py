@@ -2,7 +2,8 @@
 
 Invoked by an EventBridge rule on "Batch Job State Change" events of a fleet's placement queues with
 status FAILED and the capacity cancel's status reason (see CAPACITY_CANCEL). The job is submitted
-again, once, to the next placement's queue whose window (a Capacity Block's) holds the present:
+again, once, to the next placement's queue whose window (a Capacity Block's, less its last half hour
+and a job's expected start, see BLOCK_EARLY_END) holds the present:
 same job definition, name, parameters, node count, environment and command, share identifier,
 priority, timeout, retries and tags; the instance type of each node range is the placement's.
 Every decision is one JSON line in the function's log, which metric filters count.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 # The statusReason Batch writes when a queue's jobStateTimeLimitActions cancels a job waiting for
@@ -46,16 +47,31 @@ def log(**fields: Any) -> dict[str, Any]:
     return fields
 
 
+# EC2 starts terminating a Capacity Block's instances 30 minutes before the block ends (EC2 user
+# guide, "Monitor Capacity Blocks using EventBridge": the expiration warning comes 40 minutes before
+# the end and says termination begins 10 minutes later; Auto Scaling user guide, "Use Capacity Blocks
+# for ML"). A job sent to a block also needs time before it runs: its queue's capacity wait, then
+# instances launch and pull the image. A block takes no new job after end - BLOCK_EARLY_END - EXPECTED_START.
+BLOCK_EARLY_END = timedelta(minutes=30)
+EXPECTED_START = timedelta(minutes=20)
+
+
+def last_routing_time(window: Mapping[str, Any]) -> datetime:
+    """The last moment a job may still be sent to the block: it could start before EC2 ends it."""
+    end = datetime.fromisoformat(str(window["end"]).replace("Z", "+00:00"))
+    return end - BLOCK_EARLY_END - EXPECTED_START
+
+
 def _inside(window: Mapping[str, Any], now: datetime) -> bool:
     if not window.get("start"):
         return True
     start = datetime.fromisoformat(str(window["start"]).replace("Z", "+00:00"))
-    end = datetime.fromisoformat(str(window["end"]).replace("Z", "+00:00"))
-    return start <= now < end
+    return start <= now < last_routing_time(window)
 
 
 def next_placement(route: Mapping[str, Any], now: datetime) -> Mapping[str, Any] | None:
-    """The first later placement usable now: a Capacity Block only inside its window."""
+    """The first later placement usable now: a Capacity Block only from its start until
+    last_routing_time (its end less the last half hour and a job's expected start)."""
     return next((p for p in route.get("next", []) if _inside(p, now)), None)
 
 
