@@ -8,3 +8,8 @@ reason): it becomes the job's statusReason, the field the job state change event
 # Every reason trainctl gives starts with this; the alert rule matches it as a prefix.
 TRAINCTL_CANCEL_PREFIX = "cancelled with trainctl"
 TRAINCTL_CANCEL_REASON = f"{TRAINCTL_CANCEL_PREFIX} cancel"
+
+# `trainctl run --image` registers its revisions in a family of its own beside the deployed job
+# definition's: `<deployed name>-trainctl` (trainctl/preflight.py). The capacity resubmitter may submit
+# jobs of both families (training_constructs/jobs/capacity_fallback).
+TRAINCTL_FAMILY_SUFFIX = "-trainctl"

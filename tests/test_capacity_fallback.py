@@ -20,7 +20,7 @@ from tests.trainctl_world import ACCOUNT, REGION, World, moto_environment, serve
 from trainctl.cli import app
 from trainctl.jobs import STATES
 from training_constructs.jobs.capacity_fallback import resubmit
-from training_constructs.jobs.capacity_fallback.routes import FallbackRoute, routes_document
+from training_constructs.jobs.capacity_fallback.routes import FallbackRoute, definition_families, routes_document
 
 # Batch user guide, "Jobs stuck in RUNNABLE due to capacity": the reason while a job waits, and after
 # the queue's time limit cancelled it.
@@ -107,10 +107,12 @@ class Recorder:
         return getattr(self.client, name)
 
 
-def _cancelled_job(world: World, queue: str, reason: str = CANCELLED, **submit: Any) -> dict[str, Any]:
+def _cancelled_job(
+    world: World, queue: str, reason: str = CANCELLED, definition: str | None = None, **submit: Any
+) -> dict[str, Any]:
     batch = world.client("batch")
     job_id = batch.submit_job(
-        jobName="llama-70b", jobQueue=world.queues[queue], jobDefinition=world.training["gpu"], **submit
+        jobName="llama-70b", jobQueue=world.queues[queue], jobDefinition=definition or world.training["gpu"], **submit
     )["jobId"]
     world.set_job(job_id, "FAILED", reason=reason)
     # The event's detail is the job as DescribeJobs gives it (Batch user guide, "Job state change events").
@@ -185,6 +187,59 @@ def test_other_failures_are_not_resubmitted(world: World) -> None:
         answer = resubmit.handle(_cancelled_job(world, "gpu", reason=reason), _routes(world), batch, NOW)
         assert answer["action"] == "ignored"
     assert batch.submitted == []
+
+
+def _submit_permitted(policy: dict[str, Any], request: dict[str, Any]) -> bool:
+    """moto's IAM policy evaluation (its implementation of IAM's ARN matching): SubmitJob is
+    authorized on both the job queue and the job definition (Service Authorization Reference, Batch)."""
+    from moto.iam.access_control import IAMPolicy, PermissionResult
+
+    evaluate = IAMPolicy(json.dumps(policy)).is_action_permitted
+    return all(
+        evaluate("batch:SubmitJob", arn) == PermissionResult.PERMITTED
+        for arn in (request["jobQueue"], request["jobDefinition"])
+    )
+
+
+def test_jobs_of_older_revisions_and_of_trainctl_image_families_are_resubmitted_and_permitted(
+    world: World,
+) -> None:
+    """Issue 46: the resubmitter was allowed only the deployed `name:revision` ARNs, so a `trainctl run
+    --image` job (its `<name>-trainctl` family) and a job submitted before a redeploy were refused."""
+    from trainctl.preflight import describe_definition, with_image
+
+    batch = Recorder(world.client("batch"))
+    deployed = describe_definition(batch, world.training["gpu"])
+    image_arn = with_image(batch, deployed, "123456789012.dkr.ecr.us-east-1.amazonaws.com/team:exp-7")
+    # A redeploy that changes the definition registers a new revision; queued jobs keep their own.
+    redeployed = batch.register_job_definition(
+        jobDefinitionName=deployed["jobDefinitionName"], type="multinode", nodeProperties=deployed["nodeProperties"]
+    )["jobDefinitionArn"]
+    assert redeployed != world.training["gpu"] and image_arn.split("/")[1].split(":")[0].endswith("-trainctl")
+
+    prefix, name = world.training["gpu"].split("/")[0] + "/", deployed["jobDefinitionName"]
+    queues = [world.queues[q] for q in ("gpu", "gpu1", "gpu2")]
+    statement = {"Effect": "Allow", "Action": "batch:SubmitJob"}
+    # The resources the construct grants (definition_families), and the exact ARNs it granted before.
+    families = {
+        "Version": "2012-10-17",
+        "Statement": [{**statement, "Resource": queues + definition_families(prefix, name)}],
+    }
+    exact = {"Version": "2012-10-17", "Statement": [{**statement, "Resource": [*queues, redeployed]}]}
+
+    for definition in (image_arn, world.training["gpu"]):
+        answer = resubmit.handle(_cancelled_job(world, "gpu", definition=definition), _routes(world), batch, NOW)
+        assert answer["action"] == "resubmitted", answer
+        request = batch.submitted[-1]
+        assert request["jobDefinition"] == definition and request["jobQueue"] == world.queues["gpu1"]
+        (job,) = batch.describe_jobs(jobs=[answer["successor"]])["jobs"]
+        assert job["jobDefinition"] == definition  # the local API took it
+        assert _submit_permitted(families, request) and not _submit_permitted(exact, request)
+    # Nothing beyond the two families: another family, a longer name, another account.
+    for other in (f"{prefix}other:1", f"{prefix}{name}x:1", f"{prefix}{name}-trainctlx:1"):
+        assert not _submit_permitted(families, {"jobQueue": queues[1], "jobDefinition": other})
+    foreign = prefix.replace(ACCOUNT, "210987654321") + f"{name}:1"
+    assert not _submit_permitted(families, {"jobQueue": queues[1], "jobDefinition": foreign})
 
 
 def test_the_last_open_placement_ends_the_chain_with_a_reason(world: World) -> None:

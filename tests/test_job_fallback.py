@@ -9,6 +9,7 @@ import pytest
 from config.context import ConfigError, read_settings
 from tests.harness import resources, synth
 from tests.test_jobs import CAPACITY, STACK, queue_ids
+from training_constructs.jobs.capacity_fallback.routes import definition_families
 
 
 def test_each_placement_has_a_queue_of_its_own_compute_environment_only():
@@ -42,6 +43,30 @@ def test_every_placement_but_the_last_waits_ten_minutes_for_capacity():
     assert all(limit["MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT"] == 30 * 60 for limit in limits)
 
 
+ACCOUNT = "123456789012"
+
+
+def resolve(value, values):
+    """A CloudFormation value with the intrinsic functions the policy uses evaluated: pseudo
+    parameters of us-west-2 and ACCOUNT, Ref and GetAtt of resources from `values`."""
+    pseudo = {"AWS::Partition": "aws", "AWS::Region": "us-west-2", "AWS::AccountId": ACCOUNT}
+    if isinstance(value, str):
+        return value
+    ((function, argument),) = value.items()
+    if function == "Ref":
+        return pseudo.get(argument) or values[argument]
+    if function == "Fn::GetAtt":
+        return values[argument[0]]
+    if function == "Fn::Join":
+        return argument[0].join(resolve(v, values) for v in argument[1])
+    if function == "Fn::Split":
+        return resolve(argument[1], values).split(argument[0])
+    if function == "Fn::Select":
+        chosen = resolve(argument[1], values)
+        return chosen[argument[0]]
+    raise ValueError(function)
+
+
 def capacity_fallback(template):
     def one(resource_type, prefix):
         (found,) = [r for k, r in resources(template, resource_type).items() if k.startswith(prefix)]
@@ -70,8 +95,15 @@ def test_the_resubmitter_may_submit_only_to_the_fleets_queues_and_job_definition
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
     (submit,) = [s for s in statements if s["Action"] == "batch:SubmitJob"]
     definitions = [k for k in resources(template, "AWS::Batch::JobDefinition") if k.startswith("Llm")]
-    expected = [{"Fn::GetAtt": [q, "JobQueueArn"]} for q in queue_ids(template)] + [{"Ref": d} for d in definitions]
-    assert sorted(map(json.dumps, submit["Resource"])) == sorted(map(json.dumps, expected))
+    assert len(definitions) == 2  # the training job and the benchmark
+    # Deployed: Ref of a job definition is its ARN with the revision (CloudFormation, AWS::Batch::JobDefinition).
+    prefix = f"arn:aws:batch:us-west-2:{ACCOUNT}:job-definition/"
+    values = {d: f"{prefix}{d}-a1b2c3d4e5f6:3" for d in definitions} | {q: f"queue/{q}" for q in queue_ids(template)}
+    granted = [resolve(r, values) for r in submit["Resource"]]
+    # Every revision of each definition's family and of its trainctl family (issue 46), and the queues.
+    families = [a for d in definitions for a in definition_families(prefix, f"{d}-a1b2c3d4e5f6")]
+    assert sorted(granted) == sorted([f"queue/{q}" for q in queue_ids(template)] + families)
+    assert all(a.endswith(("-a1b2c3d4e5f6:*", "-a1b2c3d4e5f6-trainctl:*")) for a in families)
     (describe,) = [s for s in statements if s["Action"] == "batch:DescribeJobs"]
     assert describe["Resource"] == "*"  # DescribeJobs has no resource-level permissions
     (tag,) = [s for s in statements if s["Action"] == "batch:TagResource"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from config.job_events import TRAINCTL_FAMILY_SUFFIX
 from trainctl.aws import aws_errors
 from trainctl.compute import FleetCompute
 from trainctl.deployment import Fleet
@@ -16,7 +17,7 @@ from trainctl.jobs import node_requirements
 # Tags on a job definition revision trainctl registered for another image.
 MANAGED_TAG = "trainctl:managed"
 DERIVED_TAG = "trainctl:derived-from"
-DERIVED_SUFFIX = "-trainctl"
+DERIVED_SUFFIX = TRAINCTL_FAMILY_SUFFIX
 
 
 def describe_definition(batch: Any, arn: str) -> dict[str, Any]:

@@ -3,6 +3,8 @@ not a stack is bound to an account and region."""
 
 from __future__ import annotations
 
+import json
+
 from aws_cdk import Stack
 
 
@@ -21,6 +23,9 @@ def nag_name(stack: Stack, value: str) -> str:
         if isinstance(part, dict) and "Fn::Join" in part:
             separator, parts = part["Fn::Join"]
             return separator.join(flat(p) for p in parts)
+        if isinstance(part, dict) and len(part) == 1 and next(iter(part)).startswith("Fn::"):
+            # Other functions (Fn::Select, Fn::Split, ...) as cdk-nag writes them: compact JSON.
+            return json.dumps(part, separators=(",", ":"))
         raise ValueError(f"no cdk-nag name for {part!r}")
 
     return flat(stack.resolve(value))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Duration, Fn, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -25,7 +25,7 @@ from config.metrics import CAPACITY_CANCELS, FALLBACK_RESUBMITS, FLEET_DIMENSION
 from training_constructs.common.nag_names import nag_name
 from training_constructs.common.small_functions import depend_on_policy_only, logging_role
 from training_constructs.jobs.capacity_fallback.resubmit import CAPACITY_CANCEL
-from training_constructs.jobs.capacity_fallback.routes import FallbackRoute, routes_document
+from training_constructs.jobs.capacity_fallback.routes import FallbackRoute, definition_families, routes_document
 
 HANDLER_DIR = Path(__file__).resolve().parent
 
@@ -60,16 +60,24 @@ class CapacityFallback(Construct):
         role = logging_role(self, "Role", self.log_group)
         queue_arns = [queue.job_queue_arn for route in routes for queue in route.queues]
         # SubmitJob is authorized on the job queue and the job definition (Service Authorization
-        # Reference, AWS Batch: SubmitJob, resource types job-definition and job-queue): exactly the
-        # fleets' placement queues and their job definitions.
-        definitions = [arn for route in routes for arn in route.job_definition_arns]
+        # Reference, AWS Batch: SubmitJob, resource types job-definition and job-queue, the latter's
+        # ARN job-definition/<name>:<revision>): the fleets' placement queues, and every revision of
+        # their job definitions' families and of the trainctl families beside them. The names are
+        # CloudFormation's, unique to this deployment; Ref gives the ARN with its revision.
+        stack = Stack.of(self)
+        prefix = f"arn:{stack.partition}:batch:{stack.region}:{stack.account}:job-definition/"
+        definitions = [
+            resource
+            for route in routes
+            for arn in route.job_definition_arns
+            for resource in definition_families(prefix, Fn.select(0, Fn.split(":", Fn.select(1, Fn.split("/", arn)))))
+        ]
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=["batch:SubmitJob"], resources=queue_arns + definitions)
         )
         # DescribeJobs supports no resource-level permissions (same reference); jobs are tagged on
         # submission and the cancelled one is marked with its successor, on job ARNs only.
         role.add_to_principal_policy(iam.PolicyStatement(actions=["batch:DescribeJobs"], resources=["*"]))
-        stack = Stack.of(self)
         job_arns = stack.format_arn(service="batch", resource="job", resource_name="*")
         role.add_to_principal_policy(iam.PolicyStatement(actions=["batch:TagResource"], resources=[job_arns]))
         self.function = lambda_.Function(
@@ -93,7 +101,7 @@ class CapacityFallback(Construct):
         )
         self._count(f"{FALLBACK_RESUBMITS}Filter", '{ $.action = "resubmitted" }', FALLBACK_RESUBMITS, False)
         self._count(f"{CAPACITY_CANCELS}Filter", '{ $.event = "capacity-cancel" }', CAPACITY_CANCELS, True)
-        self._acknowledge(role, stack, job_arns)
+        self._acknowledge(role, stack, job_arns, definitions)
         depend_on_policy_only(self.function, role)
 
     def _count(self, construct_id: str, pattern: str, metric: str, per_placement: bool) -> None:
@@ -107,9 +115,13 @@ class CapacityFallback(Construct):
             dimensions=dimensions,
         )
 
-    def _acknowledge(self, role: iam.Role, stack: Stack, job_arns: str) -> None:
+    def _acknowledge(self, role: iam.Role, stack: Stack, job_arns: str, definitions: Sequence[str]) -> None:
         policy = role.node.find_child("DefaultPolicy")
-        findings = {
+        family = (
+            "batch:SubmitJob on every revision of one job definition family of this deployment or its trainctl "
+            "family: jobs name the revision they were submitted with, older ones too"
+        )
+        findings = {f"Resource::{nag_name(stack, resource)}": family for resource in definitions} | {
             "Resource::*": "batch:DescribeJobs only, which supports no resource-level permissions",
             f"Resource::{nag_name(stack, job_arns)}": (
                 "batch:TagResource on jobs only: the cancelled job is marked with its successor, whose id is "

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from config.job_events import TRAINCTL_FAMILY_SUFFIX
 from config.settings import Placement
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, kw_only=True)
 class FallbackRoute:
     """One fleet's placements in order (its own first) with their queues, and the job definitions
-    its jobs may be resubmitted with."""
+    (their deployed revisions' ARNs) whose families its jobs may be resubmitted with."""
 
     fleet: str
     placements: Sequence[Placement]
@@ -46,3 +47,10 @@ def routes_document(routes: Sequence[FallbackRoute]) -> dict[str, object]:
                 "next": entries[number + 1 :],
             }
     return document
+
+
+def definition_families(prefix: str, name: str) -> list[str]:
+    """SubmitJob resources for every revision of job definition `name` and of its trainctl family:
+    a job submitted before a redeploy names an older revision, one of `trainctl run --image` the
+    `<name>-trainctl` family. `prefix` is `arn:<partition>:batch:<region>:<account>:job-definition/`."""
+    return [f"{prefix}{name}:*", f"{prefix}{name}{TRAINCTL_FAMILY_SUFFIX}:*"]
