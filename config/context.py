@@ -81,7 +81,13 @@ def _instance(path: str, name: str, allowed: tuple[str, ...], family: str) -> In
 
 
 def _fleet(
-    name: str, model: FleetModel, path: Callable[[str], str], allowed: tuple[str, ...], family: str, region: str | None
+    name: str,
+    model: FleetModel,
+    path: Callable[[str], str],
+    allowed: tuple[str, ...],
+    family: str,
+    region: str | None,
+    skipped: frozenset[str],
 ) -> FleetSettings:
     instance = _instance(path("instanceType"), model.instance_type, allowed, family)
     max_nodes = max(model.nodes, 4) if model.max_nodes is None else model.max_nodes
@@ -91,7 +97,7 @@ def _fleet(
         problem = f"needs {path('capacityReservationId')}, the block's cr- id"
         raise fail(path("capacityReservationType"), model.capacity_reservation_type, problem)
     az = model.availability_zone
-    _check_az(path("availabilityZone"), az, region)
+    _check_az(path("availabilityZone"), az, region, skipped)
     if model.ami_id and instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
         problem = "GPU fleets take AWS's current ECS GPU AMI through Batch (docs/fleets.md)"
         raise fail(path("amiId"), model.ami_id, problem)
@@ -129,13 +135,23 @@ def _refuse_ended_windows(fleets: tuple[FleetSettings, ...], now: datetime) -> N
                 raise fail(path, end, problem, "a window that has not ended; remove the placement")
 
 
-def _check_az(path: str, az: str | None, region: str | None) -> None:
-    found = az and zones.az_problem(az, region)
+def _check_az(path: str, az: str | None, region: str | None, skipped: frozenset[str]) -> None:
+    found = az and zones.az_problem(az, region, skipped)
     if found:
         raise fail(path, az, *found)
 
 
+def _zone_table_skips(ctx: Any) -> frozenset[str]:
+    """The regions skipZoneTable names, each region-shaped."""
+    names = [n.strip() for n in ctx.skip_zone_table.split(",") if n.strip()]
+    for name in names:
+        if not zones.REGION.fullmatch(name):
+            raise fail("skipZoneTable", ctx.skip_zone_table, f"{refusals.shown(name)} is not a region name")
+    return frozenset(names)
+
+
 def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[FleetSettings, ...]:
+    skipped = _zone_table_skips(ctx)
     if ctx.fleets is not None:
         flat = next((k for k in FLAT_FLEET_KEYS if k in given), None)
         if flat:
@@ -157,7 +173,7 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
             seen[name.lower()] = name
         _check_fleet_ids(tuple(ctx.fleets))
         built = tuple(
-            _fleet(name, m, lambda f, n=name: f"fleets.{n}.{f}", EFA_TYPES, "EFA-capable", region)
+            _fleet(name, m, lambda f, n=name: f"fleets.{n}.{f}", EFA_TYPES, "EFA-capable", region, skipped)
             for name, m in ctx.fleets.items()
         )
         size = routes_bytes(built)
@@ -176,7 +192,7 @@ def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[Fle
             continue
         fields = {f: getattr(ctx, f"{prefix}_{snake(f)}") for f in FLAT_FIELDS}
         model = FleetModel.model_validate(fields)
-        fleets.append(_fleet(prefix, model, lambda f, p=prefix: p + upper_first(f), types, family, region))
+        fleets.append(_fleet(prefix, model, lambda f, p=prefix: p + upper_first(f), types, family, region, skipped))
     if not fleets:
         raise ConfigError("context keys gpuInstanceType=none and trainiumInstanceType=none leave no fleet to deploy")
     return tuple(fleets)
@@ -200,7 +216,8 @@ def _network(
     ctx: Any, fleets: tuple[FleetSettings, ...], cluster: ParallelClusterSettings, region: str | None
 ) -> NetworkSettings:
     az = ctx.availability_zone
-    _check_az("availabilityZone", az, region)
+    skipped = _zone_table_skips(ctx)
+    _check_az("availabilityZone", az, region, skipped)
     if ctx.nat_gateways > 2:
         raise fail("natGateways", ctx.nat_gateways, "out of range 1..2 (one per public subnet)")
     # Every placement of a fleet (its own, then its fallback ones) has a subnet in its AZ.
@@ -223,7 +240,11 @@ def _network(
     if unknown:
         raise fail("interfaceEndpoints", ctx.interface_endpoints, f"unknown service {refusals.shown(unknown[0])}")
     return NetworkSettings(
-        availability_zone=az, fleet_availability_zones=named, nat_gateways=ctx.nat_gateways, interface_endpoints=names
+        availability_zone=az,
+        fleet_availability_zones=named,
+        nat_gateways=ctx.nat_gateways,
+        interface_endpoints=names,
+        zone_table_skipped=tuple(sorted(skipped)),
     )
 
 

@@ -183,6 +183,11 @@ class _ContextBase(BaseModel):
     availability_zone: Az = key(
         "availabilityZone", None, "an AZ name such as us-east-1a, in the stack's region", "default AZ of the fleets"
     )
+    skip_zone_table: str = key(
+        "skipZoneTable", "", "empty, or a comma list of region names such as cn-north-1",
+        "regions whose AZ names synth takes without checking config/availability_zones.json (a synth warning "
+        "says so; for a zone AWS added after the table's date)",
+    )  # fmt: skip
     nat_gateways: Int = key("natGateways", 1, "integer 1..2", "NAT gateways", ge=1)
     interface_endpoints: str = key(
         "interfaceEndpoints", "", "comma-separated subset of: " + ", ".join(limits.INTERFACE_ENDPOINTS), "endpoints"

@@ -17,6 +17,8 @@ class NetworkSettings:
     nat_gateways: int
     # Short service names ("ecr.api", "logs", ...) that get an interface endpoint.
     interface_endpoints: tuple[str, ...]
+    # Regions whose AZ names were not checked against config/availability_zones.json (skipZoneTable).
+    zone_table_skipped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

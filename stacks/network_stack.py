@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Fn, Stack
+from aws_cdk import Annotations, Fn, Stack
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from config import zones
 from config.settings import NetworkSettings
 from training_constructs.network.training_network import TrainingNetwork
 
@@ -34,6 +35,8 @@ class NetworkStack(Stack):
             interface_endpoints=settings.interface_endpoints,
             flow_log_retention=log_retention,
         )
+        for region in settings.zone_table_skipped:
+            Annotations.of(self).add_warning_v2("training:zone-table-skipped", zones.skip_warning(region))
 
     @property
     def availability_zones(self) -> list[str]:

@@ -159,9 +159,42 @@ def test_zone_table_holds_every_zone_cfn_lint_knows():
     fails here, so the table is refreshed rather than refusing a real zone."""
     from cfnlint.helpers import AVAILABILITY_ZONES
 
+    corrected = ZONE_TABLE["corrections"]
     for region, names in AVAILABILITY_ZONES.items():
         for name in names:
+            if region in corrected and name[-1] not in corrected[region]["letters"]:
+                continue  # a letter AWS no longer lists, corrected from another source
             assert name[-1] in zones.zones().get(region, ""), f"{name} missing from config/availability_zones.json"
+
+
+def test_cn_north_1_has_zones_a_b_and_d():
+    """Issue 46: EC2 lists cn-north-1a, 1b and 1d (cnn1-az2, -az3, -az4); cfn-lint's a, b, c refused
+    a real zone and accepted a missing one."""
+    assert zones.zones()["cn-north-1"] == "abd"
+    correction = ZONE_TABLE["corrections"]["cn-north-1"]
+    assert (correction["letters"], correction["instead_of"]) == ("abd", "abc") and "cnn1-az4" in correction["source"]
+    for region in (None, "cn-north-1"):
+        assert (
+            read_settings({"availabilityZone": "cn-north-1d"}, region=region).network.availability_zone == "cn-north-1d"
+        )
+        message = refusal({"availabilityZone": "cn-north-1c"}, region)
+        assert "cn-north-1 has no zone c; allowed: cn-north-1 + one of a, b, d" in message
+        assert "-c skipZoneTable=cn-north-1" in message
+    assert "cn-north-1" in ZONE_TABLE["second_source"]
+
+
+def test_skip_zone_table_takes_any_letter_of_the_named_region_only():
+    taken = read_settings({"availabilityZone": "cn-north-1c", "skipZoneTable": "cn-north-1, ap-south-2"})
+    assert taken.network.availability_zone == "cn-north-1c"
+    assert taken.network.zone_table_skipped == ("ap-south-2", "cn-north-1")
+    assert read_settings({}).network.zone_table_skipped == ()
+    # Other regions are still checked, and so are the stack's region and the name's form.
+    assert "us-east-1 has no zone z" in refusal({"availabilityZone": "us-east-1z", "skipZoneTable": "cn-north-1"})
+    fleet_ok = read_settings({**fleet(availabilityZone="cn-north-1e"), "skipZoneTable": "cn-north-1"})
+    assert fleet_ok.fleet("rl").availability_zone == "cn-north-1e"
+    mismatch = refusal({"availabilityZone": "cn-north-1c", "skipZoneTable": "cn-north-1"}, "us-east-1")
+    assert "is not in the stack's region us-east-1" in mismatch and "skipZoneTable" not in mismatch
+    assert "'cn north' is not a region name" in refusal({"skipZoneTable": "cn north"})
 
 
 def test_known_zones_are_accepted_with_and_without_a_region():
@@ -176,7 +209,7 @@ def test_a_region_newer_than_the_table_is_not_refused_when_named_at_synth():
     read_settings({"availabilityZone": "xx-newregion-1a"}, region="xx-newregion-1")
     # Without a region at synth nothing says the region exists: refused, and the line says why.
     message = refusal({"availabilityZone": "xx-newregion-1a"})
-    assert f"zone table of {ZONE_TABLE['read_on']}; AWS may have added more" in message
+    assert f"table of {ZONE_TABLE['read_on']}; if AWS has it: -c skipZoneTable=xx-newregion-1" in message
 
 
 def test_every_catalog_type_and_the_head_node_default_are_ec2_types():

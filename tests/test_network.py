@@ -161,3 +161,25 @@ def test_stack_exposes_objects_for_other_stacks():
     assert net.training_subnet.subnet_id and net.efa_security_group.security_group_id and net.vpc.vpc_id
     assert net.training_subnet.node.path == net.vpc.private_subnets[0].node.path
     assert stack.resolve(net.training_subnet.availability_zone) == {"Fn::Select": [0, {"Fn::GetAZs": ""}]}
+
+
+def test_a_skipped_zone_table_is_warned_about_at_synth_in_one_line():
+    """skipZoneTable (issue 46): synth says which region's AZ names went unchecked."""
+    from aws_cdk import aws_logs as logs
+    from aws_cdk.assertions import Annotations
+
+    from config.context import read_settings
+    from config.zones import read_on
+    from stacks.network_stack import NetworkStack
+
+    def warnings(context):
+        settings = read_settings(context).network
+        stack = NetworkStack(cdk.App(), "Net", settings=settings, log_retention=logs.RetentionDays.ONE_MONTH)
+        return [str(w.entry.data) for w in Annotations.from_stack(stack).find_warning("*", Match.any_value())]
+
+    (warning,) = warnings({"availabilityZone": "cn-north-1c", "skipZoneTable": "cn-north-1"})
+    assert warning.startswith(
+        f"skipZoneTable=cn-north-1: AZ names of cn-north-1 are not checked against the zone table of {read_on()}"
+    )
+    assert "\n" not in warning and len(warning) <= 200
+    assert warnings({"availabilityZone": "cn-north-1d"}) == []
