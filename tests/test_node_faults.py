@@ -51,6 +51,93 @@ def test_a_child_that_fails_its_preflight_ends_the_main_node_within_60_s_with_75
     assert not (tmp_path / "main" / "take-out").exists()
 
 
+def test_a_child_failing_fast_while_the_main_node_is_still_in_its_slow_preflight_ends_it_with_75(tmp_path):
+    """A warm host: the child fails its preflight in a second while the main node's own preflight still
+    waits on a slow tool (here an nvidia-smi that would answer after the preflight's 60 s limit). The
+    main node listens from its start, so it hears the child and ends at once, stopping its checks."""
+    nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#0", "MASTER_ADDR": "127.0.0.1"}
+    nodes |= {"MASTER_PORT": str(free_port()), "NODE_REPORT_PORT": str(free_port()), "NPROC_PER_NODE": "1"}
+    for name in ("main", "child", "infiniband", "slow-bin"):
+        (tmp_path / name).mkdir()
+    slow_tool = tmp_path / "slow-bin" / "nvidia-smi"
+    pid_file = tmp_path / "slow-tool.pid"
+    slow_tool.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 300\n")
+    slow_tool.chmod(0o755)
+    main_env = base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="0", NODE_STATE_DIR=str(tmp_path / "main"))
+    main_env |= {"EXPECTED_GPUS": "1", "PATH": f"{tmp_path / 'slow-bin'}:{main_env['PATH']}"}
+    main = launch(main_env, "t.py")
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid_file.exists(), "the main node's preflight never reached its slow tool"
+        started = time.monotonic()  # the child starts while the main node is inside its preflight
+        child_env = base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="1", NODE_STATE_DIR=str(tmp_path / "child"))
+        child_env |= {"EFA_DEVICES": "1", "EFA_DEVICE_DIR": str(tmp_path / "infiniband")}
+        child = subprocess.run([str(LAUNCHER), "t.py"], env=child_env, capture_output=True, text=True, timeout=120)
+        _, main_err = main.communicate(timeout=120)
+        elapsed = time.monotonic() - started
+    finally:
+        main.kill()
+    assert child.returncode == 75, child.stderr
+    assert main.returncode == 75, main_err
+    assert elapsed < 60
+    (line,) = [x for x in main_err.splitlines() if x.startswith("distributed_run.sh: node 1 (")]
+    assert "expected 1 EFA devices (uverbs*)" in line and "ending this job with exit 75" in line
+    assert "preflight failed on node 0" not in main_err  # the main node did not wait for its own verdict
+    print(f"\nchild preflight failure -> main node exit 75 in {elapsed:.1f} s, its own preflight still running")
+    # The main node's checks went with it: the slow tool is no longer running.
+    slow = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(slow) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(slow)
+    assert "expected 1 EFA devices" in (tmp_path / "child" / "take-out").read_text()
+    assert not (tmp_path / "main" / "take-out").exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_child_reports_before_it_writes_its_take_out_marker(tmp_path):
+    """The host stops taking tasks and powers off once the marker exists: the report must come first.
+    The main node's listener here records whether the marker existed when the report arrived."""
+    import threading
+
+    port = free_port()
+    launcher = subprocess.Popen(["sleep", "30"])
+    out = tmp_path / "report"
+    state = tmp_path / "child"
+    state.mkdir()
+    (tmp_path / "infiniband").mkdir()
+    seen: list[bool] = []
+
+    def listen() -> None:
+        node_fault.listen(port, launcher.pid, out, "j", 0.1)
+        seen.append((state / "take-out").exists())
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    try:
+        nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#1", "MASTER_ADDR": "127.0.0.1"}
+        nodes |= {"MASTER_PORT": str(free_port()), "NODE_REPORT_PORT": str(port), "NPROC_PER_NODE": "1"}
+        child_env = base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="1", NODE_STATE_DIR=str(state))
+        child_env |= {"EFA_DEVICES": "1", "EFA_DEVICE_DIR": str(tmp_path / "infiniband")}
+        child = subprocess.run([str(LAUNCHER), "t.py"], env=child_env, capture_output=True, text=True, timeout=60)
+        listener.join(timeout=10)
+    finally:
+        launcher.kill()
+    assert child.returncode == 75, child.stderr
+    assert out.read_text().startswith("75 node 1 (")
+    assert seen == [False]
+    assert (state / "take-out").exists()
+
+
 def test_a_childs_bad_input_ends_the_main_node_with_2_not_a_retry(tmp_path):
     nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#0", "MASTER_ADDR": "127.0.0.1"}
     nodes |= {"MASTER_PORT": str(free_port()), "NODE_REPORT_PORT": str(free_port()), "NPROC_PER_NODE": "1"}
