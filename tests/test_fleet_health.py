@@ -136,7 +136,11 @@ def test_alarms_may_use_the_encrypted_alert_topic():
         ("rate(6 days)", 6 * 86400),
         ("rate(90 minutes)", 5400),
         ("cron(0 3 * * ? *)", 86400),
-        ("cron(0/30 * ? * * *)", 86400),
+        ("cron(0 * ? * * *)", 3600),
+        ("cron(45 3,15 * * ? *)", 43200),
+        ("cron(15 0/6 * * ? *)", 21600),
+        ("cron(0 1,2,20 * * ? *)", 18 * 3600),
+        ("cron(0 8-17 ? * * *)", 15 * 3600),
     ],
 )
 def test_schedule_expressions_that_are_accepted(expression, interval):
@@ -165,7 +169,21 @@ def test_bad_schedules_name_the_key_and_what_is_allowed(expression, problem):
         read_settings({"healthCheckSchedule": expression})
     message = str(error.value)
     assert message.startswith(f"context key healthCheckSchedule={expression!r}: ") and problem in message
-    assert message.endswith("allowed: empty, rate(1 hour) to rate(6 days), or cron(M H * * ? *)")
+    assert message.endswith("allowed: empty, rate(1 hour) to rate(6 days), or cron(M H * * ? *) with M one minute")
+    assert len(message) <= 200 and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "expression", ["cron(* * * * ? *)", "cron(0/15 * * * ? *)", "cron(0,30 3 * * ? *)", "cron(10-20 3 * * ? *)"]
+)
+def test_a_schedule_that_fires_more_than_once_an_hour_is_refused_in_one_line(expression):
+    # Each run submits a multi-node benchmark: every minute would launch the fleet 1,440 times a day.
+    with pytest.raises(ConfigError) as error:
+        read_settings({"healthCheckSchedule": expression})
+    message = str(error.value)
+    assert message.startswith(f"context key healthCheckSchedule={expression!r}: runs more than once an hour; ")
+    assert "the minute must be one value (0-59)" in message
+    assert len(message) <= 200 and "\n" not in message
 
 
 def test_unset_and_empty_mean_no_schedule():
@@ -263,7 +281,7 @@ def test_cron_fields_are_checked_against_eventbridges_ranges(expression, problem
 
 
 @pytest.mark.parametrize(
-    "expression", ["cron(0 23 * * ? *)", "cron(59 0 ? * * *)", "cron(0,30 3 * * ? *)", "cron(15 0/6 * * ? *)"]
+    "expression", ["cron(0 23 * * ? *)", "cron(59 0 ? * * *)", "cron(0 0,23 * * ? *)", "cron(15 0/6 * * ? *)"]
 )
 def test_cron_fields_at_the_edges_of_their_ranges_are_accepted(expression):
     assert read_settings({"healthCheckSchedule": expression}).jobs.health_check_schedule.expression == expression
