@@ -19,7 +19,8 @@ Hardware fault: the trainer exited non-zero while this node shows one of
     (training_constructs/observability/node_metrics/collector.py) to $NODE_STATE_DIR/xid-faults as
     "<epoch> <code> <line>";
   - the node checks of preflight.py failing now (fewer GPUs, EFA devices or Neuron devices than the
-    job expects, the EFA provider or neuron-ls broken).
+    job expects, or a working neuron-ls listing fewer); a Neuron tool that fails with every device
+    present is the image's fault, shared by the fleet, never this node's.
 The take-out marker is $NODE_STATE_DIR/take-out (one line: the reason); the host's path unit
 (training_constructs/health/node_recovery.py) stops the ECS agent and powers the node off. With it goes one
 EMF line for NodesTakenOut (Fleet dimension). Stdlib only, Python 3.10.

@@ -12,7 +12,8 @@ from config import metrics
 from config.context import ConfigError, read_settings
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import THREE_FLEETS, VARIANTS, resources, synth
-from training_constructs.health.boot_breaker import NODE_FAULTS_TO_TRIP
+from training_constructs.health.boot_breaker import NODE_FAULTS_TO_TRIP, node_faults_to_trip
+from training_constructs.health.boot_breaker_function import trip
 from training_constructs.jobs.training_jobs import BENCHMARK_TIMEOUT_SECONDS
 
 STACK = "TrainingJobs"
@@ -22,7 +23,7 @@ def alarms(template, metric):
     return [
         a["Properties"]
         for a in resources(template, "AWS::CloudWatch::Alarm").values()
-        if a["Properties"]["MetricName"] == metric
+        if a["Properties"].get("MetricName") == metric
     ]
 
 
@@ -330,22 +331,51 @@ def breaker_alarms(template):
     return {
         k: a["Properties"]
         for k, a in resources(template, "AWS::CloudWatch::Alarm").items()
-        if {"Name": metrics.FAULT_DIMENSION, "Value": "node"} in a["Properties"].get("Dimensions", [])
+        if k.startswith("BootCircuitBreaker") and "Metrics" in a["Properties"]
     }
 
 
-def test_k_node_faults_in_an_hour_trip_each_fleets_own_breaker():
+def breaker_metrics(alarm):
+    """id -> MetricStat of the breaker alarm's metric-math inputs, and its expression."""
+    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    stats = {m["Id"]: m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m}
+    return stats, expression
+
+
+def alarm_fleet(alarm):
+    stats, _ = breaker_metrics(alarm)
+    (fleet,) = {d["Value"] for s in stats.values() for d in s["Metric"]["Dimensions"] if d["Name"] == "Fleet"}
+    return fleet
+
+
+def test_the_breakers_threshold_is_a_tenth_of_max_nodes_and_at_least_3():
+    # docs/health.md: a tenth of the fleet's maxNodes, never fewer than 3.
+    expected = {1: 3, 4: 3, 30: 3, 31: 4, 64: 7, 80: 8, 1000: 100}
+    assert {n: node_faults_to_trip(n) for n in expected} == expected
+
+
+def test_node_faults_and_take_outs_in_an_hour_trip_each_fleets_own_breaker():
     template = synth("three-fleets").templates[STACK]
     found = breaker_alarms(template)
     assert NODE_FAULTS_TO_TRIP == 3
     by_fleet = {}
     for key, alarm in found.items():
-        fleets = [d["Value"] for d in alarm["Dimensions"] if d["Name"] == metrics.FLEET_DIMENSION]
-        (fleet,) = fleets
+        fleet = alarm_fleet(alarm)
         by_fleet[fleet] = key
-        assert alarm["MetricName"] == metrics.BOOT_CHECK_FAILED and alarm["Namespace"] == metrics.NAMESPACE
-        assert alarm["Statistic"] == "Sum" and alarm["Period"] == 3600 and alarm["EvaluationPeriods"] == 1
-        assert alarm["Threshold"] == 3 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        stats, expression = breaker_metrics(alarm)
+        # Boot-check node faults and take-outs of this fleet, summed over the same hour.
+        assert expression["Expression"] == "FILL(boot, 0) + FILL(takenOut, 0)" and expression["ReturnData"] is True
+        boot, taken = stats["boot"], stats["takenOut"]
+        assert boot["Metric"]["MetricName"] == metrics.BOOT_CHECK_FAILED
+        assert {"Name": metrics.FAULT_DIMENSION, "Value": "node"} in boot["Metric"]["Dimensions"]
+        assert taken["Metric"]["MetricName"] == metrics.NODES_TAKEN_OUT
+        assert taken["Metric"]["Dimensions"] == [{"Name": metrics.FLEET_DIMENSION, "Value": fleet}]
+        for stat in (boot, taken):
+            assert stat["Metric"]["Namespace"] == metrics.NAMESPACE
+            assert stat["Stat"] == "Sum" and stat["Period"] == 3600
+        assert alarm["EvaluationPeriods"] == 1
+        threshold = 7 if fleet == "rl" else 3  # rl: maxNodes 64; the others 4
+        assert alarm["Threshold"] == threshold and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
         assert alarm["TreatMissingData"] == "notBreaching"
         assert alarm["AlarmActions"] == [topic_ref(template)]
         # The alert says how to turn the fleet back on, with this fleet's compute environment.
@@ -362,10 +392,7 @@ def test_k_node_faults_in_an_hour_trip_each_fleets_own_breaker():
 
 def test_each_breaker_rule_disables_exactly_its_own_fleet():
     template = synth("three-fleets").templates[STACK]
-    alarm_of = {
-        next(d["Value"] for d in a["Dimensions"] if d["Name"] == metrics.FLEET_DIMENSION): k
-        for k, a in breaker_alarms(template).items()
-    }
+    alarm_of = {alarm_fleet(a): k for k, a in breaker_alarms(template).items()}
     rules = {
         k: r["Properties"]
         for k, r in resources(template, "AWS::Events::Rule").items()
@@ -383,12 +410,24 @@ def test_each_breaker_rule_disables_exactly_its_own_fleet():
         # The input with each import written as its export name: this fleet's own compute environment,
         # then one per fallback placement (their nodes log to the same group), and its log group.
         parts = target["Input"]["Fn::Join"][1]
-        given = json.loads("".join(p if isinstance(p, str) else p["Fn::ImportValue"] for p in parts))
+        given = json.loads("".join(p if isinstance(p, str) else p.get("Fn::ImportValue") or p["Ref"] for p in parts))
         own, *fallback = given["computeEnvironments"]
         assert {"Fn::ImportValue": own} == compute_export(template, fleet, "ComputeEnvironmentArn")
         assert len(fallback) == len(THREE_FLEETS[fleet].get("fallback", []))
         assert all(f"{construct_id(fleet)}Fallback" in arn for arn in fallback)
         assert given["fleet"] == fleet and f"{construct_id(fleet)}BootCheckLogs" in given["logGroup"]
+        # The fleet's job log group (take-out lines) and its own threshold.
+        assert given["jobLogGroup"] == job_log_group(template, fleet)
+        assert given["nodeFaultsToTrip"] == (7 if fleet == "rl" else 3)
+
+
+def job_log_group(template, fleet):
+    (key,) = [
+        k
+        for k in resources(template, "AWS::Logs::LogGroup")
+        if k.startswith(f"{construct_id(fleet)}LogGroup") or k.startswith(f"{construct_id(fleet)}Logs")
+    ]
+    return key
 
 
 def test_the_breaker_function_may_disable_only_the_fleets_compute_environments():
@@ -415,7 +454,9 @@ def test_the_breaker_function_may_disable_only_the_fleets_compute_environments()
     ]
     assert len(environments) == len(THREE_FLEETS) + sum(len(f.get("fallback", [])) for f in THREE_FLEETS.values())
     assert sorted(map(json.dumps, by_action["batch:UpdateComputeEnvironment"])) == sorted(map(json.dumps, environments))
-    assert len(by_action["logs:FilterLogEvents"]) == len(THREE_FLEETS)
+    # Each fleet's boot-check and job log groups (take-outs), no other.
+    assert len(by_action["logs:FilterLogEvents"]) == 2 * len(THREE_FLEETS)
+    assert {"Fn::GetAtt": [job_log_group(template, "rl"), "Arn"]} in by_action["logs:FilterLogEvents"]
     assert by_action["sns:Publish"] == topic_ref(template)
     assert set(by_action) == {
         "batch:UpdateComputeEnvironment",
@@ -427,7 +468,9 @@ def test_the_breaker_function_may_disable_only_the_fleets_compute_environments()
         "kms:GenerateDataKey*",
     }
     env = function["Properties"]["Environment"]["Variables"]
-    assert env["NODE_FAULTS_TO_TRIP"] == "3" and env["LOOKBACK_SECONDS"] == "7200"
+    assert env["LOOKBACK_SECONDS"] == "7200" and "NODE_FAULTS_TO_TRIP" not in env  # per fleet: the rule's input
+    # Time to wait out an update that refuses the change (trip.UPDATE_DEADLINE_SECONDS, then the message).
+    assert function["Properties"]["Timeout"] == 900 > trip.UPDATE_DEADLINE_SECONDS + 60
     # EventBridge may invoke it, from the breaker rules only.
     permissions = [p["Properties"] for p in resources(template, "AWS::Lambda::Permission").values()]
     sources = [
