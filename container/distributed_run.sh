@@ -46,6 +46,9 @@
 # NVIDIA Xid its host recorded, or its devices failing the preflight's checks) exits 75 instead of the
 # trainer's status; an application error keeps it (1 stays 1, not retried). A node fault (preflight 75
 # or hardware) leaves a take-out marker in NODE_STATE_DIR (default /var/lib/training-node) for its host.
+# The preflight fails a node whose host recorded a GPU-reset Xid since boot; a node stopped by SIGTERM
+# (Batch stops the others when the main node ends) reads the Xid record before it exits, and leaves the
+# marker when it shows one.
 # Exits with the training command's status (1 if it succeeded but the last upload failed).
 set -euo pipefail
 launcher_start="${EPOCHREALTIME:-$(date +%s)}"
@@ -365,8 +368,19 @@ if [[ -n "${ECS_CONTAINER_METADATA_URI_V4:-}" ]]; then
     --watch-pid $$ --rendezvous-start "${EPOCHREALTIME:-$(date +%s)}" --rendezvous-timeout "${join_timeout:-60}" &
 fi
 
+# A stopped node (Batch stops every other node when the main node ends) judges itself by the host's Xid
+# record alone, at once: ECS allows 30 s before SIGKILL, and a GPU needing a reset must not take the next job.
+judge_stopped() {
+  stopped_fault=$(node_fault judge --since "${launcher_start%.*}" --settle 0 --xid-only) || stopped_fault=""
+  if [[ -n "$stopped_fault" ]]; then
+    echo "$NAME: node ${index:-0} ($(hostname)): stopped with a hardware fault recorded: $stopped_fault; asking the host to take this node out" >&2
+  fi
+}
+
 if [[ "$stop_requested" -ne 0 ]]; then
   echo "$NAME: stopped (SIGTERM) before training started" >&2
+  judge_stopped
+  [[ -z "$stopped_fault" ]] || node_fault mark --line "stopped, hardware fault: $stopped_fault" || true
   exit 143
 fi
 if reported; then
@@ -406,7 +420,10 @@ if [[ -n "${CHECKPOINT_URI:-}" && "$status" -ne 0 && ! -e "$state/stopping" ]]; 
   echo "$EPOCHREALTIME" >"$state/stopping"
 fi
 fault=""
-if [[ "$status" -ne 0 && "$stop_requested" -eq 0 ]]; then
+stopped_fault=""
+if [[ "$stop_requested" -ne 0 ]]; then
+  judge_stopped
+elif [[ "$status" -ne 0 ]]; then
   # A child's trainer may die of its fault a little after this one: its report gets a grace period.
   grace="${NODE_REPORT_GRACE_SECONDS:-15}"
   if [[ -n "${listener:-}" ]]; then
@@ -445,5 +462,9 @@ if [[ -n "$fault" ]]; then
   # Last, so that the host takes the node out only once this container's exit is on its way to Batch.
   node_fault mark --line "hardware fault: $fault" || true
   exit "$NODE_FAULT_EXIT"
+fi
+if [[ -n "$stopped_fault" ]]; then
+  # A stop keeps its status (the job ends anyway); the host still takes the node out.
+  node_fault mark --line "stopped, hardware fault: $stopped_fault" || true
 fi
 exit "$status"

@@ -18,9 +18,11 @@ Checks, each only when its variable asks for it:
                              `neuron-ls --json-output` (the Neuron driver and runtime tools) lists N;
                              with every device present, a neuron-ls that fails or times out is a
                              shared fault (78), never a node fault
-Always: a file NODE_STATE_DIR/shared-fault (default /var/lib/training-node, the host's directory the job
-definitions mount), written by the host's boot check for a fault every node of the fleet shares, fails
-the node with IMAGE_EXIT, naming the cause it holds.
+Always: an Xid needing a GPU reset (NVIDIA's Xid catalog) that the host recorded in
+NODE_STATE_DIR/xid-faults since it booted fails the node (a node fault); a file
+NODE_STATE_DIR/shared-fault (default /var/lib/training-node, the host's directory the job definitions
+mount), written by the host's boot check for a fault every node of the fleet shares, fails the node
+with IMAGE_EXIT, naming the cause it holds.
 A failed check prints ONE line to stderr, naming the node, what was expected and what was found, and
 exits PREFLIGHT_EXIT (75; the job definitions retry it, and the launcher takes the node out) when a
 device count falls short, or IMAGE_EXIT (78; not retried, no node taken out) when only software failed
@@ -48,6 +50,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -68,6 +71,7 @@ COMMAND_TIMEOUT_SECONDS = 60
 TORCH_PROBE_SECONDS = 300
 # The node's state directory, shared with its host (training_constructs/health/node_recovery.py mounts it).
 NODE_STATE_DIR = "/var/lib/training-node"
+XID_FAULTS = "xid-faults"
 # fi_info lives here in images built with the EFA installer, which may not be on PATH.
 EFA_BIN = "/opt/amazon/efa/bin"
 
@@ -245,10 +249,48 @@ def check_driver(environ: Mapping[str, str], minimum: str) -> list[str]:
     return [f"an NVIDIA driver of at least {minimum}, found: {problem}"] if problem else []
 
 
+def xid_records(directory: Path, since: float) -> list[str]:
+    """The lines ("<code> <kernel line>") of NODE_STATE_DIR/xid-faults stamped at or after `since` (epoch
+    seconds). The host's node collector (training_constructs/observability/node_metrics/collector.py)
+    writes there only the Xids NVIDIA's Xid catalog answers with a GPU reset or a node reboot, each stamped
+    with the time the kernel logged it."""
+    try:
+        text = (directory / XID_FAULTS).read_text(errors="replace")
+    except OSError:
+        return []
+    found = []
+    for entry in text.splitlines():
+        stamp, _, rest = entry.partition(" ")
+        try:
+            if float(stamp) >= since:
+                found.append(rest.strip())
+        except ValueError:
+            continue
+    return found
+
+
+def boot_time(environ: Mapping[str, str]) -> float:
+    """When the host booted (epoch seconds): a container reads the host kernel's /proc/uptime."""
+    uptime = Path(environ.get("PROC_UPTIME", "/proc/uptime")).read_text().split()[0]
+    return time.time() - float(uptime)
+
+
+def check_reset_xids(environ: Mapping[str, str]) -> list[str]:
+    """A node fault: the host recorded an Xid needing a GPU reset since it booted. A node that Batch stopped
+    may not have judged itself; the GPU keeps the fault until the node reboots, so the next job here fails."""
+    try:
+        since = boot_time(environ)
+    except (OSError, ValueError, IndexError):
+        return []
+    directory = Path(environ.get("NODE_STATE_DIR") or NODE_STATE_DIR)
+    xids = xid_records(directory, since)
+    return [f"no NVIDIA Xid needing a GPU reset since boot, found {len(xids)}: {xids[-1][:160]}"] if xids else []
+
+
 def failures(environ: Mapping[str, str]) -> list[str]:
     """The devices this node lacks, each as 'expected ..., found ...' text; empty when it has them all.
     A node fault: another node may have them (exit 75, retried, and the node is taken out)."""
-    found: list[str] = []
+    found: list[str] = check_reset_xids(environ)
     efa = _count(environ, "EFA_DEVICES")
     gpus = _count(environ, "EXPECTED_GPUS")
     neuron = _count(environ, "EXPECTED_NEURON_DEVICES")

@@ -158,14 +158,27 @@ def test_a_childs_bad_input_ends_the_main_node_with_2_not_a_retry(tmp_path):
     assert not (tmp_path / "child" / "take-out").exists()
 
 
+def xid_during_training(tmp_path: Path, state: Path, *kernel_lines: str) -> str:
+    """Shell lines for a stand-in trainer that appends what the host's Xid watcher would write when the
+    kernel logs `kernel_lines` now, during training (before it, the preflight would catch them)."""
+    scratch = tmp_path / "watcher"
+    scratch.mkdir(exist_ok=True)
+    xid.record_node_faults(scratch, kernel_lines)  # the watcher's own lines; their stamps become "now"
+    pending = scratch / "xid-faults"
+    pending.touch()
+    return f'sed "s/^[0-9.]*/$(date +%s)/" {pending} >> {state / "xid-faults"}\n'
+
+
 def crash(tmp_path: Path, *kernel_lines: str, settle: str = "5") -> subprocess.CompletedProcess[str]:
     """A one-node Batch run whose trainer raises (exit 1), after the host's Xid watcher saw `kernel_lines`."""
     state = tmp_path / "state"
     state.mkdir()
     trainer = tmp_path / "python.sh"
-    trainer.write_text("#!/bin/sh\necho 'RuntimeError: CUDA error: unspecified launch failure' >&2\nexit 1\n")
+    trainer.write_text(
+        "#!/bin/sh\n" + xid_during_training(tmp_path, state, *kernel_lines)
+        + "echo 'RuntimeError: CUDA error: unspecified launch failure' >&2\nexit 1\n"
+    )  # fmt: skip
     trainer.chmod(0o755)
-    xid.record_node_faults(state, kernel_lines)
     env = base_env(PYTHON=str(trainer), NODE_STATE_DIR=str(state), AWS_BATCH_JOB_NUM_NODES="1")
     env |= {"AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "127.0.0.1", "NPROC_PER_NODE": "1"}
     env["XID_SETTLE_SECONDS"] = settle
@@ -231,12 +244,13 @@ def test_a_childs_hardware_fault_during_training_ends_the_main_node_with_75(tmp_
     master, report = free_port(), free_port()
     nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#0", "MASTER_ADDR": "127.0.0.1"}
     nodes |= {"MASTER_PORT": str(master), "NODE_REPORT_PORT": str(report), "NPROC_PER_NODE": "1"}
-    for name, body in (("main", "exec sleep 60"), ("child", "sleep 1; exit 1")):
-        (tmp_path / name).mkdir()
+    (tmp_path / "main").mkdir()
+    (tmp_path / "child").mkdir()
+    record = xid_during_training(tmp_path, tmp_path / "child", XID_79)
+    for name, body in (("main", "exec sleep 60"), ("child", f"sleep 1\n{record}exit 1")):
         trainer = tmp_path / f"{name}.sh"
         trainer.write_text(f"#!/bin/sh\n{body}\n")
         trainer.chmod(0o755)
-    xid.record_node_faults(tmp_path / "child", [XID_79], now=time.time() + 1)
     started = time.monotonic()
     main = launch(base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="0", PYTHON=str(tmp_path / "main.sh"),
                            NODE_STATE_DIR=str(tmp_path / "main")), "t.py")  # fmt: skip
@@ -272,3 +286,73 @@ def test_the_listener_takes_only_its_own_jobs_report(tmp_path):
         assert launcher.wait(timeout=10) == -10  # SIGUSR1
     finally:
         launcher.kill()
+
+
+def uptime_file(tmp_path: Path, seconds: float) -> str:
+    path = tmp_path / "uptime"
+    path.write_text(f"{seconds:.2f} 1000.00\n")
+    return str(path)
+
+
+def test_the_preflight_fails_a_node_whose_host_recorded_a_reset_xid_since_boot(tmp_path):
+    # The host booted an hour ago; an Xid 79 10 minutes ago (a job that Batch stopped, say) is this boot's.
+    now = time.time()
+    xid.record_node_faults(tmp_path, [XID_79], now=now - 600)
+    environ = {"NODE_STATE_DIR": str(tmp_path), "PROC_UPTIME": uptime_file(tmp_path, 3600)}
+    preflight = node_fault._preflight()
+    (found,) = preflight.failures(environ)
+    assert found.startswith("no NVIDIA Xid needing a GPU reset since boot, found 1: 79 ")
+    assert "GPU has fallen off the bus" in found
+    # The same record from before this boot (an instance reused after a reboot) does not count.
+    assert preflight.failures({**environ, "PROC_UPTIME": uptime_file(tmp_path, 60)}) == []
+
+
+def test_a_reset_xid_since_boot_fails_the_launchers_preflight_with_75_and_a_take_out(tmp_path):
+    xid.record_node_faults(tmp_path, [XID_79], now=time.time() - 600)
+    env = base_env(NODE_STATE_DIR=str(tmp_path), PROC_UPTIME=uptime_file(tmp_path, 3600))
+    env |= {"AWS_BATCH_JOB_NUM_NODES": "1", "AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "127.0.0.1"}
+    done = subprocess.run([str(LAUNCHER), "t.py"], env=env | {"NPROC_PER_NODE": "1"}, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 75, done.stderr
+    assert "no NVIDIA Xid needing a GPU reset since boot, found 1" in done.stderr
+    assert "GPU has fallen off the bus" in (tmp_path / "take-out").read_text()
+
+
+def stopped_node(tmp_path: Path, xid_during_training: bool) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """A node whose trainer runs until Batch stops it (SIGTERM, as when the main node ended); the host's
+    watcher records an Xid 79 during training or not."""
+    state = tmp_path / "state"
+    state.mkdir()
+    started = tmp_path / "started"
+    trainer = tmp_path / "trainer.sh"
+    trainer.write_text(f"#!/bin/sh\ntouch {started}\nexec sleep 60\n")
+    trainer.chmod(0o755)
+    env = base_env(PYTHON=str(trainer), NODE_STATE_DIR=str(state), PROC_UPTIME=uptime_file(tmp_path, 3600))
+    env |= {"AWS_BATCH_JOB_NUM_NODES": "1", "AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "127.0.0.1"}
+    node = launch(env | {"NPROC_PER_NODE": "1"}, "t.py")
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists()
+        if xid_during_training:
+            xid.record_node_faults(state, [XID_79])
+        node.terminate()
+        out, err = node.communicate(timeout=30)
+    finally:
+        node.kill()
+    return subprocess.CompletedProcess(node.args, node.returncode, out, err), state
+
+
+def test_a_stopped_node_with_a_reset_xid_asks_its_host_to_take_it_out(tmp_path):
+    result, state = stopped_node(tmp_path, xid_during_training=True)
+    assert result.returncode == 143, result.stderr  # a stop keeps its status
+    assert "stopped with a hardware fault recorded: NVIDIA Xid needing a GPU reset" in result.stderr
+    assert "GPU has fallen off the bus" in (state / "take-out").read_text()
+
+
+def test_a_stopped_healthy_node_stays(tmp_path):
+    result, state = stopped_node(tmp_path, xid_during_training=False)
+    assert result.returncode == 143, result.stderr
+    assert "hardware fault" not in result.stderr
+    assert not (state / "take-out").exists()
