@@ -42,9 +42,10 @@
 # whose trainer dies on a hardware fault, tells the main node on NODE_REPORT_PORT (default
 # MASTER_PORT + 1), where the main node listens from its start, before its own preflight; the main node
 # stops its preflight or training and exits 75 (78 for a fault the fleet shares) with the child's line,
-# within seconds. A faulty child reports before it writes its take-out marker. After a failed trainer, a node that shows a hardware fault (an
-# NVIDIA Xid its host recorded, or its devices failing the preflight's checks) exits 75 instead of the
-# trainer's status; an application error keeps it (1 stays 1, not retried). A node fault (preflight 75
+# within seconds. A faulty child reports before it writes its take-out marker. After a failed trainer,
+# a node that shows a hardware fault (an NVIDIA Xid its host recorded, or its devices failing the
+# preflight's checks) exits 75 instead of the trainer's status; an application error keeps it (1 stays
+# 1, not retried). A node fault (preflight 75
 # or hardware) leaves a take-out marker in NODE_STATE_DIR (default /var/lib/training-node) for its host.
 # The preflight fails a node whose host recorded a GPU-reset Xid since boot; a node stopped by SIGTERM
 # (Batch stops the others when the main node ends) reads the Xid record before it exits, and leaves the

@@ -22,8 +22,8 @@ Hardware fault: the trainer exited non-zero while this node shows one of
     job expects, or a working neuron-ls listing fewer); a Neuron tool that fails with every device
     present is the image's fault, shared by the fleet, never this node's.
 The take-out marker is $NODE_STATE_DIR/take-out (one line: the reason); the host's path unit
-(training_constructs/health/node_recovery.py) stops the ECS agent and powers the node off. With it goes one
-EMF line for NodesTakenOut (Fleet dimension). Stdlib only, Python 3.10.
+(training_constructs/health/node_recovery.py) drains the node in ECS, stops the agent and powers it
+off. With it goes one EMF line for NodesTakenOut (Fleet dimension). Stdlib only, Python 3.10.
 """
 
 from __future__ import annotations
