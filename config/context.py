@@ -338,7 +338,12 @@ def _health_check_schedule(raw: str) -> HealthCheckSchedule | None:
     # (EventBridge user guide, "Schedule expressions for rules", cron expressions).
     if sorted((fields[2], fields[4])) != ["*", "?"]:
         raise fail("healthCheckSchedule", raw, "one of day-of-month and day-of-week must be ?, the other *")
-    return HealthCheckSchedule(expression=text, interval_seconds=86400)
+    # Each run submits a multi-node benchmark: at most once an hour, so one minute of the hour. Any hours
+    # (one, a list, a range or a step) then give at most 24 runs a day.
+    if not fields[0].isdigit():
+        raise fail("healthCheckSchedule", raw, "runs more than once an hour; the minute must be one value (0-59)")
+    hours = schedule_rules.values(schedule_rules.FIELDS[1], fields[1])
+    return HealthCheckSchedule(expression=text, interval_seconds=schedule_rules.longest_gap_hours(hours) * 3600)
 
 
 def _parallel_cluster(ctx: Any) -> ParallelClusterSettings:

@@ -211,7 +211,8 @@ class _ContextBase(BaseModel):
     alert_email: Email = key("alertEmail", None, "an email address", "subscriber of the job-alert topic")
     health_check_schedule: str = key(
         "healthCheckSchedule", "", "empty (none), rate(N minutes|hours|days) from 1 hour to "
-        f"{limits.MAX_HEALTH_CHECK_DAYS} days, or cron(min hour * * ? *) with every day in its day fields",
+        f"{limits.MAX_HEALTH_CHECK_DAYS} days, or cron(min hour * * ? *) with every day in its day fields, one minute "
+        "value and any hours (at most once an hour)",
         "scheduled fleet check (the benchmark job) per fleet, with alarms to the job-alert topic",
     )  # fmt: skip
     shares: str = key(

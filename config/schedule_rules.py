@@ -91,3 +91,25 @@ def cron_problem(fields: list[str]) -> str | None:
         if problem:
             return problem
     return None
+
+
+def values(spec: CronField, text: str) -> set[int]:
+    """The numbers a field that cron_problem accepted matches, for a numeric field (minutes, hours):
+    `*`, `a`, `a-b`, and each with `/step` (EventBridge: `a/s` starts at a, every s to the field's end)."""
+    found: set[int] = set()
+    for item in text.split(","):
+        base, _, step = item.partition("/")
+        if base == "*":
+            low, high = spec.low, spec.high
+        else:
+            start, _, end = base.partition("-")
+            low = int(start)
+            high = int(end) if end else (spec.high if step else low)
+        found.update(range(low, high + 1, int(step) if step else 1))
+    return found
+
+
+def longest_gap_hours(hours: set[int]) -> int:
+    """The longest wait, in hours, between consecutive runs of a schedule that fires in `hours` of each day."""
+    ordered = sorted(hours)
+    return max((b - a) % 24 or 24 for a, b in zip(ordered, ordered[1:] + ordered[:1], strict=True))

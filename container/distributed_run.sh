@@ -40,11 +40,16 @@
 # Node faults (node_fault.py beside this file, run with NODE_FAULT_PYTHON, default PREFLIGHT_PYTHON,
 # else python3), on multi-node runs: a child that fails its preflight or exits before its rendezvous, or
 # whose trainer dies on a hardware fault, tells the main node on NODE_REPORT_PORT (default
-# MASTER_PORT + 1); the main node stops training and exits 75 (78 for a fault the fleet shares) with
-# the child's line, within seconds. After a failed trainer, a node that shows a hardware fault (an
-# NVIDIA Xid its host recorded, or its devices failing the preflight's checks) exits 75 instead of the
-# trainer's status; an application error keeps it (1 stays 1, not retried). A node fault (preflight 75
+# MASTER_PORT + 1), where the main node listens from its start, before its own preflight; the main node
+# stops its preflight or training and exits 75 (78 for a fault the fleet shares) with the child's line,
+# within seconds. A faulty child reports before it writes its take-out marker. After a failed trainer,
+# a node that shows a hardware fault (an NVIDIA Xid its host recorded, or its devices failing the
+# preflight's checks) exits 75 instead of the trainer's status; an application error keeps it (1 stays
+# 1, not retried). A node fault (preflight 75
 # or hardware) leaves a take-out marker in NODE_STATE_DIR (default /var/lib/training-node) for its host.
+# The preflight fails a node whose host recorded a GPU-reset Xid since boot; a node stopped by SIGTERM
+# (Batch stops the others when the main node ends) reads the Xid record before it exits, and leaves the
+# marker when it shows one.
 # Exits with the training command's status (1 if it succeeded but the last upload failed).
 set -euo pipefail
 launcher_start="${EPOCHREALTIME:-$(date +%s)}"
@@ -78,15 +83,39 @@ node_fault() {
   "$python" "$HERE/node_fault.py" "$@"
 }
 
+# A child tells the main node, once, why it fails (retrying for report_seconds).
+tell_main() {
+  told_main=1
+  node_fault report --address "$report_to" --port "$report_port" --code "$1" --job "$job_id" --within "$report_seconds" \
+    --line "node $index ($(hostname)): $2" >&2 || true
+}
+
 # EXIT trap: a child tells the main node why it exits before training; the main node's listener goes.
 # shellcheck disable=SC2329 # called by the EXIT trap
 on_exit() {
   local status=$?
   [[ -z "${listener:-}" ]] || kill "$listener" 2>/dev/null || true
-  if [[ "$status" -ne 0 && -n "${report_to:-}" && "${training_started:-0}" -eq 0 ]]; then
-    node_fault report --address "$report_to" --port "$report_port" --code "$status" --job "$job_id" --within "$report_seconds" \
-      --line "node $index ($(hostname)): ${last_error:-launcher exited $status before the rendezvous}" >&2 || true
+  if [[ "$status" -ne 0 && -n "${report_to:-}" && "${training_started:-0}" -eq 0 && "${told_main:-0}" -eq 0 ]]; then
+    tell_main "$status" "${last_error:-launcher exited $status before the rendezvous}"
   fi
+}
+
+# Ends the main node for a child's report (node_fault.py listen wrote it): 75, or 78 for a shared fault.
+exit_for_report() {
+  local code line
+  read -r code line <"$faults/report"
+  # A child's bad input (2) or fleet-wide fault (78) is the job's too, and no retry mends it.
+  case "$code" in
+    2 | "$IMAGE_EXIT")
+      echo "$NAME: $line; ending this job with exit $code (not retried)" >&2
+      exit "$code"
+      ;;
+  esac
+  echo "$NAME: $line; ending this job with exit $NODE_FAULT_EXIT so that Batch retries it on other nodes" >&2
+  exit "$NODE_FAULT_EXIT"
+}
+reported() {
+  [[ -n "${faults:-}" && -s "$faults/report" ]]
 }
 
 is_uint() {
@@ -128,25 +157,44 @@ own_address() {
 }
 
 preflight() {
-  local python="${PREFLIGHT_PYTHON:-}" output status=0 errors
+  local python="${PREFLIGHT_PYTHON:-}" output status errors checking
   # Stdlib only: a plain python3 starts fastest; Isaac Sim's python.sh where there is none.
   if [[ -z "$python" ]]; then
     python=$(command -v python3 || echo "${PYTHON:-python3}")
   fi
   errors=$(mktemp)
-  output=$("$python" "$HERE/preflight.py" 2>"$errors") || status=$?
+  output=$(mktemp)
+  # In the background, in its own process group where setsid exists (a background job of a shell without
+  # job control is no group leader, so setsid does not fork): a child's report (SIGUSR1 from the
+  # listener) interrupts the wait, and the main node ends at once with the tools the checks still run.
+  if command -v setsid >/dev/null 2>&1; then
+    setsid "$python" "$HERE/preflight.py" >"$output" 2>"$errors" &
+  else
+    "$python" "$HERE/preflight.py" >"$output" 2>"$errors" &
+  fi
+  checking=$!
+  while true; do
+    status=0
+    wait "$checking" || status=$?
+    if [[ "$fault_reported" -ne 0 ]] && reported; then
+      kill -TERM -- "-$checking" 2>/dev/null || kill -TERM "$checking" 2>/dev/null || true
+      rm -f "$errors" "$output"
+      exit_for_report
+    fi
+    kill -0 "$checking" 2>/dev/null || break
+  done
   cat "$errors" >&2
   last_error=$(grep -v '^$' "$errors" | tail -n 1 || true)
-  rm -f "$errors"
-  # preflight.py printed the line: a failed check, or (2) a malformed variable. The exit waits until
-  # a child knows where to report it.
+  # Only its own line counts: an interpreter's wrapper may print more.
+  socket_interface=$(sed -n 's/^socket_interface=//p' "$output" | tail -n 1)
+  rm -f "$errors" "$output"
+  # preflight.py printed the line: a failed check, or (2) a malformed variable. The caller exits, a
+  # child after telling the main node.
   if [[ "$status" -eq "$PREFLIGHT_EXIT" || "$status" -eq "$IMAGE_EXIT" || "$status" -eq 2 ]]; then
     preflight_failed=$status
     return
   fi
   [[ "$status" -eq 0 ]] || die "preflight.py could not check this node (exit $status, see above)"
-  # Only its own line counts: an interpreter's wrapper may print more.
-  socket_interface=$(sed -n 's/^socket_interface=//p' <<<"$output" | tail -n 1)
 }
 
 positive() {
@@ -185,12 +233,6 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   positive CHECKPOINT_SYNC_SECONDS "$sync_seconds"
   [[ "$settle_seconds" =~ ^[0-9]*\.?[0-9]+$ ]] || die "CHECKPOINT_SETTLE_SECONDS='$settle_seconds' is not a number of seconds (0 or more)"
 fi
-preflight_start="${EPOCHREALTIME:-$(date +%s)}"
-preflight_failed=0
-socket_interface=""
-preflight
-preflight_end="${EPOCHREALTIME:-$(date +%s)}"
-
 if [[ -z "${PYTHON:-}" ]] && command -v torchrun >/dev/null 2>&1; then
   runner=(torchrun)
 else
@@ -219,17 +261,12 @@ else
   [[ "$main" -lt "$nodes" ]] || die "AWS_BATCH_JOB_MAIN_NODE_INDEX=$main is not below AWS_BATCH_JOB_NUM_NODES=$nodes"
   is_uint "$join_timeout" && [[ "$join_timeout" -ge 1 ]] || die "RDZV_JOIN_TIMEOUT='$join_timeout' is not a positive integer"
   report_port="${NODE_REPORT_PORT:-$((port + 1))}"
-  # How long a child keeps trying to reach the main node's listener (it starts after the main node's
-  # preflight, before its checkpoint restore).
+  # How long a child keeps trying to reach the main node's listener (it starts with the main node's
+  # launcher; Batch starts the children only once the main node runs).
   report_seconds="${NODE_REPORT_SECONDS:-60}"
   is_uint "$report_seconds" || die "NODE_REPORT_SECONDS='$report_seconds' is not a number of seconds (0 or more)"
   is_uint "$report_port" && [[ "$report_port" -ge 1 && "$report_port" -le 65535 && "$report_port" -ne "$port" ]] ||
     die "NODE_REPORT_PORT='$report_port' is not a port number (1..65535) other than MASTER_PORT; set NODE_REPORT_PORT"
-
-  if [[ -n "$socket_interface" ]]; then
-    export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$socket_interface}"
-    export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-$socket_interface}"
-  fi
 
   # The main node hosts the rendezvous, whatever its Batch index. --node_rank counts from it, but the c10d
   # rendezvous assigns ranks over its sorted node descriptors (address, pid): rank 0 may be a child
@@ -247,6 +284,8 @@ else
   trap on_exit EXIT
   if [[ "$is_main" -eq 1 && "$nodes" -gt 1 ]]; then
     faults=$(mktemp -d)
+    # From the launcher's start, before this node's own preflight (minutes on GPU fleets): a child that
+    # fails fast on a warm host reports while the main node still checks itself.
     # Its output goes to a file: it must not hold the launcher's stdout and stderr open.
     node_fault listen --port "$report_port" --pid $$ --out "$faults/report" --job "$job_id" >"$faults/listener.log" 2>&1 &
     listener=$!
@@ -262,7 +301,20 @@ else
   )
 fi
 
+preflight_start="${EPOCHREALTIME:-$(date +%s)}"
+preflight_failed=0
+socket_interface=""
+preflight
+preflight_end="${EPOCHREALTIME:-$(date +%s)}"
+if [[ "$batch" -eq 1 && -n "$socket_interface" ]]; then
+  export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$socket_interface}"
+  export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-$socket_interface}"
+fi
+
 if [[ "$preflight_failed" -ne 0 ]]; then
+  # A child reports first and only then asks its host for the take-out: the host stops taking tasks and
+  # powers off once the marker exists, and the main node must hear why before that.
+  [[ -z "${report_to:-}" ]] || tell_main "$preflight_failed" "${last_error:-preflight exit $preflight_failed}"
   # A node fault (not a shared one, not bad input): the host takes this node out.
   if [[ "$preflight_failed" -eq "$PREFLIGHT_EXIT" ]]; then
     node_fault mark --line "preflight: ${last_error:-exit $PREFLIGHT_EXIT}" || true
@@ -317,26 +369,19 @@ if [[ -n "${ECS_CONTAINER_METADATA_URI_V4:-}" ]]; then
     --watch-pid $$ --rendezvous-start "${EPOCHREALTIME:-$(date +%s)}" --rendezvous-timeout "${join_timeout:-60}" &
 fi
 
-# Ends the main node for a child's report (node_fault.py listen wrote it): 75, or 78 for a shared fault.
-exit_for_report() {
-  local code line
-  read -r code line <"$faults/report"
-  # A child's bad input (2) or fleet-wide fault (78) is the job's too, and no retry mends it.
-  case "$code" in
-    2 | "$IMAGE_EXIT")
-      echo "$NAME: $line; ending this job with exit $code (not retried)" >&2
-      exit "$code"
-      ;;
-  esac
-  echo "$NAME: $line; ending this job with exit $NODE_FAULT_EXIT so that Batch retries it on other nodes" >&2
-  exit "$NODE_FAULT_EXIT"
-}
-reported() {
-  [[ -n "${faults:-}" && -s "$faults/report" ]]
+# A stopped node (Batch stops every other node when the main node ends) judges itself by the host's Xid
+# record alone, at once: ECS allows 30 s before SIGKILL, and a GPU needing a reset must not take the next job.
+judge_stopped() {
+  stopped_fault=$(node_fault judge --since "${launcher_start%.*}" --settle 0 --xid-only) || stopped_fault=""
+  if [[ -n "$stopped_fault" ]]; then
+    echo "$NAME: node ${index:-0} ($(hostname)): stopped with a hardware fault recorded: $stopped_fault; asking the host to take this node out" >&2
+  fi
 }
 
 if [[ "$stop_requested" -ne 0 ]]; then
   echo "$NAME: stopped (SIGTERM) before training started" >&2
+  judge_stopped
+  [[ -z "$stopped_fault" ]] || node_fault mark --line "stopped, hardware fault: $stopped_fault" || true
   exit 143
 fi
 if reported; then
@@ -376,7 +421,10 @@ if [[ -n "${CHECKPOINT_URI:-}" && "$status" -ne 0 && ! -e "$state/stopping" ]]; 
   echo "$EPOCHREALTIME" >"$state/stopping"
 fi
 fault=""
-if [[ "$status" -ne 0 && "$stop_requested" -eq 0 ]]; then
+stopped_fault=""
+if [[ "$stop_requested" -ne 0 ]]; then
+  judge_stopped
+elif [[ "$status" -ne 0 ]]; then
   # A child's trainer may die of its fault a little after this one: its report gets a grace period.
   grace="${NODE_REPORT_GRACE_SECONDS:-15}"
   if [[ -n "${listener:-}" ]]; then
@@ -415,5 +463,9 @@ if [[ -n "$fault" ]]; then
   # Last, so that the host takes the node out only once this container's exit is on its way to Batch.
   node_fault mark --line "hardware fault: $fault" || true
   exit "$NODE_FAULT_EXIT"
+fi
+if [[ -n "$stopped_fault" ]]; then
+  # A stop keeps its status (the job ends anyway); the host still takes the node out.
+  node_fault mark --line "stopped, hardware fault: $stopped_fault" || true
 fi
 exit "$status"

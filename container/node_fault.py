@@ -3,7 +3,7 @@ to take it out of the fleet.
 
     node_fault.py listen --port P --pid PID --out FILE   # main node: wait for a child's report
     node_fault.py report --address A --port P --code C --line TEXT
-    node_fault.py judge --since EPOCH                   # after a failed trainer: a hardware fault here?
+    node_fault.py judge --since EPOCH [--xid-only]      # after a failed or stopped trainer: a hardware fault?
     node_fault.py mark --line TEXT                      # ask the host to take this node out
 
 Batch decides a multi-node job by its main node alone: a child that fails ends only itself (Batch user
@@ -21,10 +21,11 @@ Hardware fault: the trainer exited non-zero while this node shows one of
     (training_constructs/observability/node_metrics/collector.py) to $NODE_STATE_DIR/xid-faults as
     "<epoch> <code> <line>";
   - the node checks of preflight.py failing now (fewer GPUs, EFA devices or Neuron devices than the
-    job expects, the EFA provider or neuron-ls broken).
+    job expects, or a working neuron-ls listing fewer); a Neuron tool that fails with every device
+    present is the image's fault, shared by the fleet, never this node's.
 The take-out marker is $NODE_STATE_DIR/take-out (one line: the reason); the host's path unit
-(training_constructs/health/node_recovery.py) stops the ECS agent and powers the node off. With it goes one
-EMF line for NodesTakenOut (Fleet dimension). Stdlib only, Python 3.10.
+(training_constructs/health/node_recovery.py) drains the node in ECS, stops the agent and powers it
+off. With it goes one EMF line for NodesTakenOut (Fleet dimension). Stdlib only, Python 3.10.
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from cold_start import alive  # beside this file in every image, like checkpoint_commit for checkpoint_sync
 
 NODE_STATE_DIR = "/var/lib/training-node"
-XID_FAULTS = "xid-faults"
 TAKE_OUT = "take-out"
 SHARED_EXIT = 78
 # Repeated from config/metrics.py (a test pins them equal).
@@ -106,29 +107,24 @@ def report(address: str, port: int, code: int, job: str, line: str, within: floa
             time.sleep(0.5)
 
 
+def _preflight() -> Any:
+    """preflight.py beside this file, loaded fresh: the node checks and the Xid record's reader."""
+    spec = importlib.util.spec_from_file_location("preflight", Path(__file__).with_name("preflight.py"))
+    if spec is None or spec.loader is None:
+        raise ImportError("preflight.py beside node_fault.py")
+    preflight = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(preflight)
+    return preflight
+
+
 def xid_faults(directory: Path, since: float) -> list[str]:
     """The Xid lines the host's watcher recorded at or after `since` (epoch seconds)."""
-    try:
-        text = (directory / XID_FAULTS).read_text(errors="replace")
-    except OSError:
-        return []
-    found = []
-    for entry in text.splitlines():
-        stamp, _, rest = entry.partition(" ")
-        try:
-            if float(stamp) >= since:
-                found.append(rest.strip())
-        except ValueError:
-            continue
+    found: list[str] = _preflight().xid_records(directory, since)
     return found
 
 
 def _preflight_failures(environ: Mapping[str, str]) -> list[str]:
-    spec = importlib.util.spec_from_file_location("preflight", Path(__file__).with_name("preflight.py"))
-    if spec is None or spec.loader is None:
-        return []
-    preflight = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(preflight)
+    preflight = _preflight()
     # The device checks only: Vulkan and the image do not break during a run.
     checked = {k: v for k, v in environ.items() if k != "EXPECT_VULKAN"}
     try:
@@ -138,9 +134,10 @@ def _preflight_failures(environ: Mapping[str, str]) -> list[str]:
     return found
 
 
-def judge(environ: Mapping[str, str], since: float, settle: float) -> str | None:
+def judge(environ: Mapping[str, str], since: float, settle: float, devices: bool = True) -> str | None:
     """A hardware fault on this node, as text; None when the node looks healthy. Waits up to `settle`
-    seconds for the host's Xid watcher, which follows the kernel log."""
+    seconds for the host's Xid watcher, which follows the kernel log. devices=False: the Xid record only,
+    which cannot hang (a stopped node has ECS's 30 s before SIGKILL; a GPU off the bus can hang nvidia-smi)."""
     directory = state_dir(environ)
     deadline = time.monotonic() + settle
     while True:
@@ -150,6 +147,8 @@ def judge(environ: Mapping[str, str], since: float, settle: float) -> str | None
         if time.monotonic() >= deadline:
             break
         time.sleep(0.2)
+    if not devices:
+        return None
     missing = _preflight_failures(environ)
     if missing:
         return "expected " + "; expected ".join(missing)
@@ -205,6 +204,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     p = commands.add_parser("judge")
     p.add_argument("--since", type=float, required=True)
     p.add_argument("--settle", type=float, default=5.0)
+    p.add_argument("--xid-only", action="store_true", help="judge by the host's Xid record alone")
     p = commands.add_parser("mark")
     p.add_argument("--line", required=True)
     args = parser.parse_args(argv)
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
             print(f"node_fault.py: could not tell the main node {args.address}:{args.port}", file=sys.stderr)
         return 0
     if args.command == "judge":
-        fault = judge(environ, args.since, args.settle)
+        fault = judge(environ, args.since, args.settle, devices=not args.xid_only)
         if fault:
             print(fault)
         return 0

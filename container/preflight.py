@@ -15,15 +15,20 @@ Checks, each only when its variable asks for it:
   MIN_NVIDIA_DRIVER=V        the host's NVIDIA driver (NVIDIA_DRIVER_VERSION_FILE, default
                              /proc/driver/nvidia/version) is V or newer: driver_check.py beside this file
   EXPECTED_NEURON_DEVICES=N  at least N /dev/neuron* devices in NEURON_DEVICE_DIR (default /dev), and
-                             `neuron-ls --json-output` (the Neuron driver and runtime tools) lists N
-Always: a file NODE_STATE_DIR/shared-fault (default /var/lib/training-node, the host's directory the job
-definitions mount), written by the host's boot check for a fault every node of the fleet shares, fails
-the node with IMAGE_EXIT, naming the cause it holds.
+                             `neuron-ls --json-output` (the Neuron driver and runtime tools) lists N;
+                             with every device present, a neuron-ls that fails or times out is a
+                             shared fault (78), never a node fault
+Always: an Xid needing a GPU reset (NVIDIA's Xid catalog) that the host recorded in
+NODE_STATE_DIR/xid-faults since it booted fails the node (a node fault); a file
+NODE_STATE_DIR/shared-fault (default /var/lib/training-node, the host's directory the job definitions
+mount), written by the host's boot check for a fault every node of the fleet shares, fails the node
+with IMAGE_EXIT, naming the cause it holds.
 A failed check prints ONE line to stderr, naming the node, what was expected and what was found, and
 exits PREFLIGHT_EXIT (75; the job definitions retry it, and the launcher takes the node out) when a
 device count falls short, or IMAGE_EXIT (78; not retried, no node taken out) when only software failed
-that every node of the fleet shares: the EFA provider, Vulkan, the Neuron tools, the driver version,
-the image's PyTorch. A malformed variable exits 2. Stdlib only; runs on Python 3.10.
+that every node of the fleet shares: the EFA provider, Vulkan, the Neuron tools (neuron-ls missing, or
+failing with every Neuron device present), the driver version, the image's PyTorch. A malformed
+variable exits 2. Stdlib only; runs on Python 3.10.
 
 Socket interface: inside an ECS task in awsvpc mode (AWS Batch multi-node jobs), `eth0` is the task
 ENI, and ecs-eth0 (the ECS credentials bridge) is unreachable from peers (NVIDIA/nccl#859). ECS sets
@@ -45,6 +50,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -65,6 +71,7 @@ COMMAND_TIMEOUT_SECONDS = 60
 TORCH_PROBE_SECONDS = 300
 # The node's state directory, shared with its host (training_constructs/health/node_recovery.py mounts it).
 NODE_STATE_DIR = "/var/lib/training-node"
+XID_FAULTS = "xid-faults"
 # fi_info lives here in images built with the EFA installer, which may not be on PATH.
 EFA_BIN = "/opt/amazon/efa/bin"
 
@@ -82,10 +89,9 @@ def _count(environ: Mapping[str, str], name: str) -> int | None:
     return int(raw)
 
 
-def _run(
-    command: Sequence[str], environ: Mapping[str, str], timeout: int = COMMAND_TIMEOUT_SECONDS
-) -> tuple[int, str] | None:
+def _run(command: Sequence[str], environ: Mapping[str, str], timeout: int | None = None) -> tuple[int, str] | None:
     """Exit status and output of a command found on PATH (or the EFA bin dir); None when absent."""
+    timeout = timeout or COMMAND_TIMEOUT_SECONDS
     path = environ.get("PATH", os.defpath) + os.pathsep + EFA_BIN
     tool = shutil.which(command[0], path=path)
     if tool is None:
@@ -154,27 +160,54 @@ def check_vulkan(environ: Mapping[str, str]) -> list[str]:
     return [f"the NVIDIA Vulkan ICD ({NVIDIA_ICD_PATTERN}) in {' or '.join(dirs)}, found none"]
 
 
-def check_neuron(environ: Mapping[str, str], expected: int) -> list[str]:
+def _neuron_devices(environ: Mapping[str, str]) -> tuple[Path, int]:
     directory = Path(environ.get("NEURON_DEVICE_DIR", "/dev"))
-    found = len([p for p in directory.glob("neuron*") if re.fullmatch(r"neuron\d+", p.name)])
+    return directory, len([p for p in directory.glob("neuron*") if re.fullmatch(r"neuron\d+", p.name)])
+
+
+def _neuron_listing(environ: Mapping[str, str]) -> tuple[int, str, int | None] | None:
+    """`neuron-ls --json-output`: exit status, output, and the devices it lists (None when it failed, timed
+    out or printed no JSON list); None when the image has no neuron-ls. Run once per preflight: a hung
+    tool costs its timeout once."""
+    key = (environ.get("PATH", ""), "neuron-ls")
+    if key not in _NEURON_LS:
+        result = _run(["neuron-ls", "--json-output"], environ)
+        listed: int | None = None
+        if result is not None and result[0] == 0:
+            try:
+                listed = len(json.loads(result[1][result[1].index("[") :]))
+            except ValueError:
+                listed = None
+        _NEURON_LS[key] = None if result is None else (result[0], result[1], listed)
+    return _NEURON_LS[key]
+
+
+_NEURON_LS: dict[tuple[str, str], tuple[int, str, int | None] | None] = {}
+
+
+def check_neuron(environ: Mapping[str, str], expected: int) -> list[str]:
+    """A node fault: fewer /dev/neuron* devices than expected, or a working neuron-ls listing fewer."""
+    directory, found = _neuron_devices(environ)
     if found < expected:
         return [f"{expected} Neuron devices (/dev/neuron*) in {directory}, found {found}"]
-    result = _run(["neuron-ls", "--json-output"], environ)
-    if result is None:
-        return []  # the image lacks the tool: check_neuron_tools says so, as a fault the fleet shares
-    status, output = result
-    try:
-        listed = len(json.loads(output[output.index("[") :])) if status == 0 else -1
-    except ValueError:
-        listed = -1
-    if listed < expected:
-        return [f"{expected} Neuron devices listed by neuron-ls, found exit {status}: {_last_line(output)}"]
+    listing = _neuron_listing(environ)
+    if listing is not None and listing[2] is not None and listing[2] < expected:
+        return [f"{expected} Neuron devices listed by neuron-ls, found {listing[2]}"]
     return []
 
 
 def check_neuron_tools(environ: Mapping[str, str]) -> list[str]:
-    if _run(["neuron-ls", "--version"], environ) is None:
+    """A shared fault: with every device present, a neuron-ls that is missing, fails or times out says the
+    image's Neuron tools (or what they need, such as instance metadata) are broken, as on every node of
+    the fleet; taking this node out would only repeat it on the next one."""
+    listing = _neuron_listing(environ)
+    if listing is None:
         return ["the Neuron tools (neuron-ls), found none in the image"]
+    status, output, listed = listing
+    if listed is None:
+        _, found = _neuron_devices(environ)
+        return [f"a working neuron-ls --json-output with all {found} Neuron devices present, found exit {status}: "
+                f"{_last_line(output)}"]  # fmt: skip
     return []
 
 
@@ -216,10 +249,48 @@ def check_driver(environ: Mapping[str, str], minimum: str) -> list[str]:
     return [f"an NVIDIA driver of at least {minimum}, found: {problem}"] if problem else []
 
 
+def xid_records(directory: Path, since: float) -> list[str]:
+    """The lines ("<code> <kernel line>") of NODE_STATE_DIR/xid-faults stamped at or after `since` (epoch
+    seconds). The host's node collector (training_constructs/observability/node_metrics/collector.py)
+    writes there only the Xids NVIDIA's Xid catalog answers with a GPU reset or a node reboot, each stamped
+    with the time the kernel logged it."""
+    try:
+        text = (directory / XID_FAULTS).read_text(errors="replace")
+    except OSError:
+        return []
+    found = []
+    for entry in text.splitlines():
+        stamp, _, rest = entry.partition(" ")
+        try:
+            if float(stamp) >= since:
+                found.append(rest.strip())
+        except ValueError:
+            continue
+    return found
+
+
+def boot_time(environ: Mapping[str, str]) -> float:
+    """When the host booted (epoch seconds): a container reads the host kernel's /proc/uptime."""
+    uptime = Path(environ.get("PROC_UPTIME", "/proc/uptime")).read_text().split()[0]
+    return time.time() - float(uptime)
+
+
+def check_reset_xids(environ: Mapping[str, str]) -> list[str]:
+    """A node fault: the host recorded an Xid needing a GPU reset since it booted. A node that Batch stopped
+    may not have judged itself; the GPU keeps the fault until the node reboots, so the next job here fails."""
+    try:
+        since = boot_time(environ)
+    except (OSError, ValueError, IndexError):
+        return []
+    directory = Path(environ.get("NODE_STATE_DIR") or NODE_STATE_DIR)
+    xids = xid_records(directory, since)
+    return [f"no NVIDIA Xid needing a GPU reset since boot, found {len(xids)}: {xids[-1][:160]}"] if xids else []
+
+
 def failures(environ: Mapping[str, str]) -> list[str]:
     """The devices this node lacks, each as 'expected ..., found ...' text; empty when it has them all.
     A node fault: another node may have them (exit 75, retried, and the node is taken out)."""
-    found: list[str] = []
+    found: list[str] = check_reset_xids(environ)
     efa = _count(environ, "EFA_DEVICES")
     gpus = _count(environ, "EXPECTED_GPUS")
     neuron = _count(environ, "EXPECTED_NEURON_DEVICES")
@@ -250,6 +321,7 @@ def image_failures(environ: Mapping[str, str]) -> list[str]:
     if vulkan == "1":
         found += check_vulkan(environ)
     if _count(environ, "EXPECTED_NEURON_DEVICES") is not None:
+        # After failures(): a tool failure counts as shared only with every device present.
         found += check_neuron_tools(environ)
     if environ.get("MIN_NVIDIA_DRIVER"):
         found += check_driver(environ, environ["MIN_NVIDIA_DRIVER"])

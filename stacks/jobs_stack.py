@@ -202,7 +202,7 @@ class JobsStack(Stack):
             )
             for fleet in fleets
         }
-        # Per fleet: K node faults in an hour disable the fleet's compute environment.
+        # Per fleet: node faults (boot check and take-outs) in an hour disable the fleet's compute environment.
         self.boot_breaker = BootCircuitBreaker(
             self,
             "BootCircuitBreaker",
@@ -211,6 +211,8 @@ class JobsStack(Stack):
                     name=fleet.name,
                     compute_environment_arns=tuple(p.compute_environment_arn for p in compute[fleet.name].placements),
                     boot_check_log_group=compute[fleet.name].boot_check_log_group,
+                    job_log_group=self.fleets[fleet.name].log_group,
+                    max_nodes=fleet.max_nodes,
                 )
                 for fleet in fleets
             ],

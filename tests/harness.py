@@ -84,7 +84,8 @@ LLM_FALLBACK = [
     },
 ]
 THREE_FLEETS = {
-    "rl": {"instanceType": "g6e.48xlarge", "maxNodes": 8},
+    # 64 nodes: a fleet whose node-fault breaker trips above the minimum (a tenth of maxNodes: 7).
+    "rl": {"instanceType": "g6e.48xlarge", "maxNodes": 64},
     "llm": {"instanceType": "p5e.48xlarge", "nodes": 4, "availabilityZone": "us-west-2b", "fallback": LLM_FALLBACK},
     "trn": {"instanceType": "trn2.48xlarge", "amiId": "ami-0123456789abcdef0", "availabilityZone": "us-west-2c"},
 }

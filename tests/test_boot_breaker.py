@@ -1,11 +1,13 @@
-"""The boot-check circuit breaker's function against moto's Batch, CloudWatch Logs and SNS on 127.0.0.1:
-K node faults of one fleet in the log disable that fleet's compute environment and no other;
-fewer, or shared faults, or lines older than the lookback, disable nothing. The template side (alarm, rule,
-IAM) is in tests/test_fleet_health.py."""
+"""The node-fault circuit breaker's function against moto's Batch, CloudWatch Logs and SNS on 127.0.0.1:
+K node faults of one fleet (boot-check node faults and take-outs from its job log) disable that fleet's
+compute environment and no other; fewer, or shared faults, or lines older than the lookback, disable
+nothing; a fleet of 64 nodes needs a tenth of them; Batch refusing the change while the environment
+is being updated is waited out. The template side (alarm, rule, IAM) is in tests/test_fleet_health.py."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 
 from config import metrics
+from tests.harness import ROOT
 from tests.local_aws import moto_server
 from tests.trainctl_world import ACCOUNT, REGION, moto_environment
 from training_constructs.health import boot_breaker
@@ -60,18 +63,19 @@ def world(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, 
         backend._compute_environments[environment.arn] = environment
         environments[fleet] = environment.arn
         client("logs").create_log_group(logGroupName=f"/boot/{fleet}")
+        client("logs").create_log_group(logGroupName=f"/jobs/{fleet}")
     topic = client("sns").create_topic(Name="alerts")["TopicArn"]
     queue = client("sqs").create_queue(QueueName="alerts-inbox")["QueueUrl"]
     queue_arn = client("sqs").get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"][
         "QueueArn"
     ]
     client("sns").subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
-    monkeypatch.setenv(trip.THRESHOLD_ENV, str(K))
     monkeypatch.setenv(trip.LOOKBACK_ENV, str(int(boot_breaker.LOOKBACK.to_seconds())))
     monkeypatch.setenv(trip.TOPIC_ENV, topic)
     yield {"client": client, "environments": environments, "queue": queue}
     for fleet in FLEETS:
         client("logs").delete_log_group(logGroupName=f"/boot/{fleet}")
+        client("logs").delete_log_group(logGroupName=f"/jobs/{fleet}")
         del backend._compute_environments[environments[fleet]]
     client("sns").delete_topic(TopicArn=topic)
     client("sqs").delete_queue(QueueUrl=queue)
@@ -110,9 +114,34 @@ def alerts(world: dict[str, Any]) -> list[str]:
     return [json.loads(m["Body"])["Message"] for m in received.get("Messages", [])]
 
 
-def trip_event(world: dict[str, Any], fleet: str) -> dict[str, str]:
+def take_out_lines(world: dict[str, Any], fleet: str, reasons: list[str], noise: int = 3) -> None:
+    """What a job's log stream holds: the trainer's output, and one take-out line per node that took
+    itself out (the line container/node_fault.py prints, as the awslogs driver ships it)."""
+    sys.path.insert(0, str(ROOT / "container"))
+    import node_fault
+
+    logs = world["client"]("logs")
+    stream = f"training/default/{fleet}{len(reasons)}"
+    logs.create_log_stream(logGroupName=f"/jobs/{fleet}", logStreamName=stream)
+    now = int(time.time() * 1000)
+    lines = [f"step {i}: loss 0.{i}" for i in range(noise)] + ['{"NodesTakenOut": "in a print"}']
+    lines += [node_fault.emf_line(fleet, str(i + 1), reason) for i, reason in enumerate(reasons)]
+    logs.put_log_events(
+        logGroupName=f"/jobs/{fleet}",
+        logStreamName=stream,
+        logEvents=[{"timestamp": now, "message": line} for line in lines],
+    )
+
+
+def trip_event(world: dict[str, Any], fleet: str, threshold: int = K) -> dict[str, Any]:
     """The rule's constant input for `fleet` (training_constructs/health/boot_breaker.py)."""
-    return {"fleet": fleet, "computeEnvironments": [world["environments"][fleet]], "logGroup": f"/boot/{fleet}"}
+    return {
+        "fleet": fleet,
+        "computeEnvironments": [world["environments"][fleet]],
+        "logGroup": f"/boot/{fleet}",
+        "jobLogGroup": f"/jobs/{fleet}",
+        "nodeFaultsToTrip": threshold,
+    }
 
 
 def test_k_node_faults_disable_that_fleet_only(world):
@@ -121,7 +150,7 @@ def test_k_node_faults_disable_that_fleet_only(world):
     assert trip.handler(trip_event(world, "gpu")) == {"tripped": True, "nodeFaults": K}
     assert states(world) == {"gpu": "DISABLED", "llm": "ENABLED"}
     (message,) = alerts(world)
-    assert message.startswith(f"Fleet gpu: {K} nodes failed the boot check with a node fault in the last 2 h ")
+    assert message.startswith(f"Fleet gpu: {K} nodes failed the boot check with a node fault and 0 took themselves ")
     assert f"gpus: expected 4, found 3 ({K} nodes)" in message
     command = (
         f"aws batch update-compute-environment --compute-environment {world['environments']['gpu']} --state ENABLED"
@@ -171,3 +200,89 @@ def test_lines_that_are_not_boot_check_json_are_skipped(world):
 def test_the_function_reads_the_fields_the_boot_check_writes():
     # The asset cannot import config/: its copy of the names must match, or it would count 0 faults.
     assert (metrics.FAULT_DIMENSION, metrics.BOOT_FAULTS[0]) == (trip.FAULT_FIELD, trip.NODE_FAULT)
+
+
+def test_take_outs_count_with_boot_faults_towards_the_same_breaker(world):
+    boot_lines(world, "gpu", ["node"])
+    take_out_lines(world, "gpu", ["preflight: expected 4 GPUs, found 3"] * (K - 1))
+    take_out_lines(world, "llm", ["hardware fault: Xid 79"] * K)  # another fleet's take-outs: not gpu's
+    assert trip.handler(trip_event(world, "gpu")) == {"tripped": True, "nodeFaults": K}
+    assert states(world) == {"gpu": "DISABLED", "llm": "ENABLED"}
+    (message,) = alerts(world)
+    assert f"1 nodes failed the boot check with a node fault and {K - 1} took themselves out" in message
+    assert f"taken out: preflight: expected 4 GPUs, found 3 ({K - 1} nodes)" in message and "/jobs/gpu" in message
+
+
+def test_a_64_node_fleet_needs_a_tenth_of_its_nodes(world):
+    threshold = boot_breaker.node_faults_to_trip(64)
+    assert threshold == 7
+    take_out_lines(world, "gpu", ["hardware fault: Xid 79"] * 4)
+    boot_lines(world, "gpu", ["node"] * 2)
+    assert trip.handler(trip_event(world, "gpu", threshold)) == {"tripped": False, "nodeFaults": 6}
+    assert states(world)["gpu"] == "ENABLED"
+    boot_lines(world, "gpu", ["node"])
+    assert trip.handler(trip_event(world, "gpu", threshold)) == {"tripped": True, "nodeFaults": 7}
+    assert states(world)["gpu"] == "DISABLED"
+
+
+def refusing_update(monkeypatch: pytest.MonkeyPatch, refusals: int) -> list[str]:
+    """moto's Batch (the same process as its server) refuses the first `refusals` updates as Batch does a
+    request it will not take now: ClientException, HTTP 400, while the environment's status is UPDATING."""
+    from moto.batch.exceptions import ClientException
+    from moto.batch.models import batch_backends
+
+    backend = batch_backends[ACCOUNT][REGION]
+    real = backend.update_compute_environment
+    seen: list[str] = []
+
+    def update(compute_environment_name: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(compute_environment_name)
+        environment = backend.get_compute_environment(compute_environment_name)
+        if len(seen) <= refusals:
+            environment.status = "UPDATING"
+            raise ClientException(f"{compute_environment_name} is being updated")
+        environment.status = "VALID"
+        return real(compute_environment_name, *args, **kwargs)
+
+    monkeypatch.setattr(backend, "update_compute_environment", update)
+    return seen
+
+
+def test_a_refusal_during_an_update_is_retried_with_a_growing_backoff(world, monkeypatch):
+    seen = refusing_update(monkeypatch, refusals=3)
+    waits: list[float] = []
+    monkeypatch.setattr(trip, "_wait", waits.append)
+    boot_lines(world, "gpu", ["node"] * K)
+    assert trip.handler(trip_event(world, "gpu"))["tripped"] is True
+    assert states(world)["gpu"] == "DISABLED"
+    assert len(seen) == 4 and waits == [trip.FIRST_BACKOFF_SECONDS * 2**i for i in range(3)]
+    assert len(alerts(world)) == 1
+
+
+def test_a_refusal_that_outlasts_the_deadline_fails_the_invocation_loudly(world, monkeypatch):
+    refusing_update(monkeypatch, refusals=1000)
+    monkeypatch.setattr(trip, "UPDATE_DEADLINE_SECONDS", 0.5)
+    monkeypatch.setattr(trip, "FIRST_BACKOFF_SECONDS", 0.05)
+    boot_lines(world, "gpu", ["node"] * K)
+    # Raised: Lambda retries the invocation and the function's Errors alarm pages.
+    with pytest.raises(RuntimeError, match=r"Batch kept refusing to disable .*ClientException"):
+        trip.handler(trip_event(world, "gpu"))
+    assert states(world)["gpu"] == "ENABLED" and alerts(world) == []
+
+
+def test_an_error_that_waiting_cannot_fix_is_not_retried():
+    class Denied(Exception):
+        def __init__(self, text: str) -> None:
+            super().__init__(text)
+            self.response = {"Error": {"Code": "AccessDeniedException"}}
+
+    class Batch:
+        calls = 0
+
+        def update_compute_environment(self, **_: Any) -> None:
+            Batch.calls += 1
+            raise Denied("not allowed")
+
+    with pytest.raises(Denied):
+        trip.disable(Batch(), "arn", deadline=time.monotonic() + 60, sleep=lambda _: None)
+    assert Batch.calls == 1

@@ -348,7 +348,7 @@ def test_three_fleets_three_compute_paths_each_sized_from_its_type():
     assert len(resources(template, "AWS::Batch::ComputeEnvironment")) == 3 + 3
     assert len(resources(template, "AWS::EC2::PlacementGroup")) == 3 + 2
     for fleet_id, instance, max_nodes in (
-        ("Rl", "g6e.48xlarge", 8),
+        ("Rl", "g6e.48xlarge", 64),
         ("Llm", "p5e.48xlarge", 4),
         ("Trn", "trn2.48xlarge", 4),
     ):

@@ -12,7 +12,8 @@ from config import metrics
 from config.context import ConfigError, read_settings
 from config.settings import fleet_construct_id as construct_id
 from tests.harness import THREE_FLEETS, VARIANTS, resources, synth
-from training_constructs.health.boot_breaker import NODE_FAULTS_TO_TRIP
+from training_constructs.health.boot_breaker import NODE_FAULTS_TO_TRIP, node_faults_to_trip
+from training_constructs.health.boot_breaker_function import trip
 from training_constructs.jobs.training_jobs import BENCHMARK_TIMEOUT_SECONDS
 
 STACK = "TrainingJobs"
@@ -22,7 +23,7 @@ def alarms(template, metric):
     return [
         a["Properties"]
         for a in resources(template, "AWS::CloudWatch::Alarm").values()
-        if a["Properties"]["MetricName"] == metric
+        if a["Properties"].get("MetricName") == metric
     ]
 
 
@@ -136,7 +137,11 @@ def test_alarms_may_use_the_encrypted_alert_topic():
         ("rate(6 days)", 6 * 86400),
         ("rate(90 minutes)", 5400),
         ("cron(0 3 * * ? *)", 86400),
-        ("cron(0/30 * ? * * *)", 86400),
+        ("cron(0 * ? * * *)", 3600),
+        ("cron(45 3,15 * * ? *)", 43200),
+        ("cron(15 0/6 * * ? *)", 21600),
+        ("cron(0 1,2,20 * * ? *)", 18 * 3600),
+        ("cron(0 8-17 ? * * *)", 15 * 3600),
     ],
 )
 def test_schedule_expressions_that_are_accepted(expression, interval):
@@ -165,7 +170,21 @@ def test_bad_schedules_name_the_key_and_what_is_allowed(expression, problem):
         read_settings({"healthCheckSchedule": expression})
     message = str(error.value)
     assert message.startswith(f"context key healthCheckSchedule={expression!r}: ") and problem in message
-    assert message.endswith("allowed: empty, rate(1 hour) to rate(6 days), or cron(M H * * ? *)")
+    assert message.endswith("allowed: empty, rate(1 hour) to rate(6 days), or cron(M H * * ? *) with M one minute")
+    assert len(message) <= 200 and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "expression", ["cron(* * * * ? *)", "cron(0/15 * * * ? *)", "cron(0,30 3 * * ? *)", "cron(10-20 3 * * ? *)"]
+)
+def test_a_schedule_that_fires_more_than_once_an_hour_is_refused_in_one_line(expression):
+    # Each run submits a multi-node benchmark: every minute would launch the fleet 1,440 times a day.
+    with pytest.raises(ConfigError) as error:
+        read_settings({"healthCheckSchedule": expression})
+    message = str(error.value)
+    assert message.startswith(f"context key healthCheckSchedule={expression!r}: runs more than once an hour; ")
+    assert "the minute must be one value (0-59)" in message
+    assert len(message) <= 200 and "\n" not in message
 
 
 def test_unset_and_empty_mean_no_schedule():
@@ -263,7 +282,7 @@ def test_cron_fields_are_checked_against_eventbridges_ranges(expression, problem
 
 
 @pytest.mark.parametrize(
-    "expression", ["cron(0 23 * * ? *)", "cron(59 0 ? * * *)", "cron(0,30 3 * * ? *)", "cron(15 0/6 * * ? *)"]
+    "expression", ["cron(0 23 * * ? *)", "cron(59 0 ? * * *)", "cron(0 0,23 * * ? *)", "cron(15 0/6 * * ? *)"]
 )
 def test_cron_fields_at_the_edges_of_their_ranges_are_accepted(expression):
     assert read_settings({"healthCheckSchedule": expression}).jobs.health_check_schedule.expression == expression
@@ -312,22 +331,51 @@ def breaker_alarms(template):
     return {
         k: a["Properties"]
         for k, a in resources(template, "AWS::CloudWatch::Alarm").items()
-        if {"Name": metrics.FAULT_DIMENSION, "Value": "node"} in a["Properties"].get("Dimensions", [])
+        if k.startswith("BootCircuitBreaker") and "Metrics" in a["Properties"]
     }
 
 
-def test_k_node_faults_in_an_hour_trip_each_fleets_own_breaker():
+def breaker_metrics(alarm):
+    """id -> MetricStat of the breaker alarm's metric-math inputs, and its expression."""
+    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    stats = {m["Id"]: m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m}
+    return stats, expression
+
+
+def alarm_fleet(alarm):
+    stats, _ = breaker_metrics(alarm)
+    (fleet,) = {d["Value"] for s in stats.values() for d in s["Metric"]["Dimensions"] if d["Name"] == "Fleet"}
+    return fleet
+
+
+def test_the_breakers_threshold_is_a_tenth_of_max_nodes_and_at_least_3():
+    # docs/health.md: a tenth of the fleet's maxNodes, never fewer than 3.
+    expected = {1: 3, 4: 3, 30: 3, 31: 4, 64: 7, 80: 8, 1000: 100}
+    assert {n: node_faults_to_trip(n) for n in expected} == expected
+
+
+def test_node_faults_and_take_outs_in_an_hour_trip_each_fleets_own_breaker():
     template = synth("three-fleets").templates[STACK]
     found = breaker_alarms(template)
     assert NODE_FAULTS_TO_TRIP == 3
     by_fleet = {}
     for key, alarm in found.items():
-        fleets = [d["Value"] for d in alarm["Dimensions"] if d["Name"] == metrics.FLEET_DIMENSION]
-        (fleet,) = fleets
+        fleet = alarm_fleet(alarm)
         by_fleet[fleet] = key
-        assert alarm["MetricName"] == metrics.BOOT_CHECK_FAILED and alarm["Namespace"] == metrics.NAMESPACE
-        assert alarm["Statistic"] == "Sum" and alarm["Period"] == 3600 and alarm["EvaluationPeriods"] == 1
-        assert alarm["Threshold"] == 3 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        stats, expression = breaker_metrics(alarm)
+        # Boot-check node faults and take-outs of this fleet, summed over the same hour.
+        assert expression["Expression"] == "FILL(boot, 0) + FILL(takenOut, 0)" and expression["ReturnData"] is True
+        boot, taken = stats["boot"], stats["takenOut"]
+        assert boot["Metric"]["MetricName"] == metrics.BOOT_CHECK_FAILED
+        assert {"Name": metrics.FAULT_DIMENSION, "Value": "node"} in boot["Metric"]["Dimensions"]
+        assert taken["Metric"]["MetricName"] == metrics.NODES_TAKEN_OUT
+        assert taken["Metric"]["Dimensions"] == [{"Name": metrics.FLEET_DIMENSION, "Value": fleet}]
+        for stat in (boot, taken):
+            assert stat["Metric"]["Namespace"] == metrics.NAMESPACE
+            assert stat["Stat"] == "Sum" and stat["Period"] == 3600
+        assert alarm["EvaluationPeriods"] == 1
+        threshold = 7 if fleet == "rl" else 3  # rl: maxNodes 64; the others 4
+        assert alarm["Threshold"] == threshold and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
         assert alarm["TreatMissingData"] == "notBreaching"
         assert alarm["AlarmActions"] == [topic_ref(template)]
         # The alert says how to turn the fleet back on, with this fleet's compute environment.
@@ -344,10 +392,7 @@ def test_k_node_faults_in_an_hour_trip_each_fleets_own_breaker():
 
 def test_each_breaker_rule_disables_exactly_its_own_fleet():
     template = synth("three-fleets").templates[STACK]
-    alarm_of = {
-        next(d["Value"] for d in a["Dimensions"] if d["Name"] == metrics.FLEET_DIMENSION): k
-        for k, a in breaker_alarms(template).items()
-    }
+    alarm_of = {alarm_fleet(a): k for k, a in breaker_alarms(template).items()}
     rules = {
         k: r["Properties"]
         for k, r in resources(template, "AWS::Events::Rule").items()
@@ -365,12 +410,24 @@ def test_each_breaker_rule_disables_exactly_its_own_fleet():
         # The input with each import written as its export name: this fleet's own compute environment,
         # then one per fallback placement (their nodes log to the same group), and its log group.
         parts = target["Input"]["Fn::Join"][1]
-        given = json.loads("".join(p if isinstance(p, str) else p["Fn::ImportValue"] for p in parts))
+        given = json.loads("".join(p if isinstance(p, str) else p.get("Fn::ImportValue") or p["Ref"] for p in parts))
         own, *fallback = given["computeEnvironments"]
         assert {"Fn::ImportValue": own} == compute_export(template, fleet, "ComputeEnvironmentArn")
         assert len(fallback) == len(THREE_FLEETS[fleet].get("fallback", []))
         assert all(f"{construct_id(fleet)}Fallback" in arn for arn in fallback)
         assert given["fleet"] == fleet and f"{construct_id(fleet)}BootCheckLogs" in given["logGroup"]
+        # The fleet's job log group (take-out lines) and its own threshold.
+        assert given["jobLogGroup"] == job_log_group(template, fleet)
+        assert given["nodeFaultsToTrip"] == (7 if fleet == "rl" else 3)
+
+
+def job_log_group(template, fleet):
+    (key,) = [
+        k
+        for k in resources(template, "AWS::Logs::LogGroup")
+        if k.startswith(f"{construct_id(fleet)}LogGroup") or k.startswith(f"{construct_id(fleet)}Logs")
+    ]
+    return key
 
 
 def test_the_breaker_function_may_disable_only_the_fleets_compute_environments():
@@ -397,7 +454,9 @@ def test_the_breaker_function_may_disable_only_the_fleets_compute_environments()
     ]
     assert len(environments) == len(THREE_FLEETS) + sum(len(f.get("fallback", [])) for f in THREE_FLEETS.values())
     assert sorted(map(json.dumps, by_action["batch:UpdateComputeEnvironment"])) == sorted(map(json.dumps, environments))
-    assert len(by_action["logs:FilterLogEvents"]) == len(THREE_FLEETS)
+    # Each fleet's boot-check and job log groups (take-outs), no other.
+    assert len(by_action["logs:FilterLogEvents"]) == 2 * len(THREE_FLEETS)
+    assert {"Fn::GetAtt": [job_log_group(template, "rl"), "Arn"]} in by_action["logs:FilterLogEvents"]
     assert by_action["sns:Publish"] == topic_ref(template)
     assert set(by_action) == {
         "batch:UpdateComputeEnvironment",
@@ -409,7 +468,9 @@ def test_the_breaker_function_may_disable_only_the_fleets_compute_environments()
         "kms:GenerateDataKey*",
     }
     env = function["Properties"]["Environment"]["Variables"]
-    assert env["NODE_FAULTS_TO_TRIP"] == "3" and env["LOOKBACK_SECONDS"] == "7200"
+    assert env["LOOKBACK_SECONDS"] == "7200" and "NODE_FAULTS_TO_TRIP" not in env  # per fleet: the rule's input
+    # Time to wait out an update that refuses the change (trip.UPDATE_DEADLINE_SECONDS, then the message).
+    assert function["Properties"]["Timeout"] == 900 > trip.UPDATE_DEADLINE_SECONDS + 60
     # EventBridge may invoke it, from the breaker rules only.
     permissions = [p["Properties"] for p in resources(template, "AWS::Lambda::Permission").values()]
     sources = [

@@ -451,9 +451,10 @@ def test_user_data_stays_well_inside_ec2s_16_kb(instance):
     # EC2 refuses user data above 16 KB before its own base64 (EC2 user guide, "Run commands when you
     # launch an EC2 instance with user data"); Batch adds a part of its own, so keep room. The host
     # check, the node-metrics collector and its agent configuration travel packed
-    # (training_constructs/common/node_files.py).
+    # (training_constructs/common/node_files.py). 13 KB since the take-out's drain (about 0.7 KB, issue
+    # 41): still 3 KB for Batch's part.
     lt, script = boot_script(instance)
-    assert len(user_data(lt).as_string().encode()) < 12 * 1024
+    assert len(user_data(lt).as_string().encode()) < 13 * 1024
     assert len([line for line in script.splitlines() if line.startswith("echo 'H4sI")]) == 3
 
 

@@ -51,6 +51,93 @@ def test_a_child_that_fails_its_preflight_ends_the_main_node_within_60_s_with_75
     assert not (tmp_path / "main" / "take-out").exists()
 
 
+def test_a_child_failing_fast_while_the_main_node_is_still_in_its_slow_preflight_ends_it_with_75(tmp_path):
+    """A warm host: the child fails its preflight in a second while the main node's own preflight still
+    waits on a slow tool (here an nvidia-smi that would answer after the preflight's 60 s limit). The
+    main node listens from its start, so it hears the child and ends at once, stopping its checks."""
+    nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#0", "MASTER_ADDR": "127.0.0.1"}
+    nodes |= {"MASTER_PORT": str(free_port()), "NODE_REPORT_PORT": str(free_port()), "NPROC_PER_NODE": "1"}
+    for name in ("main", "child", "infiniband", "slow-bin"):
+        (tmp_path / name).mkdir()
+    slow_tool = tmp_path / "slow-bin" / "nvidia-smi"
+    pid_file = tmp_path / "slow-tool.pid"
+    slow_tool.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 300\n")
+    slow_tool.chmod(0o755)
+    main_env = base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="0", NODE_STATE_DIR=str(tmp_path / "main"))
+    main_env |= {"EXPECTED_GPUS": "1", "PATH": f"{tmp_path / 'slow-bin'}:{main_env['PATH']}"}
+    main = launch(main_env, "t.py")
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid_file.exists(), "the main node's preflight never reached its slow tool"
+        started = time.monotonic()  # the child starts while the main node is inside its preflight
+        child_env = base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="1", NODE_STATE_DIR=str(tmp_path / "child"))
+        child_env |= {"EFA_DEVICES": "1", "EFA_DEVICE_DIR": str(tmp_path / "infiniband")}
+        child = subprocess.run([str(LAUNCHER), "t.py"], env=child_env, capture_output=True, text=True, timeout=120)
+        _, main_err = main.communicate(timeout=120)
+        elapsed = time.monotonic() - started
+    finally:
+        main.kill()
+    assert child.returncode == 75, child.stderr
+    assert main.returncode == 75, main_err
+    assert elapsed < 60
+    (line,) = [x for x in main_err.splitlines() if x.startswith("distributed_run.sh: node 1 (")]
+    assert "expected 1 EFA devices (uverbs*)" in line and "ending this job with exit 75" in line
+    assert "preflight failed on node 0" not in main_err  # the main node did not wait for its own verdict
+    print(f"\nchild preflight failure -> main node exit 75 in {elapsed:.1f} s, its own preflight still running")
+    # The main node's checks went with it: the slow tool is no longer running.
+    slow = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(slow) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(slow)
+    assert "expected 1 EFA devices" in (tmp_path / "child" / "take-out").read_text()
+    assert not (tmp_path / "main" / "take-out").exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_child_reports_before_it_writes_its_take_out_marker(tmp_path):
+    """The host stops taking tasks and powers off once the marker exists: the report must come first.
+    The main node's listener here records whether the marker existed when the report arrived."""
+    import threading
+
+    port = free_port()
+    launcher = subprocess.Popen(["sleep", "30"])
+    out = tmp_path / "report"
+    state = tmp_path / "child"
+    state.mkdir()
+    (tmp_path / "infiniband").mkdir()
+    seen: list[bool] = []
+
+    def listen() -> None:
+        node_fault.listen(port, launcher.pid, out, "j", 0.1)
+        seen.append((state / "take-out").exists())
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    try:
+        nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#1", "MASTER_ADDR": "127.0.0.1"}
+        nodes |= {"MASTER_PORT": str(free_port()), "NODE_REPORT_PORT": str(port), "NPROC_PER_NODE": "1"}
+        child_env = base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="1", NODE_STATE_DIR=str(state))
+        child_env |= {"EFA_DEVICES": "1", "EFA_DEVICE_DIR": str(tmp_path / "infiniband")}
+        child = subprocess.run([str(LAUNCHER), "t.py"], env=child_env, capture_output=True, text=True, timeout=60)
+        listener.join(timeout=10)
+    finally:
+        launcher.kill()
+    assert child.returncode == 75, child.stderr
+    assert out.read_text().startswith("75 node 1 (")
+    assert seen == [False]
+    assert (state / "take-out").exists()
+
+
 def test_a_childs_bad_input_ends_the_main_node_with_2_not_a_retry(tmp_path):
     nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#0", "MASTER_ADDR": "127.0.0.1"}
     nodes |= {"MASTER_PORT": str(free_port()), "NODE_REPORT_PORT": str(free_port()), "NPROC_PER_NODE": "1"}
@@ -71,14 +158,27 @@ def test_a_childs_bad_input_ends_the_main_node_with_2_not_a_retry(tmp_path):
     assert not (tmp_path / "child" / "take-out").exists()
 
 
+def xid_during_training(tmp_path: Path, state: Path, *kernel_lines: str) -> str:
+    """Shell lines for a stand-in trainer that appends what the host's Xid watcher would write when the
+    kernel logs `kernel_lines` now, during training (before it, the preflight would catch them)."""
+    scratch = tmp_path / "watcher"
+    scratch.mkdir(exist_ok=True)
+    xid.record_node_faults(scratch, kernel_lines)  # the watcher's own lines; their stamps become "now"
+    pending = scratch / "xid-faults"
+    pending.touch()
+    return f'sed "s/^[0-9.]*/$(date +%s)/" {pending} >> {state / "xid-faults"}\n'
+
+
 def crash(tmp_path: Path, *kernel_lines: str, settle: str = "5") -> subprocess.CompletedProcess[str]:
     """A one-node Batch run whose trainer raises (exit 1), after the host's Xid watcher saw `kernel_lines`."""
     state = tmp_path / "state"
     state.mkdir()
     trainer = tmp_path / "python.sh"
-    trainer.write_text("#!/bin/sh\necho 'RuntimeError: CUDA error: unspecified launch failure' >&2\nexit 1\n")
+    trainer.write_text(
+        "#!/bin/sh\n" + xid_during_training(tmp_path, state, *kernel_lines)
+        + "echo 'RuntimeError: CUDA error: unspecified launch failure' >&2\nexit 1\n"
+    )  # fmt: skip
     trainer.chmod(0o755)
-    xid.record_node_faults(state, kernel_lines)
     env = base_env(PYTHON=str(trainer), NODE_STATE_DIR=str(state), AWS_BATCH_JOB_NUM_NODES="1")
     env |= {"AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "127.0.0.1", "NPROC_PER_NODE": "1"}
     env["XID_SETTLE_SECONDS"] = settle
@@ -144,12 +244,13 @@ def test_a_childs_hardware_fault_during_training_ends_the_main_node_with_75(tmp_
     master, report = free_port(), free_port()
     nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#0", "MASTER_ADDR": "127.0.0.1"}
     nodes |= {"MASTER_PORT": str(master), "NODE_REPORT_PORT": str(report), "NPROC_PER_NODE": "1"}
-    for name, body in (("main", "exec sleep 60"), ("child", "sleep 1; exit 1")):
-        (tmp_path / name).mkdir()
+    (tmp_path / "main").mkdir()
+    (tmp_path / "child").mkdir()
+    record = xid_during_training(tmp_path, tmp_path / "child", XID_79)
+    for name, body in (("main", "exec sleep 60"), ("child", f"sleep 1\n{record}exit 1")):
         trainer = tmp_path / f"{name}.sh"
         trainer.write_text(f"#!/bin/sh\n{body}\n")
         trainer.chmod(0o755)
-    xid.record_node_faults(tmp_path / "child", [XID_79], now=time.time() + 1)
     started = time.monotonic()
     main = launch(base_env(**nodes, AWS_BATCH_JOB_NODE_INDEX="0", PYTHON=str(tmp_path / "main.sh"),
                            NODE_STATE_DIR=str(tmp_path / "main")), "t.py")  # fmt: skip
@@ -185,3 +286,73 @@ def test_the_listener_takes_only_its_own_jobs_report(tmp_path):
         assert launcher.wait(timeout=10) == -10  # SIGUSR1
     finally:
         launcher.kill()
+
+
+def uptime_file(tmp_path: Path, seconds: float) -> str:
+    path = tmp_path / "uptime"
+    path.write_text(f"{seconds:.2f} 1000.00\n")
+    return str(path)
+
+
+def test_the_preflight_fails_a_node_whose_host_recorded_a_reset_xid_since_boot(tmp_path):
+    # The host booted an hour ago; an Xid 79 10 minutes ago (a job that Batch stopped, say) is this boot's.
+    now = time.time()
+    xid.record_node_faults(tmp_path, [XID_79], now=now - 600)
+    environ = {"NODE_STATE_DIR": str(tmp_path), "PROC_UPTIME": uptime_file(tmp_path, 3600)}
+    preflight = node_fault._preflight()
+    (found,) = preflight.failures(environ)
+    assert found.startswith("no NVIDIA Xid needing a GPU reset since boot, found 1: 79 ")
+    assert "GPU has fallen off the bus" in found
+    # The same record from before this boot (an instance reused after a reboot) does not count.
+    assert preflight.failures({**environ, "PROC_UPTIME": uptime_file(tmp_path, 60)}) == []
+
+
+def test_a_reset_xid_since_boot_fails_the_launchers_preflight_with_75_and_a_take_out(tmp_path):
+    xid.record_node_faults(tmp_path, [XID_79], now=time.time() - 600)
+    env = base_env(NODE_STATE_DIR=str(tmp_path), PROC_UPTIME=uptime_file(tmp_path, 3600))
+    env |= {"AWS_BATCH_JOB_NUM_NODES": "1", "AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "127.0.0.1"}
+    done = subprocess.run([str(LAUNCHER), "t.py"], env=env | {"NPROC_PER_NODE": "1"}, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 75, done.stderr
+    assert "no NVIDIA Xid needing a GPU reset since boot, found 1" in done.stderr
+    assert "GPU has fallen off the bus" in (tmp_path / "take-out").read_text()
+
+
+def stopped_node(tmp_path: Path, xid_during_training: bool) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """A node whose trainer runs until Batch stops it (SIGTERM, as when the main node ended); the host's
+    watcher records an Xid 79 during training or not."""
+    state = tmp_path / "state"
+    state.mkdir()
+    started = tmp_path / "started"
+    trainer = tmp_path / "trainer.sh"
+    trainer.write_text(f"#!/bin/sh\ntouch {started}\nexec sleep 60\n")
+    trainer.chmod(0o755)
+    env = base_env(PYTHON=str(trainer), NODE_STATE_DIR=str(state), PROC_UPTIME=uptime_file(tmp_path, 3600))
+    env |= {"AWS_BATCH_JOB_NUM_NODES": "1", "AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "127.0.0.1"}
+    node = launch(env | {"NPROC_PER_NODE": "1"}, "t.py")
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists()
+        if xid_during_training:
+            xid.record_node_faults(state, [XID_79])
+        node.terminate()
+        out, err = node.communicate(timeout=30)
+    finally:
+        node.kill()
+    return subprocess.CompletedProcess(node.args, node.returncode, out, err), state
+
+
+def test_a_stopped_node_with_a_reset_xid_asks_its_host_to_take_it_out(tmp_path):
+    result, state = stopped_node(tmp_path, xid_during_training=True)
+    assert result.returncode == 143, result.stderr  # a stop keeps its status
+    assert "stopped with a hardware fault recorded: NVIDIA Xid needing a GPU reset" in result.stderr
+    assert "GPU has fallen off the bus" in (state / "take-out").read_text()
+
+
+def test_a_stopped_healthy_node_stays(tmp_path):
+    result, state = stopped_node(tmp_path, xid_during_training=False)
+    assert result.returncode == 143, result.stderr
+    assert "hardware fault" not in result.stderr
+    assert not (state / "take-out").exists()

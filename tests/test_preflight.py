@@ -171,11 +171,56 @@ def test_wrong_neuron_device_count(neuron_node, tmp_path):
     assert found == f"16 Neuron devices (/dev/neuron*) in {neuron_node['NEURON_DEVICE_DIR']}, found 15"
 
 
-def test_neuron_tools_that_fail_are_reported(neuron_node, tmp_path):
+def test_a_neuron_tool_failure_with_every_device_present_is_a_shared_fault_not_a_node_fault(neuron_node, tmp_path):
     error = text_file(tmp_path, "err.txt", "nrt_init: failed to open the Neuron driver\n")
     tool(tmp_path / "bin", "neuron-ls", error, status=1)
+    # Not a node fault: no take-out, and node_fault.judge (which reads failures()) sees no hardware fault.
+    assert preflight.failures(neuron_node) == []
+    (found,) = preflight.image_failures(neuron_node)
+    assert found == (
+        "a working neuron-ls --json-output with all 16 Neuron devices present, found exit 1: "
+        "nrt_init: failed to open the Neuron driver"
+    )
+
+
+def test_a_neuron_ls_that_hangs_is_a_shared_fault_and_is_run_once(neuron_node, tmp_path, monkeypatch):
+    calls = tmp_path / "calls"
+    hang = tmp_path / "bin" / "neuron-ls"
+    hang.write_text(f"#!/bin/sh\necho run >> {calls}\nexec sleep 30\n")
+    monkeypatch.setattr(preflight, "COMMAND_TIMEOUT_SECONDS", 1)
+    monkeypatch.setattr(preflight, "_NEURON_LS", {})
+    assert preflight.failures(neuron_node) == []
+    (found,) = preflight.image_failures(neuron_node)
+    assert found.endswith("found exit 124: timed out after 1 s")
+    assert calls.read_text() == "run\n"  # the node-fault and shared-fault checks share one run
+
+
+def test_a_working_neuron_ls_that_lists_fewer_devices_is_a_node_fault(neuron_node, tmp_path):
+    listing = "[" + ",".join(f'{{"neuron_device": {i}, "nc_count": 2}}' for i in range(15)) + "]"
+    tool(tmp_path / "bin", "neuron-ls", text_file(tmp_path, "short.json", listing))
+    assert preflight.failures(neuron_node) == ["16 Neuron devices listed by neuron-ls, found 15"]
+
+
+def test_missing_neuron_devices_are_a_node_fault_whatever_neuron_ls_says(neuron_node, tmp_path):
+    (Path(neuron_node["NEURON_DEVICE_DIR"]) / "neuron3").unlink()
+    tool(tmp_path / "bin", "neuron-ls", text_file(tmp_path, "err.txt", "error\n"), status=1)
     (found,) = preflight.failures(neuron_node)
-    assert found == "16 Neuron devices listed by neuron-ls, found exit 1: nrt_init: failed to open the Neuron driver"
+    assert found.endswith("found 15")
+
+
+def test_the_launcher_exits_78_without_a_take_out_for_a_neuron_tool_failure(neuron_node, tmp_path):
+    tool(tmp_path / "bin", "neuron-ls", text_file(tmp_path, "err.txt", "nrt_init: failed\n"), status=1)
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_BATCH_", "MASTER_", "NPROC_"))}
+    env |= neuron_node | {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "NODE_STATE_DIR": str(state)}
+    env |= {"PREFLIGHT_PYTHON": sys.executable, "AWS_BATCH_JOB_NUM_NODES": "1", "AWS_BATCH_JOB_NODE_INDEX": "0"}
+    env |= {"MASTER_ADDR": "127.0.0.1", "NPROC_PER_NODE": "1"}
+    done = subprocess.run(
+        [str(ROOT / "container" / "distributed_run.sh"), "t.py"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 78, done.stderr
+    assert "a working neuron-ls --json-output with all 16 Neuron devices present" in done.stderr
+    assert not (state / "take-out").exists()
 
 
 def test_a_driver_older_than_the_gpu_needs_is_refused(gpu_node):

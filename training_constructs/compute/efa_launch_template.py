@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Fn
+from aws_cdk import Aws, Fn
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
@@ -168,7 +168,7 @@ class EfaLaunchTemplate(Construct):
                     ecs_agent_user_data(
                         boot_commands,
                         node_metrics_commands(fleet=fleet_name, gpu=gpu),
-                        node_recovery_commands(),
+                        node_recovery_commands(region=Aws.REGION, url_suffix=Aws.URL_SUFFIX),
                     )
                 ),
                 # A node that fails its boot check, or finds a node fault during a job, powers itself

@@ -1,11 +1,13 @@
-"""Per fleet, a circuit breaker on the boot check: a node that fails with a node fault powers off and
-Auto Scaling launches another (training_constructs/health/host_check.py). Where every node fails the same
-way, that loop would bill launches for ever. When NODE_FAULTS_TO_TRIP nodes of one fleet fail within
-WINDOW, the fleet's breaker alarm goes to ALARM; an EventBridge rule on that alarm's state change
-runs a small function that disables the fleet's compute environment (a DISABLED managed compute
-environment does not scale out; STARTING and RUNNING jobs continue: Batch API,
-ComputeEnvironmentDetail.state) and publishes which checks failed and the command that turns the
-fleet back on. The alarm also notifies the job-alert topic itself, with the same command.
+"""Per fleet, a circuit breaker on node faults: a node that fails the boot check with a node fault powers
+off and Auto Scaling launches another (training_constructs/health/host_check.py); a node that finds a
+fault in itself during a job takes itself out the same way (node_recovery.py). Where every node fails
+the same way, that loop would bill launches for ever. When node_faults_to_trip(maxNodes) nodes of one
+fleet fail within WINDOW (boot-check node faults and take-outs together), the fleet's breaker alarm goes
+to ALARM; an EventBridge rule on that alarm's state change runs a small function that disables the
+fleet's compute environments (a DISABLED managed compute environment does not scale out; STARTING and
+RUNNING jobs continue: Batch API, ComputeEnvironmentDetail.state) and publishes which checks failed and
+the command that turns the fleet back on. The alarm also notifies the job-alert topic itself, with the
+same command.
 
 CloudWatch sends "CloudWatch Alarm State Change" events to EventBridge for every state change
 (CloudWatch user guide, "Alarm events and EventBridge"); the rule matches this alarm's ARN in the
@@ -14,6 +16,7 @@ event's resources and the new state in detail.state.value.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +37,23 @@ from training_constructs.common.small_functions import alarm_on_errors, depend_o
 from training_constructs.health.boot_breaker_function import trip
 
 FUNCTION_DIR = Path(__file__).with_name("boot_breaker_function")
-# Three nodes: one bad instance, or two, is bad luck that the power-off already handles; a third
-# within the hour says the fleet, not the instance, is broken. At one launch every ~10 minutes that
-# stops a p5.48xlarge loop within about half an hour.
+# At least three nodes: one bad instance, or two, is bad luck that the power-off already handles; a
+# third within the hour says the fleet, not the instance, is broken. At one launch every ~10 minutes
+# that stops a p5.48xlarge loop within about half an hour. Larger fleets: node_faults_to_trip.
 NODE_FAULTS_TO_TRIP = 3
+# One node fault in an hour per this many nodes of maxNodes, at the least.
+NODES_PER_FAULT = 10
+
+
+def node_faults_to_trip(max_nodes: int) -> int:
+    """The breaker's threshold for a fleet of up to `max_nodes` nodes: a tenth of them, at least 3. A
+    cause every node shares (an AMI whose driver never loads) fails every node a job launches, so a
+    job of a tenth of the fleet or more trips it in its first launch wave; independent bad hosts, which
+    grow with the fleet's size, rarely reach a tenth of it in one hour (3 would stop a 64-node fleet for
+    three unrelated bad hosts among 64 fresh launches)."""
+    return max(NODE_FAULTS_TO_TRIP, math.ceil(max_nodes / NODES_PER_FAULT))
+
+
 # One alarm period: CloudWatch sums the node faults of each hour-long period.
 WINDOW = Duration.hours(1)
 # What the function reads back to confirm the alarm: its period and as much again, since the alarm
@@ -52,6 +68,9 @@ class BreakerFleet:
     # boot check under the fleet's name and log group, so their faults trip the same breaker.
     compute_environment_arns: tuple[str, ...]
     boot_check_log_group: logs.ILogGroup
+    # Where the fleet's jobs log, take-out lines included (container/node_fault.py).
+    job_log_group: logs.ILogGroup
+    max_nodes: int
 
 
 class BootCircuitBreaker(Construct):
@@ -79,6 +98,7 @@ class BootCircuitBreaker(Construct):
         )
         for fleet in fleets:
             fleet.boot_check_log_group.grant(role, "logs:FilterLogEvents")
+            fleet.job_log_group.grant(role, "logs:FilterLogEvents")
         topic.grant_publish(role)
         # Publishing to an encrypted topic needs kms:GenerateDataKey* and kms:Decrypt on its key (SNS
         # developer guide, "Encryption at rest"); CDK's grant_publish adds them, on that key only.
@@ -91,15 +111,16 @@ class BootCircuitBreaker(Construct):
         self.function = lambda_.Function(
             self,
             "Function",
-            description="Boot-check circuit breaker: disables a fleet whose nodes keep failing the boot check",
+            description="Node-fault circuit breaker: disables a fleet whose nodes keep failing",
             runtime=lambda_.Runtime.PYTHON_3_14,
             handler="trip.handler",
             code=lambda_.Code.from_asset(str(FUNCTION_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"]),
-            timeout=Duration.minutes(1),
+            # The most Lambda allows (Lambda developer guide, "Configure Lambda function timeout"): Batch
+            # refuses the change while the environment is being updated, and the function waits it out.
+            timeout=Duration.minutes(15),
             role=role,
             log_group=function_logs,
             environment={
-                trip.THRESHOLD_ENV: str(NODE_FAULTS_TO_TRIP),
                 trip.LOOKBACK_ENV: str(int(LOOKBACK.to_seconds())),
                 trip.TOPIC_ENV: topic.topic_arn,
             },
@@ -117,24 +138,39 @@ class BootCircuitBreaker(Construct):
             # The alarm text has room for one command (AlarmDescription: 1024 characters); the breaker's
             # own message lists one per placement.
             also = f" (and the same for its {len(fallback)} fallback placements: see the breaker's message)"
-            node_faults = cloudwatch.Metric(
+            threshold = node_faults_to_trip(fleet.max_nodes)
+            boot_faults = cloudwatch.Metric(
                 namespace=metrics.NAMESPACE,
                 metric_name=metrics.BOOT_CHECK_FAILED,
                 dimensions_map={metrics.FLEET_DIMENSION: fleet.name, metrics.FAULT_DIMENSION: metrics.BOOT_FAULTS[0]},
                 statistic="Sum",
                 period=WINDOW,
             )
+            taken_out = cloudwatch.Metric(
+                namespace=metrics.NAMESPACE,
+                metric_name=metrics.NODES_TAKEN_OUT,
+                dimensions_map={metrics.FLEET_DIMENSION: fleet.name},
+                statistic="Sum",
+                period=WINDOW,
+            )
+            # FILL: an hour with faults of one kind only has no data point for the other.
+            node_faults = cloudwatch.MathExpression(
+                expression="FILL(boot, 0) + FILL(takenOut, 0)",
+                using_metrics={"boot": boot_faults, "takenOut": taken_out},
+                label="node faults (boot check and take-outs)",
+                period=WINDOW,
+            )
             alarm = node_faults.create_alarm(
                 self,
                 f"{fleet.name}Alarm",
                 alarm_description=(
-                    f"Boot-check circuit breaker of fleet {fleet.name}: {NODE_FAULTS_TO_TRIP} or more nodes failed the "
-                    "boot check with a node fault within an hour, so the fleet's compute environment is being "
-                    "disabled (no new instances; running jobs go on). A second message names the failed checks; "
-                    "the lines are in the fleet's boot-check log group. Fix the cause, then turn the fleet back on: "
-                    f"{trip.enable_command(own)}{also if fallback else ''}"
+                    f"Node-fault circuit breaker of fleet {fleet.name}: {threshold} or more nodes failed the boot "
+                    "check with a node fault or took themselves out during a job within an hour, so the fleet's "
+                    "compute environment is being disabled (no new instances; running jobs go on). A second message "
+                    "names the failed checks; the lines are in the fleet's boot-check and job log groups. Fix the "
+                    f"cause, then turn the fleet back on: {trip.enable_command(own)}{also if fallback else ''}"
                 ),
-                threshold=NODE_FAULTS_TO_TRIP,
+                threshold=threshold,
                 evaluation_periods=1,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
@@ -144,7 +180,7 @@ class BootCircuitBreaker(Construct):
             self.rules[fleet.name] = events.Rule(
                 self,
                 f"{fleet.name}Trip",
-                description=f"Boot-check circuit breaker of fleet {fleet.name}: its alarm entered ALARM",
+                description=f"Node-fault circuit breaker of fleet {fleet.name}: its alarm entered ALARM",
                 event_pattern=events.EventPattern(
                     source=["aws.cloudwatch"],
                     detail_type=["CloudWatch Alarm State Change"],
@@ -159,6 +195,8 @@ class BootCircuitBreaker(Construct):
                                 "fleet": fleet.name,
                                 "computeEnvironments": list(fleet.compute_environment_arns),
                                 "logGroup": fleet.boot_check_log_group.log_group_name,
+                                "jobLogGroup": fleet.job_log_group.log_group_name,
+                                "nodeFaultsToTrip": threshold,
                             }
                         ),
                         retry_attempts=8,

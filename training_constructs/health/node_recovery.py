@@ -6,34 +6,47 @@ user-data commands for the host side, and the host directory every job container
   the kernel log on GPU nodes), the launcher's `take-out` marker. Every job definition mounts it
   read-write at the same path (multi_node_job.py).
 - training-node-take-out.path watches for `take-out` (container/node_fault.py writes it last, after a
-  failed device preflight or a hardware fault during training, so that the container's exit, 75, is
-  on its way to Batch). Its service, one command after the other (TAKE_OUT_STEPS):
+  failed device preflight, a hardware fault during training or a stop with a GPU-reset Xid recorded, so
+  that the container's exit is on its way to Batch). Its service, one command after the other
+  (take_out_steps):
     1. says why on the instance console (EC2 GetConsoleOutput keeps it after the instance is gone);
-    2. masks ecs.service for this boot: the ECS agent never starts here again;
-    3. waits TAKE_OUT_GRACE_SECONDS for the agent to report the container's exit to Batch;
-    4. powers off, which stops the agent first: the launch template's shutdown behaviour `terminate`
+    2. sets this container instance DRAINING at once (the boot check's `drain`: ECS places no new
+       task on a DRAINING instance, ECS developer guide, "Draining Amazon ECS container instances"),
+       while the agent keeps running to report the container's exit; a failed drain is said on the
+       console and changes nothing else (the "-" prefix: systemd.service, "Command lines");
+    3. masks ecs.service for this boot: the ECS agent never starts here again;
+    4. waits TAKE_OUT_GRACE_SECONDS for the agent to report the container's exit to Batch;
+    5. powers off, which stops the agent first: the launch template's shutdown behaviour `terminate`
        makes that a termination, and the compute environment's Auto Scaling group launches a fresh
        instance.
-  A retry that Batch placed here within the grace fails with the host's termination ("Host EC2*"),
-  which the job definitions retry too.
+  Without the drain (no credentials, no endpoint), a retry that Batch placed here within the grace
+  fails with the host's termination ("Host EC2*"), which the job definitions retry too.
 """
 
 from __future__ import annotations
+
+from training_constructs.health.host_check import NODE_PATH
 
 NODE_STATE_DIR = "/var/lib/training-node"
 TAKE_OUT_MARKER = f"{NODE_STATE_DIR}/take-out"
 TAKE_OUT_UNIT = "training-node-take-out"
 TAKE_OUT_GRACE_SECONDS = 10
 UNIT_DIR = "/etc/systemd/system"
-# Bare command names: systemd resolves them on its fixed search path (systemd.service, "Command lines",
-# systemd 239 and later; AL2023 ships 252).
-TAKE_OUT_STEPS = (
-    f'sh -c \'echo "training-node-take-out: node fault ($(head -c 300 {TAKE_OUT_MARKER})); powering off"'
-    " > /dev/console'",
-    "systemctl mask --runtime ecs.service",
-    f"sleep {TAKE_OUT_GRACE_SECONDS}",
-    "systemctl --no-block poweroff",
-)
+
+
+def take_out_steps(*, region: str, url_suffix: str) -> tuple[str, ...]:
+    """The take-out service's commands, in order. Bare command names: systemd resolves them on its fixed
+    search path (systemd.service, "Command lines", systemd 239 and later; AL2023 ships 252)."""
+    return (
+        f'sh -c \'echo "training-node-take-out: node fault ($(head -c 300 {TAKE_OUT_MARKER})); powering off"'
+        " > /dev/console'",
+        f"-python3 {NODE_PATH} drain {region} https://ecs.{region}.{url_suffix}/",
+        "systemctl mask --runtime ecs.service",
+        f"sleep {TAKE_OUT_GRACE_SECONDS}",
+        "systemctl --no-block poweroff",
+    )
+
+
 _EOF = "UNIT_EOF"
 
 
@@ -41,15 +54,16 @@ def _write(path: str, lines: list[str]) -> str:
     return f"cat > {path} <<'{_EOF}'\n" + "\n".join(lines) + f"\n{_EOF}"
 
 
-def node_recovery_commands() -> list[str]:
-    """Shell commands for the node's user data."""
+def node_recovery_commands(*, region: str, url_suffix: str) -> list[str]:
+    """Shell commands for the node's user data (after the boot check's, which write its script)."""
+    steps = take_out_steps(region=region, url_suffix=url_suffix)
     return [
         f"mkdir -p {NODE_STATE_DIR}",
         _write(f"{UNIT_DIR}/{TAKE_OUT_UNIT}.path", ["[Path]", f"PathExists={TAKE_OUT_MARKER}"]),
         # Type=oneshot runs its ExecStart lines in order (systemd.service, "Type=").
         _write(
             f"{UNIT_DIR}/{TAKE_OUT_UNIT}.service",
-            ["[Service]", "Type=oneshot", *(f"ExecStart={step}" for step in TAKE_OUT_STEPS)],
+            ["[Service]", "Type=oneshot", *(f"ExecStart={step}" for step in steps)],
         ),
         # --no-block: user data runs inside cloud-final, which systemd must not wait on.
         f"systemctl daemon-reload && systemctl --no-block start {TAKE_OUT_UNIT}.path",

@@ -108,7 +108,10 @@ class TrainingDashboard(Construct):
                 width=8,
             ),
             cw.GraphWidget(
-                title=f"Boot-check node faults per hour: the breaker disables a fleet at {NODE_FAULTS_TO_TRIP}",
+                title=(
+                    "Boot-check node faults per hour: with take-outs, the breaker disables a fleet at a tenth of "
+                    f"its maxNodes, at least {NODE_FAULTS_TO_TRIP}"
+                ),
                 left=[
                     cw.MathExpression(
                         expression=f"SEARCH('{{{NAMESPACE},{FAULT_DIMENSION},{FLEET_DIMENSION}}} "
@@ -288,8 +291,9 @@ class TrainingDashboard(Construct):
                 )
             )
         # Nodes that took themselves out after a node fault during a job (container/node_fault.py): each
-        # costs an instance, and a cause every node shares would repeat on every retry. Nothing here acts;
-        # the alert says so and how to stop the fleet.
+        # costs an instance, and a cause every node shares would repeat on every retry. This alarm only
+        # alerts, early; the fleet's node-fault circuit breaker (boot_breaker.py) counts take-outs too and
+        # disables the fleet at its own threshold.
         taken_out = cw.Metric(
             namespace=NAMESPACE,
             metric_name=NODES_TAKEN_OUT,
@@ -304,7 +308,8 @@ class TrainingDashboard(Construct):
                 alarm_description=(
                     f"Fleet {name}: {NODE_FAULTS_TO_TRIP} or more nodes took themselves out after a node fault "
                     "within an hour. `trainctl why JOB` names each node and what it found; the same fault on "
-                    "many nodes points at the AMI or instance type: stop the fleet while you look with "
+                    "many nodes points at the AMI or instance type. The fleet's circuit breaker counts these with "
+                    "boot-check node faults and disables the fleet at its threshold; to stop it sooner: "
                     "aws batch update-compute-environment --compute-environment <its ARN> --state DISABLED."
                 ),
                 threshold=NODE_FAULTS_TO_TRIP,

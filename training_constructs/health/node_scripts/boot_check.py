@@ -17,6 +17,15 @@ Prints ONE JSON line (CloudWatch embedded metric format: BootCheckFailed 0/1, di
 console, and sends the same line to a CloudWatch log group. Exit 0: healthy; EXIT_FAILED: a node
 fault, the node must not take jobs; EXIT_SHARED: a shared fault only, written (one line) to
 SHARED_FAULT_FILE for the job preflight, and the node registers; anything else: the check broke.
+
+`boot_check.py drain REGION ECS_ENDPOINT`: the first step of a node's take-out
+(training_constructs/health/node_recovery.py), with the same signed-request code: sets this container
+instance DRAINING, on which ECS places no new task here ("Draining Amazon ECS container instances",
+ECS developer guide) while the agent still reports the exit of the task that asked for the take-out.
+The cluster and container instance come from the agent's introspection endpoint ("Amazon ECS container
+introspection"); the instance role's AmazonEC2ContainerServiceforEC2Role grants
+ecs:UpdateContainerInstancesState (the agent's own Spot draining uses it). Always exits 0: a failed
+drain is said on the console, and the take-out goes on (mask, grace, power-off).
 """
 
 from __future__ import annotations
@@ -52,6 +61,8 @@ DRIVER_UNIT = "nvidia-kmod-load.service"
 SETTLE_SECONDS = 120
 POLL_SECONDS = 5
 IMDS = "http://169.254.169.254"
+ECS_INTROSPECTION = "http://localhost:51678/v1/metadata"
+ECS_TARGET = "AmazonEC2ContainerServiceV20141113"  # the ECS JSON API's target prefix (botocore's model)
 # Xid lines as the NVIDIA driver logs them: "NVRM: Xid (PCI:0000:00:1e): 79, pid=..., GPU has fallen
 # off the bus" (NVIDIA "Xid Errors" documentation).
 XID = re.compile(r"NVRM: Xid \(PCI:[^)]*\): (\d+)")
@@ -219,9 +230,11 @@ def _sign(key: bytes, text: str) -> bytes:
     return hmac.new(key, text.encode(), hashlib.sha256).digest()
 
 
-def logs_call(action: str, body: dict[str, Any], region: str, creds: dict[str, str], endpoint: str) -> None:
-    """One CloudWatch Logs JSON API call, signed with Signature Version 4 (IAM user guide,
-    "Create a signed AWS API request")."""
+def api_call(
+    service: str, target: str, body: dict[str, Any], region: str, creds: dict[str, str], endpoint: str, **extra: str
+) -> bytes:
+    """One AWS JSON 1.1 API call, signed with Signature Version 4 (IAM user guide, "Create a signed AWS
+    API request"); `extra` headers are signed too."""
     payload = json.dumps(body).encode()
     now = datetime.datetime.now(datetime.timezone.utc)
     stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
@@ -231,10 +244,8 @@ def logs_call(action: str, body: dict[str, Any], region: str, creds: dict[str, s
         "host": host,
         "x-amz-date": stamp,
         "x-amz-security-token": creds["Token"],
-        "x-amz-target": f"Logs_20140328.{action}",
-        # Ask CloudWatch Logs to extract the embedded metrics (CloudWatch user guide, "Using the
-        # PutLogEvents API to send manually-created embedded metric format logs").
-        "x-amzn-logs-format": "json/emf",
+        "x-amz-target": target,
+        **extra,
     }
     names = ";".join(sorted(headers))
     canonical = "\n".join(
@@ -248,15 +259,46 @@ def logs_call(action: str, body: dict[str, Any], region: str, creds: dict[str, s
             hashlib.sha256(payload).hexdigest(),
         ]
     )
-    scope = f"{day}/{region}/logs/aws4_request"
+    scope = f"{day}/{region}/{service}/aws4_request"
     to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-    key = _sign(_sign(_sign(_sign(("AWS4" + creds["SecretAccessKey"]).encode(), day), region), "logs"), "aws4_request")
+    key = _sign(_sign(_sign(_sign(("AWS4" + creds["SecretAccessKey"]).encode(), day), region), service), "aws4_request")
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     headers["authorization"] = (
         f"AWS4-HMAC-SHA256 Credential={creds['AccessKeyId']}/{scope}, SignedHeaders={names}, Signature={signature}"
     )
     request = urllib.request.Request(endpoint, data=payload, method="POST", headers=headers)
-    urllib.request.urlopen(request, timeout=10).read()
+    return bytes(urllib.request.urlopen(request, timeout=10).read())
+
+
+def logs_call(action: str, body: dict[str, Any], region: str, creds: dict[str, str], endpoint: str) -> None:
+    """One CloudWatch Logs call. x-amzn-logs-format asks CloudWatch Logs to extract the embedded metrics
+    (CloudWatch user guide, "Using the PutLogEvents API to send manually-created embedded metric format logs")."""
+    api_call("logs", f"Logs_20140328.{action}", body, region, creds, endpoint, **{"x-amzn-logs-format": "json/emf"})
+
+
+def instance_credentials(base: str = IMDS) -> dict[str, str]:
+    role = imds("meta-data/iam/security-credentials/", base).split()[0]
+    found: dict[str, str] = json.loads(imds(f"meta-data/iam/security-credentials/{role}", base))
+    return found
+
+
+def drain(region: str, endpoint: str, introspection: str = ECS_INTROSPECTION, imds_base: str = IMDS) -> str:
+    """Set this container instance DRAINING; its ARN."""
+    agent = json.loads(urllib.request.urlopen(introspection, timeout=5).read())
+    instance = agent["ContainerInstanceArn"]
+    body = {"cluster": agent["Cluster"], "containerInstances": [instance], "status": "DRAINING"}
+    creds = instance_credentials(imds_base)
+    api_call("ecs", ECS_TARGET + ".UpdateContainerInstancesState", body, region, creds, endpoint)
+    return str(instance)
+
+
+def drain_main(argv: list[str]) -> int:
+    """drain REGION ECS_ENDPOINT [INTROSPECTION_URL IMDS_URL]"""
+    try:
+        print(f"training-node-take-out: {drain(*argv[:4])} DRAINING: no new task here")
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as error:
+        print(f"training-node-take-out: could not set DRAINING ({error}); masking the agent, powering off")
+    return 0
 
 
 def ship(line: str, log_group: str, stream: str, region: str, creds: dict[str, str], endpoint: str) -> None:
@@ -271,6 +313,8 @@ def ship(line: str, log_group: str, stream: str, region: str, creds: dict[str, s
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["drain"]:
+        return drain_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleet", required=True)
     parser.add_argument("--gpus", type=int, default=0)
@@ -300,8 +344,7 @@ def main(argv: list[str]) -> int:
         try:
             instance["InstanceId"] = imds("meta-data/instance-id")
             instance["InstanceType"] = imds("meta-data/instance-type")
-            role = imds("meta-data/iam/security-credentials/").split()[0]
-            creds = json.loads(imds(f"meta-data/iam/security-credentials/{role}"))
+            creds = instance_credentials()
         except (OSError, ValueError, IndexError) as error:
             print(f"boot check: instance metadata unreachable ({error}); result on the console only", file=sys.stderr)
     result = report(args.fleet, instance, checks, monotonic() - started, waited)
