@@ -1,4 +1,4 @@
-"""container/gpu/exec_python.sh, the GPU image's build step that turns Isaac Sim's python.sh into an
+"""container/isaaclab/exec_python.sh, the Isaac Lab image's build step that turns Isaac Sim's python.sh into an
 interpreter wrapper that execs: against a stand-in python.sh with the real script's shape (it sets up
 the environment, then runs `$python_exe "$@" $args || error_exit` as a child of its bash)."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.harness import ROOT
 
-SCRIPT = ROOT / "container" / "gpu" / "exec_python.sh"
+SCRIPT = ROOT / "container" / "isaaclab" / "exec_python.sh"
 PYTHON_SH = """#!/bin/bash
 error_exit()
 {{
@@ -81,7 +81,7 @@ def test_a_python_sh_without_that_line_fails_the_build(tmp_path: Path) -> None:
 
 
 def test_the_gpu_image_runs_the_launcher_through_the_exec_wrapper() -> None:
-    dockerfile = (ROOT / "container" / "gpu" / "Dockerfile").read_text()
+    dockerfile = (ROOT / "container" / "isaaclab" / "Dockerfile").read_text()
     assert "RUN bash /tmp/exec_python.sh /workspace/isaaclab/_isaac_sim/python.sh" in dockerfile
     (python,) = [line for line in dockerfile.splitlines() if line.startswith("ENV PYTHON=")]
     assert python == "ENV PYTHON=/workspace/isaaclab/_isaac_sim/python_exec.sh"

@@ -2,7 +2,8 @@
 # The cloud image build (imageBuild=cloud): runs in CodeBuild from container/, inlined into the
 # project's buildspec at synth. Builds $DOCKERFILE and pushes it as $REPOSITORY_URI:$IMAGE_TAG with
 # zstd layers, unless that tag exists already (tags are immutable; a retried deploy reuses it).
-# Input: REPOSITORY_URI, REPOSITORY_NAME, IMAGE_TAG, DOCKERFILE, BUILDKIT_IMAGE, AWS_REGION;
+# Input: REPOSITORY_URI, REPOSITORY_NAME, IMAGE_TAG, DOCKERFILE, BUILD_ARGS (NAME=value ..., the
+# pins of container/versions.toml), BUILDKIT_IMAGE, AWS_REGION;
 # NGC_API_KEY and NGC_SECRET when the deploy names an NGC secret.
 set -euo pipefail
 
@@ -31,8 +32,12 @@ if ! docker buildx create --use --bootstrap --driver docker-container --driver-o
 fi
 output="type=image,name=$REPOSITORY_URI:$IMAGE_TAG,push=true"
 output+=",oci-mediatypes=true,compression=zstd,force-compression=true"
+build_args=()
+for pin in ${BUILD_ARGS:-}; do
+  build_args+=(--build-arg "$pin")
+done
 log=$(mktemp)
-if docker buildx build --platform linux/amd64 --file "$DOCKERFILE" --output "$output" . 2>&1 | tee "$log"; then
+if docker buildx build --platform linux/amd64 --file "$DOCKERFILE" "${build_args[@]}" --output "$output" . 2>&1 | tee "$log"; then
   exit 0
 fi
 refused='(unauthorized|denied|forbidden|401|403)'

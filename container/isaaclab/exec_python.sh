@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build step of the GPU image: beside Isaac Sim's python.sh, write python_exec.sh, the same script
+# Build step of the Isaac Lab image: beside Isaac Sim's python.sh, write python_exec.sh, the same script
 # with its final interpreter call replaced by `exec`.
 #
 #   exec_python.sh /workspace/isaaclab/_isaac_sim/python.sh
