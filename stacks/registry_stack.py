@@ -10,7 +10,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config.settings import FleetSettings, ImageSettings
-from training_constructs.images.image_versions import load_versions
+from training_constructs.images.image_versions import VERSIONS_FILE, load_versions
 from training_constructs.images.training_image import CONTAINER_DIR, TrainingImage
 
 if TYPE_CHECKING:
@@ -28,18 +28,20 @@ IMAGES = {
 # GPUs the PyTorch image has no kernels for: its PyTorch is a CUDA 13 build, and CUDA 13 dropped
 # Volta (sm_70) (CUDA 13.0 release notes, "Deprecated architectures"; NVIDIA/cuDecomp#97: "CUDA 13.0
 # dropped support for Volta (SM70)"); PyTorch's CUDA 12.8+ builds dropped it from 2.9 on
-# (pytorch/pytorch#157517).
+# (pytorch/pytorch#157517). Seen on an H200 (2026-11-26): PyTorch 2.11.0+cu130 lists sm_75, sm_80,
+# sm_86, sm_90, sm_100 and sm_120 in torch.cuda.get_arch_list().
 PYTORCH_IMAGE_WITHOUT_KERNELS = frozenset({"V100"})
 
 
 class RegistryStack(Stack):
-    """Training images built from container/: each image that a fleet without its own `image` runs
-    by default (InstanceSpec.default_image), none otherwise; and the team ECR repository. Images are DockerImageAssets
-    (Docker on the deploying machine), or with imageBuild=cloud built in CodeBuild at deploy and
-    pushed to the team repository under a content tag. Stateful: the repository is retained.
+    """Training images built from container/: each image that a fleet without its own `image` runs by
+    default (InstanceSpec.default_image), none otherwise, with the pins of container/versions.toml as
+    build arguments; and the team ECR repository. Images are DockerImageAssets (Docker on the
+    deploying machine), or with imageBuild=cloud built in CodeBuild at deploy and pushed to the team
+    repository under a content tag. Stateful: the repository is retained.
 
-    Attributes `images`: image name (pytorch, isaaclab, trainium) -> TrainingImage or CloudBuiltImage; `cloud_build`
-    (CloudImageBuild or None); `image_uri(fleet)` is what a fleet runs."""
+    Attributes `images`: image name (pytorch, isaaclab, trainium) -> TrainingImage or CloudBuiltImage;
+    `cloud_build` (CloudImageBuild or None); `image_uri(fleet)` is what a fleet runs."""
 
     def __init__(
         self,
@@ -99,7 +101,7 @@ class RegistryStack(Stack):
             )
             self.images = {name: self.cloud_build.images[name] for name in needed}
         else:
-            versions = load_versions()
+            versions = load_versions(container_dir / VERSIONS_FILE.name)
             self.images = {
                 name: TrainingImage(
                     self,
