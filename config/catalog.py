@@ -109,6 +109,15 @@ class InstanceSpec:
         return Profile.GPU
 
     @property
+    def default_image(self) -> str:
+        """The image built from container/ (its Dockerfile's folder) that a fleet of this type runs
+        unless it names its own: Isaac Lab where Isaac Sim runs, the Neuron DLC on Trainium, PyTorch
+        on every other NVIDIA GPU."""
+        if self.accelerator_kind is AcceleratorKind.NEURON:
+            return "trainium"
+        return "isaaclab" if self.runs_isaac_sim else "pytorch"
+
+    @property
     def max_efa_interfaces(self) -> int:
         return self.efa_interfaces
 
@@ -240,8 +249,8 @@ _SPECS: tuple[InstanceSpec, ...] = (
     _gpu("g7.12xlarge", 48, 192, "RTX PRO 4500", 2, _cards(1, 12), 1, 175),
     _gpu("g7.24xlarge", 96, 384, "RTX PRO 4500", 4, _cards(1, 24), 1, 350),
     _gpu("g7.48xlarge", 192, 768, "RTX PRO 4500", 8, _cards(2, 12), 2, 700),
-    # P3dn (NVIDIA V100 32 GB, Volta sm_70): one network card, 100 Gbps. The GPU image's PyTorch
-    # (Isaac Lab 2.1 on Isaac Sim 4.5: PyTorch 2.5, CUDA 11.8/12.x builds) still ships sm_70 kernels.
+    # P3dn (NVIDIA V100 32 GB, Volta sm_70): one network card, 100 Gbps. The PyTorch image's CUDA 13
+    # builds have no sm_70 kernels (stacks/registry_stack.py warns): such a fleet needs an image of its own.
     _gpu("p3dn.24xlarge", 96, 768, "V100", 8, _cards(1, 15), 1, 100),
     # P4d / P4de (NVIDIA A100 40 GB / 80 GB): four network cards, 400 Gbps.
     _gpu("p4d.24xlarge", 96, 1152, "A100", 8, _cards(4, 15), 4, 400),

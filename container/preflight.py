@@ -235,7 +235,7 @@ def check_torch_cuda(environ: Mapping[str, str]) -> list[str]:
 
 
 def check_driver(environ: Mapping[str, str], minimum: str) -> list[str]:
-    # driver_check.py sits beside this file in the GPU image (config/catalog.py has the minimums).
+    # driver_check.py sits beside this file in the NVIDIA images (config/catalog.py has the minimums).
     spec = importlib.util.spec_from_file_location("driver_check", Path(__file__).with_name("driver_check.py"))
     if spec is None or spec.loader is None:
         return [f"driver_check.py beside preflight.py for MIN_NVIDIA_DRIVER={minimum}, found none"]

@@ -9,8 +9,8 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from config.catalog import AcceleratorKind
 from config.settings import FleetSettings, ImageSettings
+from training_constructs.images.image_versions import VERSIONS_FILE, load_versions
 from training_constructs.images.training_image import CONTAINER_DIR, TrainingImage
 
 if TYPE_CHECKING:
@@ -18,26 +18,30 @@ if TYPE_CHECKING:
 
 UNTAGGED_IMAGE_DAYS = 14
 TAGGED_IMAGES_KEPT = 200
-# One image per accelerator kind: construct id and Dockerfile under container/.
+# The images built from container/, by name (InstanceSpec.default_image: the Dockerfile's folder,
+# which also starts the cloud build's tag): construct id and Dockerfile.
 IMAGES = {
-    AcceleratorKind.NVIDIA_GPU: ("GpuImage", "gpu/Dockerfile"),
-    AcceleratorKind.NEURON: ("TrainiumImage", "trainium/Dockerfile"),
+    "pytorch": ("PytorchImage", "pytorch/Dockerfile"),
+    "isaaclab": ("IsaacLabImage", "isaaclab/Dockerfile"),
+    "trainium": ("TrainiumImage", "trainium/Dockerfile"),
 }
-
-
-def _image_name(kind: AcceleratorKind) -> str:
-    """gpu or trainium: the Dockerfile's folder, which starts the image's tag."""
-    return IMAGES[kind][1].split("/")[0]
+# GPUs the PyTorch image has no kernels for: its PyTorch is a CUDA 13 build, and CUDA 13 dropped
+# Volta (sm_70) (CUDA 13.0 release notes, "Deprecated architectures"; NVIDIA/cuDecomp#97: "CUDA 13.0
+# dropped support for Volta (SM70)"); PyTorch's CUDA 12.8+ builds dropped it from 2.9 on
+# (pytorch/pytorch#157517). Seen on an H200 (2026-11-26): PyTorch 2.11.0+cu130 lists sm_75, sm_80,
+# sm_86, sm_90, sm_100 and sm_120 in torch.cuda.get_arch_list().
+PYTORCH_IMAGE_WITHOUT_KERNELS = frozenset({"V100"})
 
 
 class RegistryStack(Stack):
-    """Training images built from container/: one per accelerator kind that a fleet without its own
-    `image` runs on, none otherwise; and the team ECR repository. Images are DockerImageAssets
-    (Docker on the deploying machine), or with imageBuild=cloud built in CodeBuild at deploy and
-    pushed to the team repository under a content tag. Stateful: the repository is retained.
+    """Training images built from container/: each image that a fleet without its own `image` runs by
+    default (InstanceSpec.default_image), none otherwise, with the pins of container/versions.toml as
+    build arguments; and the team ECR repository. Images are DockerImageAssets (Docker on the
+    deploying machine), or with imageBuild=cloud built in CodeBuild at deploy and pushed to the team
+    repository under a content tag. Stateful: the repository is retained.
 
-    Attributes `images`: accelerator kind -> TrainingImage or CloudBuiltImage; `cloud_build`
-    (CloudImageBuild or None); `image_uri(fleet)` is what a fleet runs."""
+    Attributes `images`: image name (pytorch, isaaclab, trainium) -> TrainingImage or CloudBuiltImage;
+    `cloud_build` (CloudImageBuild or None); `image_uri(fleet)` is what a fleet runs."""
 
     def __init__(
         self,
@@ -78,10 +82,10 @@ class RegistryStack(Stack):
         self.export_value(self.repository.repository_arn)
         self.export_value(self.repository.repository_name)
         needed = sorted(
-            dict.fromkeys(f.instance.accelerator_kind for f in fleets if not f.image_uri), key=list(IMAGES).index
+            dict.fromkeys(f.instance.default_image for f in fleets if not f.image_uri), key=list(IMAGES).index
         )
         self.cloud_build: CloudImageBuild | None = None
-        self.images: dict[AcceleratorKind, TrainingImage | CloudBuiltImage] = {}
+        self.images: dict[str, TrainingImage | CloudBuiltImage] = {}
         if images.build == "cloud" and needed:
             # Imported here: the default synth does not load CodeBuild, Lambda and custom resources.
             from training_constructs.images.cloud_image_build import CloudImageBuild
@@ -90,37 +94,45 @@ class RegistryStack(Stack):
                 self,
                 "ImageBuild",
                 repository=self.repository,
-                dockerfiles={_image_name(kind): IMAGES[kind][1] for kind in needed},
+                dockerfiles={name: IMAGES[name][1] for name in needed},
                 source_dir=container_dir,
                 ngc_secret=images.ngc_secret,
                 log_retention=log_retention,
             )
-            self.images = {kind: self.cloud_build.images[_image_name(kind)] for kind in needed}
+            self.images = {name: self.cloud_build.images[name] for name in needed}
         else:
+            versions = load_versions(container_dir / VERSIONS_FILE.name)
             self.images = {
-                kind: TrainingImage(self, IMAGES[kind][0], dockerfile=IMAGES[kind][1], directory=container_dir)
-                for kind in needed
+                name: TrainingImage(
+                    self,
+                    IMAGES[name][0],
+                    dockerfile=IMAGES[name][1],
+                    directory=container_dir,
+                    build_args=versions.build_args(name),
+                )
+                for name in needed
             }
 
         for fleet in fleets:
-            _warn_on_blackwell(self, fleet)
+            _warn_without_kernels(self, fleet)
 
     def image_uri(self, fleet: FleetSettings) -> str:
-        return fleet.image_uri or self.images[fleet.instance.accelerator_kind].image_uri
+        return fleet.image_uri or self.images[fleet.instance.default_image].image_uri
 
 
-def _warn_on_blackwell(scope: Construct, fleet: FleetSettings) -> None:
-    """Blackwell GPUs (the catalog gives exactly them a minimum driver) cannot run the GPU image that
-    container/gpu builds: Isaac Lab 2.1.0 pins PyTorch 2.5.1, whose kernels stop at sm_90
-    (HybridRobotics/berkeley-humanoid-lite#43; PyTorch added Blackwell with 2.7 and CUDA 12.8,
-    isaac-sim/IsaacLab#2998), and Isaac Sim 4.5 crashes on RTX Blackwell (isaac-sim/IsaacSim#671).
-    Synth says so; on a node the preflight's EXPECT_TORCH_CUDA check stops the job with the CUDA error."""
+def _warn_without_kernels(scope: Construct, fleet: FleetSettings) -> None:
+    """A fleet on the PyTorch image whose GPU that image has no kernels for (V100) is told at synth;
+    on a node the preflight's EXPECT_TORCH_CUDA check stops the job with CUDA's own error."""
     spec = fleet.instance
-    if fleet.image_uri or spec.accelerator_kind is not AcceleratorKind.NVIDIA_GPU or not spec.min_nvidia_driver:
+    if (
+        fleet.image_uri
+        or spec.default_image != "pytorch"
+        or spec.accelerator_model not in PYTORCH_IMAGE_WITHOUT_KERNELS
+    ):
         return
     Annotations.of(scope).add_warning_v2(
-        "training:blackwell-image",
-        f"fleet {fleet.name} ({spec.name}, {spec.accelerator_model}): the GPU image built from container/gpu "
-        "(Isaac Lab 2.1.0, PyTorch 2.5.1) has no kernels for Blackwell GPUs; give the fleet an `image` with PyTorch "
-        "2.7+ built for CUDA 12.8 (Isaac Lab 2.2+ on Isaac Sim 5), or the job preflight stops every node",
+        "training:image-without-kernels",
+        f"fleet {fleet.name} ({spec.name}, {spec.accelerator_model}): the PyTorch image built from container/pytorch "
+        "is a CUDA 13 build, which has no kernels for Volta GPUs; give the fleet an `image` with a PyTorch built "
+        "for CUDA 12.6 or older, or the job preflight stops every node",
     )

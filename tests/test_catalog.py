@@ -154,10 +154,10 @@ def test_catalog_page_lists_every_efa_type_with_its_figures():
     rows = {}
     for line in page("reference/catalog.md").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 10 and cells[0] in CATALOG:
+        if len(cells) == 11 and cells[0] in CATALOG:
             rows[cells[0]] = cells
     assert set(rows) == {n for n, s in CATALOG.items() if s.efa_supported}
-    for name, (_, vcpus, mem, _, cards, efa, per_card, gbps, isaac, driver) in rows.items():
+    for name, (_, vcpus, mem, _, cards, efa, per_card, gbps, isaac, driver, image) in rows.items():
         spec = CATALOG[name]
         first, last = spec.efa_cards[0], spec.efa_cards[-1]
         assert (int(vcpus), int(mem), int(cards), int(gbps)) == (
@@ -173,6 +173,9 @@ def test_catalog_page_lists_every_efa_type_with_its_figures():
         # Trainium has no NVIDIA driver ("-"); a GPU without a documented minimum leaves it blank.
         neuron = spec.accelerator_kind is AcceleratorKind.NEURON
         assert driver == ("-" if neuron else spec.min_nvidia_driver or ""), name
+        # The image a fleet of the type runs by default: Isaac Lab exactly where Isaac Sim runs.
+        expected = "trainium" if neuron else ("isaaclab" if spec.runs_isaac_sim else "pytorch")
+        assert image == expected, name
 
 
 def test_isaac_sim_exactly_on_rt_core_gpus():

@@ -22,6 +22,7 @@ from tests.template_diff import diff_templates
 from tests.test_app_cli import CDK
 from training_constructs.common.retention import retention_days
 from training_constructs.images import cloud_image_build as build
+from training_constructs.images.image_versions import load_versions
 
 VARIANT = "reservations"  # imageBuild=cloud, ngcSecret=ngc-api-key
 STACK = "TrainingRegistry"
@@ -167,7 +168,7 @@ def test_each_image_has_a_wait_condition_new_for_its_content_tag_within_cloudfor
     t = template()
     digest = content_tag_hash()
     conditions = resources(t, "AWS::CloudFormation::WaitCondition")
-    assert sorted(conditions) == [f"GpuImageBuilt{digest}", f"TrainiumImageBuilt{digest}"]
+    assert sorted(conditions) == [f"IsaaclabImageBuilt{digest}", f"TrainiumImageBuilt{digest}"]
     for logical_id, condition in conditions.items():
         timeout = int(condition["Properties"]["Timeout"])
         # AWS::CloudFormation::WaitCondition Timeout: at most 43200 s; must outlast queue + build.
@@ -182,6 +183,9 @@ def test_each_image_has_a_wait_condition_new_for_its_content_tag_within_cloudfor
         assert '\\"action\\":\\"startBuild\\"' in create and json.dumps({"Ref": handle_id}) in create
         name = logical_id.removesuffix(f"ImageBuilt{digest}").lower()
         assert f"{name}-{digest}" in create
+        # The pins of container/versions.toml reach the build as for the local one.
+        pins = " ".join(f"{key}={value}" for key, value in load_versions().build_args(name).items())
+        assert pins and f'\\"name\\":\\"BUILD_ARGS\\",\\"value\\":\\"{pins}\\"' in create
 
 
 def test_build_end_reaches_the_reporter_and_the_starter_may_only_start_this_project():
@@ -225,7 +229,8 @@ def test_job_definitions_run_the_team_repository_at_the_content_tag():
     exports = template()["Outputs"]
     for logical_id, image in job_images(template("TrainingJobs")).items():
         parts = image["Fn::Join"][1]
-        expected = "gpu" if logical_id.startswith("Gpu") else "trainium"
+        # The default GPU fleet (g6.12xlarge, L4) runs Isaac Sim: the Isaac Lab image.
+        expected = "isaaclab" if logical_id.startswith("Gpu") else "trainium"
         assert parts[-1] == f":{expected}-{digest}"
         imported = {p["Fn::ImportValue"] for p in parts if "Fn::ImportValue" in p} | {
             p["Fn::Select"][1]["Fn::Split"][1]["Fn::ImportValue"] for p in parts if "Fn::Select" in p
@@ -282,9 +287,9 @@ def test_the_tag_follows_container_content_only():
     unchanged = Path(scratch_dir("container-")) / "container"
     shutil.copytree(ROOT / "container", unchanged, ignore=shutil.ignore_patterns("__pycache__"))
     # Another synth of the same files, from another folder: the same tag.
-    assert registry_tag(unchanged) == f"gpu-{digest}"
+    assert registry_tag(unchanged) == f"isaaclab-{digest}"
     # One byte changed: a new tag.
-    assert registry_tag(changed_container()) not in (f"gpu-{digest}", "")
+    assert registry_tag(changed_container()) not in (f"isaaclab-{digest}", "")
 
 
 @functools.cache
@@ -319,8 +324,8 @@ def test_a_changed_container_updates_the_job_definitions_in_place_and_replaces_n
     assert "replace" not in registry.lower(), registry
     for sign in ("+", "-"):
         for kind, name in (
-            ("AWS::CloudFormation::WaitCondition", "GpuImageBuilt"),
-            ("Custom::AWS", "GpuImageBuildStart"),
+            ("AWS::CloudFormation::WaitCondition", "IsaaclabImageBuilt"),
+            ("Custom::AWS", "IsaaclabImageBuildStart"),
         ):
             assert re.search(rf"\[{re.escape(sign)}\] {kind} (\S+ )?{name}[0-9a-f]{{64}}", registry), registry
     assert "AWS::ECR::Repository" not in registry and "AWS::Logs::LogGroup" not in registry

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from aws_cdk.assertions import Annotations, Match
 
+from config.settings import fleet_construct_id
 from tests.harness import ROOT, VARIANTS, fleet_name, resources, synth, synth_with
 
 STACK = "TrainingRegistry"
@@ -23,7 +24,8 @@ def test_both_images_are_staged_from_container_without_docker():
     result = synth("default")
     assets = docker_assets(result)
     files = sorted(a["source"]["dockerFile"] for a in assets.values())
-    assert files == ["gpu/Dockerfile", "trainium/Dockerfile"]
+    # The default GPU fleet (g6.12xlarge, L4 with RT cores) runs Isaac Lab.
+    assert files == ["isaaclab/Dockerfile", "trainium/Dockerfile"]
     for asset in assets.values():
         staged = Path(result.assembly.directory) / asset["source"]["directory"]
         for name in ("distributed_run.sh", "allreduce_bench.py", "checkpoint_sync.py", "preflight.py"):
@@ -46,12 +48,15 @@ def test_image_uris_replace_the_assets_and_reach_the_job_definitions():
         assert image == (variant["gpuImage"] if logical_id.startswith("Gpu") else variant["trainiumImage"])
 
 
-def test_one_image_per_accelerator_kind_that_a_fleet_needs():
+def test_one_image_per_image_name_that_a_fleet_needs():
     # GPU only: no Neuron image is staged or built.
-    assert [a["source"]["dockerFile"] for a in docker_assets(synth("gpu-only")).values()] == ["gpu/Dockerfile"]
-    # Three fleets, two of them GPU: still one GPU image.
+    assert [a["source"]["dockerFile"] for a in docker_assets(synth("gpu-only")).values()] == ["isaaclab/Dockerfile"]
+    # Three fleets: g6e (Isaac Sim), p5e (not) and trn2: one image each.
     files = sorted(a["source"]["dockerFile"] for a in docker_assets(synth("three-fleets")).values())
-    assert files == ["gpu/Dockerfile", "trainium/Dockerfile"]
+    assert files == ["isaaclab/Dockerfile", "pytorch/Dockerfile", "trainium/Dockerfile"]
+    # Every catalog type: still one image per name.
+    files = sorted(a["source"]["dockerFile"] for a in docker_assets(synth("all-types")).values())
+    assert files == ["isaaclab/Dockerfile", "pytorch/Dockerfile", "trainium/Dockerfile"]
 
 
 def test_a_fleet_with_its_own_image_needs_no_build():
@@ -105,7 +110,7 @@ def test_every_launcher_file_is_copied_into_the_image(dockerfile):
     # The launcher runs its Python modules from beside it; one left out fails only on a node. The
     # NVIDIA driver check has nothing to check on a Neuron node.
     beside = {p.name for p in (ROOT / "container").iterdir() if p.suffix in (".py", ".sh")}
-    if dockerfile.parent.name != "gpu":
+    if dockerfile.parent.name == "trainium":
         beside -= {"driver_check.py"}
     assert beside <= copied, beside - copied
     # .dockerignore lets through only what it names: a copied file it leaves out fails the build.
@@ -117,38 +122,117 @@ def dockerfile_lines(name):
     return [line.strip() for line in (ROOT / "container" / name / "Dockerfile").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("image", ["gpu", "trainium"])
+@pytest.mark.parametrize("image", ["isaaclab", "pytorch", "trainium"])
 def test_image_resets_the_base_entrypoint_as_its_last_word(image):
     # Isaac Sim's starts the streaming app; the Neuron DLC's runs the command under a PID-1 bash
-    # that never passes on SIGTERM. Batch sets the command only, so both images reset it.
+    # that never passes on SIGTERM. Batch sets the command only, so every image resets it.
     lines = [line for line in dockerfile_lines(image) if line.startswith(("ENTRYPOINT", "FROM"))]
     # After the FROM, the only ENTRYPOINT is the reset, so Batch's command runs as given.
     assert lines[-1] == "ENTRYPOINT []" and lines.count("ENTRYPOINT []") == 1
 
 
-def test_gpu_image_puts_both_plugin_layouts_on_the_loader_path_and_fails_without_it():
-    text = (ROOT / "container" / "gpu" / "Dockerfile").read_text()
+@pytest.mark.parametrize("image", ["isaaclab", "pytorch"])
+def test_nvidia_images_put_every_plugin_layout_on_the_loader_path(image):
+    text = (ROOT / "container" / image / "Dockerfile").read_text()
     env = next(line for line in text.splitlines() if line.startswith("ENV LD_LIBRARY_PATH="))
-    assert "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:" in env and "/opt/amazon/ofi-nccl/lib:" in env
-    assert "/etc/ld.so.conf.d/" in text and "ldconfig" in text
-    assert "grep -q 'libnccl-net'" in text and "exit 1" in text
+    for layout in (
+        "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:",
+        "/opt/amazon/ofi-nccl/lib64:",
+        "/opt/amazon/ofi-nccl/lib:",
+    ):
+        assert layout in env
+    assert 'RUN bash /tmp/install_efa.sh "${EFA_INSTALLER_VERSION}"' in text
 
 
-def test_blackwell_fleets_on_the_built_gpu_image_are_warned():
-    # The all-types variant has a fleet of every catalog type, none with an image of its own.
-    stack = synth("all-types").app.node.find_child("TrainingRegistry")
-    warnings = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("no kernels for Blackwell"))
-    warned = {str(w.entry.data).split()[1] for w in warnings}
-    # B200, B300, RTX PRO 6000 (g7e) and RTX PRO 4500 (g7): every Blackwell type of the catalog.
-    blackwell = {"p6-b200.48xlarge", "p6-b300.48xlarge"}
-    blackwell |= {
-        f"{family}.{size}" for family in ("g7e", "g7") for size in ("8xlarge", "12xlarge", "24xlarge", "48xlarge")
-    }
-    assert warned == {fleet_name(name) for name in blackwell}
-    # The default deployment (g6.12xlarge, trn1.32xlarge) has no warning at all.
+def run_install_efa(tmp_path, *, plugin: bool, cudart: str | None):
+    """install_efa.sh's checks after the installer, with apt, curl, the installer and ldconfig
+    replaced by stand-ins in a scratch root (the script's paths are absolute: run through sed)."""
+    root = tmp_path / "root"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("apt-get", "curl", "tar"):
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 0\n")
+    # ldconfig -p lists what the scratch root's loader config names, as the real one would.
+    (bin_dir / "ldconfig").write_text(
+        '#!/bin/bash\n[[ "$1" == -p ]] || exit 0\n'
+        f'for d in $(cat {root}/etc/ld.so.conf.d/*.conf 2>/dev/null); do for f in "$d"/lib*.so*; do '
+        '[[ -e "$f" ]] && printf \'\\t%s (libc6,x86-64) => %s\\n\' "$(basename "$f")" "$f"; done; done\n'
+    )
+    installer = root / "tmp" / "aws-efa-installer"
+    installer.mkdir(parents=True)
+    (installer / "efa_installer.sh").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/installer-args\n')
+    (root / "etc" / "ld.so.conf.d").mkdir(parents=True)
+    if plugin:
+        (root / "opt/amazon/ofi-nccl/lib/x86_64-linux-gnu").mkdir(parents=True)
+        (root / "opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net.so").write_text("")
+    if cudart:
+        (root / "usr/lib/cuda").mkdir(parents=True)
+        (root / "usr/lib/cuda" / cudart).write_text("")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    (installer / "efa_installer.sh").chmod(0o755)
+    script = (ROOT / "container" / "common" / "install_efa.sh").read_text()
+    for absolute in (" /opt/", "/etc/", "/tmp/"):  # noqa: S108 - paths of the script, moved under tmp_path
+        script = script.replace(absolute, absolute.replace("/", "@ROOT@/", 1))
+    script = script.replace("find / ", "find @ROOT@ ").replace("-not -path '/proc/*'", "").replace("@ROOT@", str(root))
+    result = subprocess.run(
+        ["bash", "-c", script, "install_efa.sh", "1.51.0"],
+        capture_output=True, text=True, timeout=30, env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+    )  # fmt: skip
+    args = (tmp_path / "installer-args").read_text().split() if (tmp_path / "installer-args").exists() else []
+    return result, args, root
+
+
+def test_install_efa_fails_the_build_without_the_plugin_nccl_loads(tmp_path):
+    result, args, _ = run_install_efa(tmp_path, plugin=False, cudart="libcudart.so.13")
+    assert result.returncode == 1
+    assert "libnccl-net.so not found" in result.stderr and "TCP" in result.stderr
+    # The NGC detection of installer 1.48+ would leave the plugin out: the standard install is forced.
+    assert {"--skip-kmod", "--skip-limit-conf", "--no-verify", "--disable-ngc"} <= set(args)
+
+
+def test_install_efa_links_the_unversioned_cuda_runtime_the_plugin_loads(tmp_path):
+    result, _, root = run_install_efa(tmp_path, plugin=True, cudart="libcudart.so.13")
+    assert result.returncode == 0, result.stderr
+    assert (root / "usr/lib/cuda/libcudart.so").resolve().name == "libcudart.so.13"
+    assert (root / "etc/ld.so.conf.d/001-cudart.conf").read_text().strip().endswith("usr/lib/cuda")
+
+
+def test_install_efa_fails_the_build_without_a_cuda_runtime(tmp_path):
+    result, _, _ = run_install_efa(tmp_path, plugin=True, cudart=None)
+    assert result.returncode == 1 and "no libcudart.so" in result.stderr
+
+
+def test_fleets_run_the_image_their_gpus_can_use():
+    # All-types: a fleet of every catalog type, none with an image of its own.
+    result = synth("all-types")
+    registry = result.app.node.find_child(STACK)
+    hashes = {name: image.asset.asset_hash for name, image in registry.images.items()}
+    assert len(set(hashes.values())) == 3
+    definitions = resources(result.templates["TrainingJobs"], "AWS::Batch::JobDefinition")
+    for instance_type, image in (
+        ("p5.48xlarge", "pytorch"),
+        ("p6-b200.48xlarge", "pytorch"),
+        ("p6-b300.48xlarge", "pytorch"),
+        ("g6.12xlarge", "isaaclab"),
+        ("g7e.48xlarge", "isaaclab"),
+        ("trn1.32xlarge", "trainium"),
+    ):
+        prefix = fleet_construct_id(fleet_name(instance_type))
+        images = [
+            json.dumps(d["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]["Image"])
+            for logical_id, d in definitions.items()
+            if logical_id.startswith((f"{prefix}TrainingJob", f"{prefix}BenchmarkJob"))
+        ]
+        # Both definitions of the fleet (training and the fleet check) run that one image.
+        assert len(images) == 2 and all(hashes[image] in i for i in images), (instance_type, images)
+
+
+def test_only_fleets_the_pytorch_image_has_no_kernels_for_are_warned():
+    stack = synth("all-types").app.node.find_child(STACK)
+    warnings = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("no kernels for Volta"))
+    # V100 (p3dn): CUDA 13 has no sm_70. Blackwell fleets run the PyTorch or Isaac Lab image unwarned.
+    assert {str(w.entry.data).split()[1] for w in warnings} == {fleet_name("p3dn.24xlarge")}
     assert (
-        Annotations.from_stack(synth("default").app.node.find_child("TrainingRegistry")).find_warning(
-            "*", Match.any_value()
-        )
-        == []
+        Annotations.from_stack(synth("default").app.node.find_child(STACK)).find_warning("*", Match.any_value()) == []
     )

@@ -19,7 +19,8 @@ SCRIPTS = subprocess.run(
 def test_the_known_scripts_are_found():
     known = {
         "container/distributed_run.sh",
-        "container/gpu/exec_python.sh",
+        "container/isaaclab/exec_python.sh",
+        "container/common/install_efa.sh",
         "training_constructs/images/build_image.sh",
     }
     assert known <= set(SCRIPTS)

@@ -2,7 +2,8 @@
 
 - context-keys.md: every key of config/context_keys.py's `KEYS` (derived from the pydantic model), and the
   fields of one `fleets` entry (`FleetModel`), with default, what is allowed and what it does;
-- catalog.md: the EFA-capable types of config/catalog.py's `CATALOG`;
+- catalog.md: the EFA-capable types of config/catalog.py's `CATALOG`, with the image each runs by default;
+- image-versions.md: every pin of container/versions.toml, with the date it was checked and its source;
 - cli.md: trainctl's commands, found by walking the command tree typer builds from `trainctl.cli.app`,
   so a new command or option appears on the next `make docs-gen`.
 
@@ -23,6 +24,7 @@ from pydantic_core import PydanticUndefined
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec
 from config.context_keys import KEYS, FleetModel
 from trainctl.cli import app
+from training_constructs.images.image_versions import load_versions
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
@@ -96,7 +98,7 @@ def _catalog_row(spec: InstanceSpec) -> str:
     isaac = "-" if neuron else ("yes" if spec.runs_isaac_sim else "no")
     driver = "-" if neuron else (spec.min_nvidia_driver or "")
     cells = (spec.name, spec.vcpus, spec.memory_gib, _accelerators(spec), spec.network_cards, cards, per_card)
-    return "| " + " | ".join(map(str, (*cells, spec.network_gbps, isaac, driver))) + " |"
+    return "| " + " | ".join(map(str, (*cells, spec.network_gbps, isaac, driver, spec.default_image))) + " |"
 
 
 def catalog_page() -> str:
@@ -109,8 +111,8 @@ def catalog_page() -> str:
         "[Fleets and the catalog](../fleets.md#instance-catalog).",
         "",
         "| type | vCPU | memory GiB | accelerators | network cards | EFA cards | interfaces per card | Gbps "
-        "| Isaac Sim | driver |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| Isaac Sim | driver | image |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_catalog_row(spec) for spec in CATALOG.values() if spec.efa_supported]
     without = ", ".join(f"`{name}`" for name, spec in CATALOG.items() if not spec.efa_supported)
@@ -166,10 +168,34 @@ def cli_page(cli: typer.Typer = app) -> str:
     return "\n".join(lines) + "\n"
 
 
+def image_versions_page() -> str:
+    versions = load_versions()
+    lines = [
+        "# Image versions",
+        "",
+        GENERATED.format(source="container/versions.toml").rstrip("\n"),
+        "",
+        f"Every version the training images are built with, last checked {versions.checked.isoformat()}. The",
+        "Dockerfiles declare each as a build argument with this default, and both builds (local and",
+        "`imageBuild=cloud`) pass these values; a test fails when a Dockerfile differs. Which fleet runs",
+        "which image, and how to refresh a pin: [Training images](../images.md#which-image-a-fleet-runs).",
+        "",
+        "| build argument | value | images | checked | base size (compressed) | source |",
+        "|---|---|---|---|---|---|",
+    ]
+    for pin in versions.pins.values():
+        size = pin.compressed_size or "-"
+        images = ", ".join(pin.images)
+        cells = (code(pin.name), code(pin.value), images, pin.checked.isoformat(), size, cell(pin.source))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "context-keys.md": context_keys_page,
     "catalog.md": catalog_page,
     "cli.md": cli_page,
+    "image-versions.md": image_versions_page,
 }
 
 

@@ -2,7 +2,8 @@
 # The cloud image build (imageBuild=cloud): runs in CodeBuild from container/, inlined into the
 # project's buildspec at synth. Builds $DOCKERFILE and pushes it as $REPOSITORY_URI:$IMAGE_TAG, unless
 # that tag exists already (tags are immutable; a retried deploy reuses it).
-# Input: REPOSITORY_URI, REPOSITORY_NAME, IMAGE_TAG, DOCKERFILE, AWS_REGION;
+# Input: REPOSITORY_URI, REPOSITORY_NAME, IMAGE_TAG, DOCKERFILE, BUILD_ARGS (NAME=value ..., the
+# pins of container/versions.toml), AWS_REGION;
 # NGC_API_KEY and NGC_SECRET when the deploy names an NGC secret.
 set -euo pipefail
 
@@ -28,8 +29,12 @@ fi
 # whose exporter takes no compression option: the layers are pushed gzip-compressed by dockerd, as a
 # local build's are (docs/images.md, "Which Docker builds").
 image="$REPOSITORY_URI:$IMAGE_TAG"
+build_args=()
+for pin in ${BUILD_ARGS:-}; do
+  build_args+=(--build-arg "$pin")
+done
 log=$(mktemp)
-if DOCKER_BUILDKIT=1 docker build --platform linux/amd64 --file "$DOCKERFILE" --tag "$image" . 2>&1 | tee "$log" &&
+if DOCKER_BUILDKIT=1 docker build --platform linux/amd64 --file "$DOCKERFILE" "${build_args[@]}" --tag "$image" . 2>&1 | tee "$log" &&
   docker push "$image" 2>&1 | tee -a "$log"; then
   exit 0
 fi

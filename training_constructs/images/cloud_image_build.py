@@ -23,6 +23,7 @@ from constructs import Construct
 from training_constructs.common.nag_names import nag_name
 from training_constructs.common.small_functions import depend_on_policy_only, logging_role
 from training_constructs.images.build_reporter import report_build
+from training_constructs.images.image_versions import VERSIONS_FILE, load_versions
 
 REPORTER_DIR = Path(report_build.__file__).resolve().parent
 # BUILD_GENERAL1_2XLARGE: 144 GiB memory, 72 vCPUs, 824 GB SSD, "Docker images up to 100 GB
@@ -82,6 +83,7 @@ class CloudImageBuild(Construct):
         )
         # A hash of the staged files' names and contents, computed at synth: the tag of every image.
         self.content_hash = self.source.asset_hash
+        self._versions = load_versions(source_dir / VERSIONS_FILE.name)
         self.log_group = logs.LogGroup(self, "BuildLogs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN)
         variables = {
             "REPOSITORY_URI": codebuild.BuildEnvironmentVariable(value=repository.repository_uri),
@@ -168,6 +170,7 @@ class CloudImageBuild(Construct):
         # reference, AWS::CloudFormation::WaitCondition): logical ids carry the tag, so a new
         # container/ brings a new starter, handle and condition, and the old ones go.
         prefix = name[0].upper() + name[1:]
+        build_args = " ".join(f"{key}={value}" for key, value in self._versions.build_args(name).items())
         handle = cfn.CfnWaitConditionHandle(self, f"{prefix}Handle")
         handle.override_logical_id(f"{prefix}ImageHandle{self.content_hash}")
         starter = cr.AwsCustomResource(
@@ -181,6 +184,8 @@ class CloudImageBuild(Construct):
                     "environmentVariablesOverride": [
                         {"name": "IMAGE_TAG", "value": tag, "type": "PLAINTEXT"},
                         {"name": "DOCKERFILE", "value": dockerfile, "type": "PLAINTEXT"},
+                        # The pins of container/versions.toml, as for the local build: NAME=value ...
+                        {"name": "BUILD_ARGS", "value": build_args, "type": "PLAINTEXT"},
                         {"name": report_build.HANDLE_VARIABLE, "value": handle.ref, "type": "PLAINTEXT"},
                     ],
                 },

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from config.catalog import AcceleratorKind, InstanceSpec
 from config.gpu_interconnect import INTRA_NODE
 
-# Installed by both Dockerfiles (container/).
+# Installed by every Dockerfile (container/).
 LAUNCHER = "/opt/training/distributed_run.sh"
 ALLREDUCE_BENCH = "/opt/training/allreduce_bench.py"
 
