@@ -23,7 +23,7 @@ PURGE_DAYS = (1, 10000)
 # (PCS user guide, "AWS managed policies for AWS PCS", AWSPCSComputeNodePolicy).
 NODE_POLICY = "AWSPCSComputeNodePolicy"
 # The role in a node's instance profile must be named AWSPCS... or sit under this path (PCS user guide,
-# "IAM instance profiles for AWS PCS"; PCS API reference, ComputeNodeGroup.iamInstanceProfileArn).
+# "Create an instance profile for AWS PCS"; PCS API reference, ComputeNodeGroup.iamInstanceProfileArn).
 NODE_ROLE_PATH = "/aws-pcs/"
 
 

@@ -48,9 +48,10 @@ class PcsCluster(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         # One group for the controller's interface, every node interface and the file system: Slurm
-        # (slurmctld, slurmd, slurmdbd), EFA and Lustre all need traffic between members (PCS user guide,
-        # "Security groups in AWS PCS"; EC2 user guide, EFA security group; FSx for Lustre user guide,
-        # "File system access control with Amazon VPC"). Nothing else gets in or out through it.
+        # (slurmctld, slurmd, slurmdbd), EFA and Lustre all need traffic between members (CloudFormation
+        # reference, AWS::PCS::Cluster Networking.SecurityGroupIds, its required rules; PCS user guide,
+        # "Create a basic launch template"; EC2 user guide, EFA security group; FSx for Lustre user
+        # guide, "File system access control with Amazon VPC"). Nothing else gets in or out through it.
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",
@@ -158,7 +159,7 @@ class PcsCluster(Construct):
             "NodeRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             # The role of a PCS instance profile is named AWSPCS... or sits under /aws-pcs/; CDK names
-            # the role, so the path it is (PCS user guide, "IAM instance profiles for AWS PCS").
+            # the role, so the path it is (PCS user guide, "Create an instance profile for AWS PCS").
             path=pcs_facts.NODE_ROLE_PATH,
             description="PCS nodes: join the cluster, Session Manager, data buckets, ECR pulls",
             managed_policies=[
