@@ -3,6 +3,9 @@ file system, each hidden PCS rule pinned on the template (tests/harness.py, vari
 chosen from the node count, and the refusals."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -193,6 +196,22 @@ def test_shared_lustre_is_retained_linked_to_both_buckets_and_mounted_on_every_n
         # PCS takes MIME multi-part user data only (PCS user guide, "Working with Amazon EC2 user data").
         assert "multipart/mixed" in text and "text/x-shellscript" in text
         assert f'{{"Ref": "{fs_id}"}}' in text and "lustre" in text and "ecs.config" not in text
+
+
+def test_node_script_is_clean_shell(template, tmp_path):
+    """The shell part of the nodes' user data, references filled with placeholders, through shellcheck."""
+    (lt, *_) = resources(template, "AWS::EC2::LaunchTemplate").values()
+    _, parts = lt["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"]
+    text = "".join(p if isinstance(p, str) else "placeholder" for p in parts)
+    script = text.split('Content-Type: text/x-shellscript; charset="us-ascii"\n\n', 1)[1].split("\n--", 1)[0]
+    assert script.startswith("#!/bin/bash\nset -euo pipefail\n") and "mount /fsx" in script
+    path = tmp_path / "node.sh"
+    path.write_text(script)
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    result = subprocess.run(
+        [str(shellcheck), "--severity=style", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout
 
 
 def test_stack_is_absent_by_default_and_protected_when_present():

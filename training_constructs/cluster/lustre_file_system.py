@@ -82,10 +82,10 @@ class SharedLustre(Construct):
         Lustre client comes from the AMI, or from Amazon Linux's repository where the AMI lacks it
         (FSx for Lustre user guide, "Installing the Lustre client")."""
         source = f"{self.file_system.dns_name}@tcp:/{self.file_system.mount_name}"
+        entry = f"{source} {MOUNT_DIR} lustre {FSTAB_OPTIONS} 0 0"
         return [
             "command -v mount.lustre >/dev/null || dnf install -y lustre-client",
             f"mkdir -p {MOUNT_DIR}",
-            f"grep -q ' {MOUNT_DIR} lustre ' /etc/fstab || echo '{source} {MOUNT_DIR} lustre {FSTAB_OPTIONS} 0 0' \\",
-            "  >> /etc/fstab",
+            f"grep -q ' {MOUNT_DIR} lustre ' /etc/fstab || echo '{entry}' >> /etc/fstab",
             f"mount {MOUNT_DIR}",
         ]

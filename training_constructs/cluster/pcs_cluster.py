@@ -98,7 +98,7 @@ class PcsCluster(Construct):
         # the rules are resources of their own.
         for rule in self.security_group.node.children:
             if isinstance(rule, ec2.CfnSecurityGroupIngress | ec2.CfnSecurityGroupEgress):
-                self.cluster.add_dependency(rule)
+                self.cluster.add_resource_dependency(rule)
         # Accounting records live in the cluster: deleting the stack keeps it (docs/slurm.md).
         self.cluster.apply_removal_policy(RemovalPolicy.RETAIN)
         cluster_id = self.cluster.attr_id
