@@ -22,6 +22,7 @@ from stacks.jobs_stack import JobsStack
 from stacks.monitoring_stack import MonitoringStack
 from stacks.network_stack import NetworkStack
 from stacks.parallel_cluster_stack import ParallelClusterStack
+from stacks.pcs_stack import PcsStack
 from stacks.registry_stack import RegistryStack
 from training_constructs.common.retention import retention_days
 from training_constructs.images.training_image import CONTAINER_DIR
@@ -127,6 +128,23 @@ def build_app(
             description="Training platform: optional AWS ParallelCluster (Slurm) cluster with FSx for Lustre",
         )
         cluster.add_stack_dependency(data)
+    if settings.pcs:
+        managed = PcsStack(
+            app,
+            f"{STACK_PREFIX}Pcs",
+            network=network.network,
+            datasets=data.datasets,
+            checkpoints=data.checkpoints,
+            settings=settings.pcs,
+            fsx_capacity_gib=settings.parallel_cluster.fsx_capacity_gib,
+            fsx_throughput=settings.parallel_cluster.fsx_throughput,
+            root_volume=settings.root_volume,
+            availability_zone=settings.network.availability_zone,
+            env=env,
+            description="Training platform: optional managed Slurm on AWS PCS with FSx for Lustre",
+        )
+        # The buckets come through named exports, which CDK does not track as a reference.
+        managed.add_stack_dependency(data)
     if nag:
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     if settings.template_validation:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from config import limits, refusals, schedule_rules, zones
+from config import limits, pcs, refusals, schedule_rules, zones
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec
 from config.context_keys import (
     EFA_TYPES,
@@ -45,6 +45,7 @@ from config.settings import (
     JobSettings,
     NetworkSettings,
     ParallelClusterSettings,
+    PcsSettings,
     RootVolume,
     Share,
     fleet_construct_id,
@@ -212,9 +213,7 @@ def _check_fleet_ids(names: tuple[str, ...]) -> None:
                 raise fail("fleets", name, problem, "another name for one of them")
 
 
-def _network(
-    ctx: Any, fleets: tuple[FleetSettings, ...], cluster: ParallelClusterSettings, region: str | None
-) -> NetworkSettings:
+def _network(ctx: Any, fleets: tuple[FleetSettings, ...], slurm: dict[str, int], region: str | None) -> NetworkSettings:
     az = ctx.availability_zone
     skipped = _zone_table_skips(ctx)
     _check_az("availabilityZone", az, region, skipped)
@@ -224,7 +223,7 @@ def _network(
     zones = [p.availability_zone for f in fleets for p in f.placements]
     named = tuple(dict.fromkeys(z for z in zones if z not in (None, az)))
     # One CIDR block per named AZ of the fleets, and one for the Slurm cluster's own subnet.
-    blocks = len({z or az for z in zones} - {None}) + (1 if cluster.enabled and az else 0)
+    blocks = len({z or az for z in zones} - {None}) + (1 if slurm and az else 0)
     if blocks > limits.MAX_NAMED_AZ_BLOCKS:
         problem = (
             f"fleets and the Slurm cluster name {blocks} subnets; a VPC holds {limits.VPC_CIDR_BLOCKS} CIDR "
@@ -234,7 +233,7 @@ def _network(
         if az:
             raise fail("availabilityZone", az, problem, allowed)
         raise fail("fleets", f"{blocks} AZs", problem, allowed)
-    _check_subnet_room(fleets, cluster, az)
+    _check_subnet_room(fleets, slurm, az)
     names = tuple(dict.fromkeys(n.strip() for n in ctx.interface_endpoints.split(",") if n.strip()))
     unknown = [n for n in names if n not in limits.INTERFACE_ENDPOINTS]
     if unknown:
@@ -248,7 +247,7 @@ def _network(
     )
 
 
-def _check_subnet_room(fleets: tuple[FleetSettings, ...], cluster: ParallelClusterSettings, az: str | None) -> None:
+def _check_subnet_room(fleets: tuple[FleetSettings, ...], slurm: dict[str, int], az: str | None) -> None:
     """Everything that shares a training subnet must fit in it at its largest; otherwise EC2 runs
     out of addresses while Batch or Slurm scales out, and jobs wait forever. A fleet lives in its
     AZ's subnet (the VPC's first when no AZ is named); the Slurm cluster shares the VPC's first
@@ -260,12 +259,9 @@ def _check_subnet_room(fleets: tuple[FleetSettings, ...], cluster: ParallelClust
             per_node = placement.instance.node_interfaces + limits.TASK_ENIS_PER_NODE
             user = f"fleet {fleet.name}" + (f" fallback {number}" if number else "")
             users.setdefault(where, {})[user] = fleet.max_nodes * per_node
-    if cluster.enabled:
+    if slurm:
         where = f"the Slurm cluster's subnet in {az}" if az else "the VPC's first training subnet"
-        slurm = users.setdefault(where, {})
-        for spec in cluster.instances:
-            slurm[f"Slurm {spec.name}"] = cluster.max_nodes * limits.SLURM_ADDRESSES_PER_NODE
-        slurm["Slurm head node"] = 1
+        users.setdefault(where, {}).update(slurm)
     for where, need in users.items():
         if sum(need.values()) > limits.TRAINING_SUBNET_ADDRESSES:
             # The two largest users; docs/fleets.md explains the count per node.
@@ -277,6 +273,54 @@ def _check_subnet_room(fleets: tuple[FleetSettings, ...], cluster: ParallelClust
                 f"/{limits.TRAINING_SUBNET_MASK}'s {limits.TRAINING_SUBNET_ADDRESSES}; lower the max nodes or set an "
                 "availabilityZone"
             )
+
+
+def _slurm_addresses(cluster: ParallelClusterSettings, managed: PcsSettings | None) -> dict[str, int]:
+    """The addresses the Slurm cluster takes in its subnet at its largest, by user; empty without one."""
+    if cluster.enabled:
+        need = {f"Slurm {spec.name}": cluster.max_nodes * limits.SLURM_ADDRESSES_PER_NODE for spec in cluster.instances}
+        return need | {"Slurm head node": 1}
+    if managed:
+        # Every launch-template interface of a PCS node takes an address (training_constructs/compute/
+        # efa_launch_template.py; no task ENI on Slurm nodes); PCS's controller takes one in the subnet.
+        need = {f"PCS {spec.name}": managed.max_nodes * spec.node_interfaces for spec in managed.instances}
+        return need | {"PCS login and controller": pcs.LOGIN_NODES + 1}
+    return {}
+
+
+def _pcs(ctx: Any) -> PcsSettings | None:
+    if ctx.parallel_cluster and ctx.slurm == "pcs":
+        raise ConfigError(
+            "context keys parallelCluster=true and slurm=pcs cannot be used together: pick one Slurm option"
+        )
+    if ctx.slurm != "pcs":
+        return None
+    if not ctx.pcs_ami_id:
+        raise ConfigError(
+            f"context key pcsAmiId: required with slurm=pcs, the ami- id of a PCS-ready AMI with Slurm "
+            f"{pcs.SLURM_VERSION} in the stack's region (docs/slurm.md, finding the AMI)"
+        )
+    login = ctx.pcs_login_instance_type
+    if login not in ec2_instance_types():
+        allowed = refusals.did_you_mean(login, ec2_instance_types(), "aws ec2 describe-instance-types")
+        raise fail("pcsLoginInstanceType", login, f"not an EC2 instance type (botocore {botocore_version})", allowed)
+    names = list(dict.fromkeys(n.strip() for n in ctx.pcs_instance_type.split(",") if n.strip()))
+    if not names:
+        raise fail("pcsInstanceType", ctx.pcs_instance_type, "empty")
+    settings = PcsSettings(
+        instances=tuple(_instance("pcsInstanceType", n, EFA_TYPES, "EFA-capable") for n in names),
+        max_nodes=ctx.pcs_max_nodes,
+        login_instance_type=login,
+        ami_id=ctx.pcs_ami_id,
+        accounting_purge_days=ctx.pcs_accounting_purge_days,
+    )
+    if settings.cluster_nodes > pcs.MAX_CLUSTER_NODES:
+        problem = (
+            f"{len(names)} node group(s) x {settings.max_nodes} + {pcs.LOGIN_NODES} login = {settings.cluster_nodes} "
+            f"nodes, over PCS's largest size (LARGE, {pcs.MAX_CLUSTER_NODES})"
+        )
+        raise fail("pcsMaxNodes", settings.max_nodes, problem, "fewer nodes or node groups")
+    return settings
 
 
 def _shares(raw: str) -> tuple[Share, ...]:
@@ -365,7 +409,7 @@ def _parallel_cluster(ctx: Any) -> ParallelClusterSettings:
     if not names:
         raise fail("pclusterInstanceType", ctx.pcluster_instance_type, "empty")
     return ParallelClusterSettings(
-        enabled=ctx.parallel_cluster,
+        enabled=ctx.parallel_cluster or ctx.slurm == "parallelcluster",
         instances=tuple(_instance("pclusterInstanceType", n, EFA_TYPES, "EFA-capable") for n in names),
         max_nodes=ctx.pcluster_max_nodes,
         head_node_instance_type=ctx.pcluster_head_node_instance_type,
@@ -395,7 +439,8 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None, now:
         near = sorted(sorted(limits.LOG_RETENTION_DAYS, key=lambda d: abs(d - ctx.log_retention_days))[:2])
         allowed = f"a CloudWatch Logs retention such as {near[0]} or {near[1]} (docs/reference/context-keys.md)"
         raise fail("logRetentionDays", ctx.log_retention_days, "not a value CloudWatch Logs accepts", allowed)
-    if ctx.parallel_cluster and ctx.log_retention_days not in limits.PCLUSTER_LOG_RETENTION_DAYS:
+    parallel_cluster = ctx.parallel_cluster or ctx.slurm == "parallelcluster"
+    if parallel_cluster and ctx.log_retention_days not in limits.PCLUSTER_LOG_RETENTION_DAYS:
         allowed = "with parallelCluster=true one of " + ", ".join(map(str, limits.PCLUSTER_LOG_RETENTION_DAYS))
         problem = "ParallelCluster refuses it"
         raise fail("logRetentionDays", ctx.log_retention_days, problem, allowed)
@@ -403,10 +448,11 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None, now:
         problem = f"above {limits.GP3_MIBPS_PER_IOPS} MiB/s per IOPS (rootVolumeIops={ctx.root_volume_iops})"
         raise fail("rootVolumeThroughput", ctx.root_volume_throughput, problem)
     cluster = _parallel_cluster(ctx)
+    managed = _pcs(ctx)
     if ctx.ngc_secret and ctx.image_build != "cloud":
         raise fail("ngcSecret", ctx.ngc_secret, "only the cloud build reads it; add -c imageBuild=cloud")
     return AppSettings(
-        network=_network(ctx, fleets, cluster, region),
+        network=_network(ctx, fleets, _slurm_addresses(cluster, managed), region),
         fleets=fleets,
         parallel_cluster=cluster,
         jobs=JobSettings(
@@ -424,4 +470,5 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None, now:
         ),
         images=ImageSettings(build=ctx.image_build, ngc_secret=ctx.ngc_secret),
         template_validation=ctx.template_validation,
+        pcs=managed,
     )

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, create_model
 
-from config import limits
+from config import limits, pcs
 from config.catalog import Profile, types_for
 from config.placements import FIELDS_TEXT, PlacementModel
 from config.settings import (
@@ -227,7 +227,34 @@ class _ContextBase(BaseModel):
         "templateValidation", False, "true or false (true in make deploy)",
         "CloudFormation's own validation of every template at synth (about 2 s more); an error fails synth",
     )  # fmt: skip
-    parallel_cluster: Bool = key("parallelCluster", False, "true or false", "add the optional ParallelCluster stack")
+    parallel_cluster: Bool = key(
+        "parallelCluster",
+        False,
+        "true or false (true is slurm=parallelcluster)",
+        "add the optional ParallelCluster stack",
+    )
+    slurm: Literal["none", "parallelcluster", "pcs"] = key(
+        "slurm", "none", "none, parallelcluster or pcs (AWS Parallel Computing Service, managed Slurm)",
+        "which optional Slurm cluster to add (docs/slurm.md); one at most",
+    )  # fmt: skip
+    pcs_instance_type: str = key(
+        "pcsInstanceType", "p5e.48xlarge", "comma list of EFA-capable types: " + ", ".join(EFA_TYPES),
+        "PCS compute node groups, one per type",
+    )  # fmt: skip
+    pcs_max_nodes: Int = ranged(
+        "pcsMaxNodes", 2, (1, pcs.MAX_CLUSTER_NODES), "PCS compute node group MaxInstanceCount",
+        "; all groups plus the login node at most 2048 (PCS size LARGE)",
+    )  # fmt: skip
+    pcs_login_instance_type: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")] = key(
+        "pcsLoginInstanceType", "m7i.xlarge", "an EC2 instance type name such as m7i.2xlarge", "PCS login node type"
+    )
+    pcs_ami_id: Ami = key(
+        "pcsAmiId", None, "ami- followed by 8 or 17 hex digits; required with slurm=pcs",
+        "pinned AMI of the PCS nodes: PCS agent and Slurm 25.11 (docs/slurm.md, finding the AMI)",
+    )  # fmt: skip
+    pcs_accounting_purge_days: Int = ranged(
+        "pcsAccountingPurgeDays", 365, pcs.PURGE_DAYS, "days PCS keeps Slurm accounting records (sacct)"
+    )
     pcluster_instance_type: str = key(
         "pclusterInstanceType", "p5e.48xlarge", "comma list of EFA-capable types: " + ", ".join(EFA_TYPES), "queues"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from config.catalog import InstanceSpec
+from config.pcs import LOGIN_NODES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +102,10 @@ RESERVED_CONSTRUCT_IDS = frozenset(
         "Slurm",
         "ClusterName",
         "HeadNodeInstanceId",
+        # The PCS stack (its subnets, buckets and Slurm construct reuse the ids above).
+        "ClusterId",
+        "QueueName",
+        "LoginNodeGroupId",
         # Job metrics and the monitoring stack.
         "JobMetrics",
         "Dashboard",
@@ -191,6 +196,24 @@ class ParallelClusterSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PcsSettings:
+    """The managed Slurm option (the PCS stack, `slurm=pcs`)."""
+
+    # One compute node group per instance type, each scaling 0..max_nodes.
+    instances: tuple[InstanceSpec, ...]
+    max_nodes: int
+    login_instance_type: str
+    # The pinned AMI of every node: PCS agent and Slurm of config.pcs.SLURM_VERSION.
+    ami_id: str
+    accounting_purge_days: int
+
+    @property
+    def cluster_nodes(self) -> int:
+        """Every node the cluster may run at once: the compute node groups at their max, and login."""
+        return len(self.instances) * self.max_nodes + LOGIN_NODES
+
+
+@dataclass(frozen=True, kw_only=True)
 class Share:
     """One fair-share identifier and its relative share of a fleet (more share, more compute)."""
 
@@ -253,6 +276,8 @@ class AppSettings:
     log_retention_days: int
     root_volume: RootVolume
     images: ImageSettings = ImageSettings()
+    # The managed Slurm option; None unless slurm=pcs.
+    pcs: PcsSettings | None = None
     # CloudFormation's own validation at synth (the templateValidation key).
     template_validation: bool = False
 

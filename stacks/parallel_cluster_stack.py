@@ -8,7 +8,7 @@ from constructs import Construct
 from config.settings import ParallelClusterSettings
 from stacks.data_stack import ExportedBucket
 from training_constructs.cluster.training_cluster import TrainingCluster
-from training_constructs.network.az_subnet import SLURM_OFFSET, AzSubnet
+from training_constructs.network.az_subnet import slurm_subnet
 from training_constructs.network.training_network import TrainingNetwork
 
 # Stable, and different from the stack name (the provider refuses a cluster named like its stack).
@@ -37,20 +37,8 @@ class ParallelClusterStack(Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, termination_protection=True, **kwargs)
-        # The network's first training subnet, or a subnet of the cluster's own in the named AZ: one in
-        # the compute stack would come and go with the fleets there, under this stack's import.
-        subnet_id = network.training_subnet.subnet_id
-        if availability_zone:
-            self.subnet: AzSubnet | None = AzSubnet(
-                Construct(self, "Subnets"),
-                vpc_id=network.vpc.vpc_id,
-                route_table_id=network.training_route_table_id,
-                availability_zone=availability_zone,
-                offset=SLURM_OFFSET,
-            )
-            subnet_id = self.subnet.subnet.subnet_id
-        else:
-            self.subnet = None
+        subnet, self.subnet = slurm_subnet(self, network=network, availability_zone=availability_zone)
+        subnet_id = subnet.subnet_id
         dataset_bucket = datasets.bucket(self, "Datasets")
         checkpoint_bucket = checkpoints.bucket(self, "Checkpoints")
         self.cluster = TrainingCluster(

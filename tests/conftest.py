@@ -78,6 +78,7 @@ SYNTH_FILES = frozenset(
         "test_node_recovery.py",
         "test_network.py",
         "test_parallelcluster.py",
+        "test_pcs.py",
         "test_monitoring.py",
         "test_registry.py",
         "test_shapes.py",

@@ -131,6 +131,17 @@ VARIANTS: dict[str, dict[str, str]] = {
     },
     # The seed plan's Slurm cluster: 80 x p5e.48xlarge.
     "parallelcluster": {"parallelCluster": "true", "pclusterMaxNodes": "80"},
+    # Managed Slurm on AWS PCS: two Slurm fleets (32 and 8 EFA cards) in a named AZ, a pinned AMI.
+    # The rest is pinned-az-endpoints, so that its other templates are that variant's (linted once).
+    "pcs": {
+        "availabilityZone": "us-west-2b",
+        "interfaceEndpoints": "ecr.api,ecr.dkr,logs,sts",
+        "logRetentionDays": "365",
+        "slurm": "pcs",
+        "pcsAmiId": "ami-0123456789abcdef0",
+        "pcsInstanceType": "p5e.48xlarge,trn1.32xlarge",
+        "pcsMaxNodes": "16",
+    },
     # Every EFA-capable catalog type, one fleet each, in one synth.
     "all-types": {"fleets": json.dumps({fleet_name(t): {"instanceType": t} for t in EFA_TYPES})},
     "three-fleets": {

@@ -94,7 +94,7 @@ BAD_VALUES: list[tuple[dict[str, Any], str | None, str]] = [
     ({"interfaceEndpoints": "ecr,s3"}, None, "unknown service 'ecr'"),
     ({"alertEmails": "a@example.com"}, None, "did you mean alertEmail"),
     ({"gpuCount": "8"}, None, "did you mean gpuNodes? (docs/reference/context-keys.md)"),
-    ({"flavour": "vanilla"}, None, "see docs/reference/context-keys.md"),
+    ({"favouriteColor": "vanilla"}, None, "see docs/reference/context-keys.md"),  # unlike every key
     ({"shares": ",".join(f"t{i}:1" for i in range(600))}, None, "600 identifiers"),
     (fleet(nodes="1"), None, "below 2"),
     ({"fleets": '{"rl": {"instanceType": "p5.48xlarge"'}, None, "malformed JSON"),

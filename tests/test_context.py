@@ -127,8 +127,9 @@ def test_misspelt_keys_are_refused_with_a_suggestion(typo, meant):
 
 
 def test_unknown_plain_key_points_to_the_key_table():
-    message = error(flavour="vanilla")
-    assert message == "unknown context key 'flavour': see docs/reference/context-keys.md"
+    # A name unlike every key ("flavour" now sits near the slurm key).
+    message = error(favouriteColor="vanilla")
+    assert message == "unknown context key 'favouriteColor': see docs/reference/context-keys.md"
     # Closest keys where some are close, without the whole list.
     message = error(healthSchedule="rate(1 day)")
     assert message.startswith("unknown context key 'healthSchedule': did you mean healthCheckSchedule")

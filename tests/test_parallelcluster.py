@@ -183,7 +183,9 @@ def pinned_release() -> str:
 def test_one_release_everywhere_read_from_one_place():
     from training_constructs.cluster.cluster_config import PCLUSTER_VERSION
 
-    assert PCLUSTER_VERSION == pinned_release() == "3.16.1"  # the newest aws-parallelcluster on PyPI
+    # The newest aws-parallelcluster on PyPI, and the first 3.16.x with Slurm 25.11.8, which fixes the
+    # CVEs of aws-parallelcluster issue 7601 (v3.16.1 release notes: "Upgrade Slurm to version 25.11.8").
+    assert PCLUSTER_VERSION == pinned_release() == "3.16.1"
     # No other release number is written anywhere in the code: a bump is one line.
     for folder in ("training_constructs", "stacks", "config"):
         for path in (ROOT / folder).rglob("*.py"):

@@ -46,6 +46,10 @@ def test_parallelcluster_template(snapshot_json):
     assert scrub(synth("parallelcluster").templates["TrainingParallelCluster"]) == snapshot_json
 
 
+def test_pcs_template(snapshot_json):
+    assert scrub(synth("pcs").templates["TrainingPcs"]) == snapshot_json
+
+
 # A fleet with fallback placements (tests/harness.py, LLM_FALLBACK): each placement's compute path,
 # queue, the resubmitter and the capacity row and alarm.
 @pytest.mark.parametrize("stack", ["TrainingCompute", "TrainingJobs", "TrainingMonitoring"])

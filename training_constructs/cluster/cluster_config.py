@@ -13,6 +13,13 @@ from typing import Any
 
 from config.catalog import AcceleratorKind, InstanceSpec
 from config.settings import ParallelClusterSettings
+from training_constructs.cluster.shared_storage import (
+    COMPRESSION,
+    DEPLOYMENT_TYPE,
+    MOUNT_DIR,
+    RepositoryLink,
+    repository_links,
+)
 
 
 def _pinned_release() -> str:
@@ -25,7 +32,6 @@ def _pinned_release() -> str:
 PCLUSTER_VERSION = _pinned_release()
 # ParallelCluster 3.16 supports alinux2023, ubuntu2204, ubuntu2404, rhel8/9, rocky8/9; alinux2 is gone.
 OS = "alinux2023"
-MOUNT_DIR = "/fsx"
 # Without a source, SSH is opened to the loopback address only, which no other host can use: the
 # head node is reached with SSM Session Manager. (ParallelCluster opens 0.0.0.0/0 when unset.)
 NO_SSH = "127.0.0.1/32"
@@ -36,8 +42,6 @@ NO_SSH = "127.0.0.1/32"
 SSM_POLICY = "arn:{partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
 # Minutes an idle dynamic node waits before ParallelCluster terminates it.
 SCALEDOWN_IDLE_MINUTES = 10
-EXPORTED_CHANGES = ["NEW", "CHANGED"]
-IMPORTED_CHANGES = ["NEW", "CHANGED", "DELETED"]
 
 
 @dataclass(frozen=True)
@@ -100,37 +104,33 @@ def _compute_queue(
     }
 
 
+def _association(link: RepositoryLink, bucket: str) -> dict[str, Any]:
+    association: dict[str, Any] = {
+        "Name": link.name,
+        "DataRepositoryPath": f"s3://{bucket}",
+        "FileSystemPath": link.file_system_path,
+        "BatchImportMetaDataOnCreate": True,
+        "AutoImportPolicy": list(link.imported),
+    }
+    if link.exported:
+        association["AutoExportPolicy"] = list(link.exported)
+    return association
+
+
 def _shared_storage(settings: ParallelClusterSettings, inputs: ClusterInputs) -> dict[str, Any]:
+    links = repository_links(inputs.dataset_bucket, inputs.checkpoint_bucket)
     return {
         "Name": "fsx",
         "MountDir": MOUNT_DIR,
         "StorageType": "FsxLustre",
         "FsxLustreSettings": {
-            "DeploymentType": "PERSISTENT_2",
+            "DeploymentType": DEPLOYMENT_TYPE,
             "StorageCapacity": settings.fsx_capacity_gib,
             "PerUnitStorageThroughput": settings.fsx_throughput,
-            "DataCompressionType": "LZ4",
+            "DataCompressionType": COMPRESSION,
             # The file system outlives the cluster: deleting the cluster keeps the data.
             "DeletionPolicy": "Retain",
-            # PERSISTENT_2 links S3 through data repository associations (ImportPath does not apply).
-            "DataRepositoryAssociations": [
-                {
-                    "Name": "datasets",
-                    "DataRepositoryPath": f"s3://{inputs.dataset_bucket}",
-                    "FileSystemPath": "/datasets",
-                    "BatchImportMetaDataOnCreate": True,
-                    "AutoImportPolicy": IMPORTED_CHANGES,
-                },
-                {
-                    "Name": "checkpoints",
-                    "DataRepositoryPath": f"s3://{inputs.checkpoint_bucket}",
-                    "FileSystemPath": "/checkpoints",
-                    "BatchImportMetaDataOnCreate": True,
-                    "AutoImportPolicy": IMPORTED_CHANGES,
-                    # New and changed checkpoints reach S3; a file deleted on /fsx stays in S3.
-                    "AutoExportPolicy": EXPORTED_CHANGES,
-                },
-            ],
+            "DataRepositoryAssociations": [_association(link, bucket) for link, bucket in links],
         },
     }
 

@@ -104,6 +104,12 @@ class EfaLaunchTemplate(Construct):
     Attributes: `launch_template` (the L1 resource), `efa_interface_count`.
     The launch template is L1 because the L2 `ec2.LaunchTemplate` cannot express network
     interfaces with network card indexes.
+
+    By default the nodes are Batch's ECS hosts: the user data configures the ECS agent and runs
+    `boot_commands`, the host metrics and node recovery. `user_data` (MIME multi-part) replaces all
+    of that for nodes that are not ECS hosts (PCS), and `placement_group` puts the placement in the
+    template itself, where a service takes it from there (PCS user guide, "Create or update an EC2
+    launch template" for EFA); Batch takes its placement group from the compute environment instead.
     """
 
     def __init__(
@@ -118,6 +124,8 @@ class EfaLaunchTemplate(Construct):
         root_volume: RootVolume,
         capacity_reservation: CapacityReservation | None = None,
         boot_commands: Sequence[str] = (),
+        user_data: str | None = None,
+        placement_group: ec2.IPlacementGroup | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         slots = efa_layout(instance)
@@ -165,11 +173,17 @@ class EfaLaunchTemplate(Construct):
                     http_put_response_hop_limit=HOP_LIMIT[instance.accelerator_kind],
                 ),
                 user_data=Fn.base64(
-                    ecs_agent_user_data(
+                    user_data
+                    or ecs_agent_user_data(
                         boot_commands,
                         node_metrics_commands(fleet=fleet_name, gpu=gpu),
                         node_recovery_commands(region=Aws.REGION, url_suffix=Aws.URL_SUFFIX),
                     )
+                ),
+                placement=(
+                    ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement_group.placement_group_name)
+                    if placement_group
+                    else None
                 ),
                 # A node that fails its boot check, or finds a node fault during a job, powers itself
                 # off: terminate it rather than keep a stopped instance (training_constructs/health/host_check.py,

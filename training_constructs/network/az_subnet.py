@@ -10,12 +10,16 @@ and deletes whole subnets and never moves one to another AZ on the same CIDR.
 from __future__ import annotations
 
 import string
+from typing import TYPE_CHECKING
 
 from aws_cdk import Acknowledgment, Validations
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from config import limits
+
+if TYPE_CHECKING:
+    from training_constructs.network.training_network import TrainingNetwork
 
 # Who holds the subnet: its offset inside the AZ's /16 (10.<n>.0.0/16, n from the AZ's letter).
 # The Batch fleets' subnets live in the compute stack, the Slurm cluster's in its own stack; two
@@ -73,3 +77,21 @@ class AzSubnet(Construct):
             ipv4_cidr_block=cidr,
             route_table_id=route_table_id,
         )
+
+
+def slurm_subnet(
+    scope: Construct, *, network: TrainingNetwork, availability_zone: str | None
+) -> tuple[ec2.ISubnet, AzSubnet | None]:
+    """The Slurm cluster's subnet (either Slurm option's): the network's first training subnet, or,
+    in a named AZ, a subnet of the cluster's own stack (under the construct `Subnets`); one in the
+    compute stack would come and go with the fleets there, under the Slurm stack's import."""
+    if not availability_zone:
+        return network.training_subnet, None
+    own = AzSubnet(
+        Construct(scope, "Subnets"),
+        vpc_id=network.vpc.vpc_id,
+        route_table_id=network.training_route_table_id,
+        availability_zone=availability_zone,
+        offset=SLURM_OFFSET,
+    )
+    return own.subnet, own
