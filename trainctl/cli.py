@@ -3,12 +3,12 @@ registers its commands on the one app."""
 
 from __future__ import annotations
 
-from trainctl.commands import control, fleet, inspecting, submitting
+from trainctl.commands import control, fleet, inspecting, rehearsing, submitting
 from trainctl.commands.base import app
 
 __all__ = ["app", "main"]
 # Each module registers its commands on import.
-COMMAND_GROUPS = (fleet, submitting, inspecting, control)
+COMMAND_GROUPS = (fleet, submitting, inspecting, control, rehearsing)
 
 
 def main() -> None:

@@ -21,6 +21,9 @@ SHARED_FAULT_EXIT = 78
 # The launcher's line for a node fault: a child's report on the main node, or its own hardware fault.
 NODE_LINE = re.compile(r"distributed_run\.sh: (node \d+ \([^)]*\): .*)")
 ENDINGS = {
+    0: "the main node finished its work",
+    # 128 + SIGKILL: the kernel's out-of-memory killer, or a stop that outlived its grace.
+    137: "the main node was killed (SIGKILL: out of memory, or a stop past its grace; not retried)",
     NODE_FAULT_EXIT: "a node fault (retried on fresh nodes; the node took itself out)",
     SHARED_FAULT_EXIT: "a fault every node of the fleet shares (not retried)",
     1: "the application failed (not retried)",

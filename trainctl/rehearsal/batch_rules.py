@@ -1,0 +1,93 @@
+"""What AWS Batch decides for a multi-node parallel job, as its documentation states it. Each rule cites
+its source; ../shared/BATCH_MNP.md in the project's shared notes has the longer list.
+
+UG: AWS Batch User Guide; API: the AWS Batch API reference; ECS: the Amazon ECS API reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from trainctl.rehearsal.definition import RetryRule
+
+# ECS StopTask is "the equivalent of docker stop": the stop signal, then SIGKILL after 30 s
+# (ECS_CONTAINER_STOP_TIMEOUT's default); UG "Job timeouts" states the same sequence for a timeout.
+STOP_GRACE_SECONDS = 30.0
+# API SubmitJob / JobTimeout: attemptDurationSeconds is at least 60.
+MIN_TIMEOUT_SECONDS = 60
+# UG "Automated job retries" / "Job timeouts": a job that timed out is never retried. The reason is the
+# one seen on timed-out jobs (not stated in AWS's pages: BATCH_MNP.md, UNCONFIRMED).
+TIMEOUT_REASON = "Job attempt duration exceeded timeout"
+# ECS TaskStopCode EssentialContainerExited: what a node whose container exited reports.
+EXITED_REASON = "Essential container in task exited"
+# UG "Best practices" / "Automated job retries": a lost or terminated host; job definitions match it
+# with "Host EC2*". The exit code is absent.
+HOST_LOST_REASON = "Host EC2 (instance {instance}) terminated."
+# API CreateJobQueue jobStateTimeLimitActions: the reason of a job the queue cancelled while it waited
+# for capacity (UG "Jobs stuck in RUNNABLE due to capacity").
+CAPACITY_CANCEL_REASON = "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+# ECS task stop reason for a container whose image could not be pulled (CDK's Reason.CANNOT_PULL_CONTAINER
+# matches "CannotPullContainerError:*").
+CANNOT_PULL_REASON = "CannotPullContainerError: rehearsal: this node's container never started"
+# UG "Environment variables" (job_env_vars): the variables Batch sets; the AWS_BATCH_ prefix is reserved.
+RESERVED_PREFIX = "AWS_BATCH_"
+
+
+def _glob(pattern: str, value: str) -> bool:
+    """API EvaluateOnExit: a pattern matches exactly, or, ending in '*', by its start."""
+    if pattern.endswith("*"):
+        return value.startswith(pattern[:-1])
+    return value == pattern
+
+
+def retry_decision(
+    rules: tuple[RetryRule, ...], *, exit_code: int | None, reason: str, status_reason: str
+) -> tuple[bool, str]:
+    """(retry?, why) for an attempt whose main node ended as given (UG "Multi-node parallel jobs": the
+    job's status and exit come from the main node, and only a main-node failure retries).
+
+    API RetryStrategy.evaluateOnExit: the first entry whose every given pattern matches decides; when none
+    matches, the job is retried. An absent field is matched as empty text, so "*" matches it: UG "Automated
+    job retries" shows {"onReason": "*", "action": "EXIT"} as the catch-all that ends the retries.
+    """
+    fields = {"exit": "" if exit_code is None else str(exit_code), "reason": reason, "status": status_reason}
+    for number, rule in enumerate(rules, start=1):
+        checks = [
+            (rule.on_exit_code, fields["exit"]),
+            (rule.on_reason, fields["reason"]),
+            (rule.on_status_reason, fields["status"]),
+        ]
+        given = [(pattern, value) for pattern, value in checks if pattern is not None]
+        if given and all(_glob(pattern, value) for pattern, value in given):
+            described = ", ".join(f"{p!r}" for p, _ in given)
+            return rule.action == "RETRY", f"evaluateOnExit entry {number} ({rule.action} on {described})"
+    return True, "no evaluateOnExit entry matched (Batch retries)"
+
+
+def node_environment(
+    *,
+    job_id: str,
+    attempt: int,
+    index: int,
+    nodes: int,
+    main: int,
+    main_address: str,
+    queue: str,
+    environment_name: str,
+) -> Mapping[str, str]:
+    """The variables Batch sets on node `index` (UG "Environment variables", "Multi-node parallel jobs"):
+    AWS_BATCH_JOB_ID is "<job id>#<node index>" in a node (AWS ParallelCluster's MNP helper strips the
+    suffix), AWS_BATCH_JOB_ATTEMPT counts from 1, and the main node's private address is set only on the
+    children ("This variable isn't present on the main node")."""
+    variables = {
+        "AWS_BATCH_JOB_ID": f"{job_id}#{index}",
+        "AWS_BATCH_JOB_ATTEMPT": str(attempt),
+        "AWS_BATCH_JOB_NODE_INDEX": str(index),
+        "AWS_BATCH_JOB_NUM_NODES": str(nodes),
+        "AWS_BATCH_JOB_MAIN_NODE_INDEX": str(main),
+        "AWS_BATCH_CE_NAME": environment_name,
+        "AWS_BATCH_JQ_NAME": queue,
+    }
+    if index != main:
+        variables["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = main_address
+    return variables

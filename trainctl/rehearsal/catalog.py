@@ -1,0 +1,260 @@
+"""The fault catalog: every way a node or a service can fail a multi-node job, with the ending users need
+and what must hold, each rehearsed on the reference script (examples/rehearsal/). `make faults` runs every
+entry and prints one line per entry; docs/reference/fault-catalog.md is generated from this table.
+
+An entry states the ending users need, whether or not today's code reaches it: an entry that fails says
+which part of recovery is missing. Nothing here is marked as an expected failure.
+
+    python -m trainctl.rehearsal.catalog [NAME ...]      # every entry, or the ones named
+    python -m trainctl.rehearsal.catalog --entry NAME    # one entry's report as JSON (what the runner calls)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainctl.errors import TrainctlError
+from trainctl.rehearsal.session import Options, checkout, rehearse
+from trainctl.taskfile import load_task
+
+TASK = Path("examples/rehearsal/task.yaml")
+# The reference script checkpoints every CHECKPOINT_EVERY steps: checkpoint K is step K * CHECKPOINT_EVERY.
+CHECKPOINT_EVERY = 10
+# What a child's failure may cost before the main node ends the attempt (issue: "within 60 s, however it fails").
+CHILD_FAILURE_SECONDS = 60.0
+# A catalog entry that has not ended by then has hung.
+DEADLINE_SECONDS = 300.0
+
+Report = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Check:
+    what: str
+    test: Callable[[Report], bool]
+
+
+def _attempts(report: Report) -> list[dict[str, Any]]:
+    return [a for job in report["jobs"] for a in job["attempts"]]
+
+
+def _resumed_step(attempt: dict[str, Any]) -> int | None:
+    match = re.search(r"resumed from checkpoint-(\d+)", attempt["resumed"])
+    return int(match.group(1)) if match else None
+
+
+def attempts(count: int) -> Check:
+    return Check(f"{count} attempt{'s' if count > 1 else ''} in all", lambda r: len(_attempts(r)) == count)
+
+
+def resumed_from_newest(at_least: int) -> Check:
+    """The last attempt resumed from the newest checkpoint completed before it (nothing trained twice, no
+    older set restored), and that is at least checkpoint `at_least`."""
+
+    def test(report: Report) -> bool:
+        last = _attempts(report)[-1]
+        step = _resumed_step(last)
+        completed = [s for a in _attempts(report)[:-1] for s in a["checkpoints_completed"]]
+        steps = [int(re.findall(r"\d+", name)[-1]) for name in completed]
+        return step is not None and step >= at_least * CHECKPOINT_EVERY and step == max(steps, default=-1)
+
+    return Check(f"the last attempt resumed from the newest checkpoint (at least checkpoint {at_least})", test)
+
+
+def ended_within(seconds: float) -> Check:
+    return Check(
+        f"the fault ended its attempt within {seconds:.0f} s",
+        lambda r: r["detect_s"] is not None and r["detect_s"] <= seconds,
+    )
+
+
+def main_line_names(node: int) -> Check:
+    def test(report: Report) -> bool:
+        first = _attempts(report)[0]
+        main = next(n for n in first["nodes"] if n["main"])
+        return f"node {node} " in main["launcher"]
+
+    return Check(f"the main node's last line names node {node}", test)
+
+
+def why_says(text: str) -> Check:
+    return Check(
+        f"`trainctl why` says {text!r}", lambda r: any(text in line for job in r["jobs"] for line in job["why"])
+    )
+
+
+def first_attempt(*, exit_code: int | None = None, reason: str | None = None) -> Check:
+    def test(report: Report) -> bool:
+        first = _attempts(report)[0]
+        code_ok = exit_code is None or first["exit_code"] == exit_code
+        return code_ok and (reason is None or first["status_reason"].startswith(reason))
+
+    told = " and ".join(p for p in (f"exit {exit_code}" if exit_code is not None else "", reason or "") if p)
+    return Check(f"attempt 1 ended with {told}", test)
+
+
+def host_taken_out(node: int) -> Check:
+    """The host that served `node` in attempt 1 was taken out and served no later attempt."""
+
+    def test(report: Report) -> bool:
+        runs = _attempts(report)
+        host = next(n["host"] for n in runs[0]["nodes"] if n["node"] == node)
+        out = any(h["host"] == host and (h["taken_out"] or h["powered_off"]) for h in report["hosts"])
+        later = [n for a in runs[1:] for n in a["nodes"] if n["host"] == host and n["exit_code"] == 0]
+        return out and not later
+
+    return Check(f"node {node}'s first host was taken out and ran nothing after", test)
+
+
+def checkpoints_in_s3(count: int) -> Check:
+    return Check(
+        f"all {count} checkpoints reached S3",
+        lambda r: len({c for a in _attempts(r) for c in a["checkpoints_completed"]}) >= count,
+    )
+
+
+def evidence_uploaded() -> Check:
+    return Check("the hang's evidence (stacks) was uploaded beside the checkpoints", lambda r: bool(r.get("evidence")))
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    story: str
+    faults: tuple[str, ...]
+    expect: str
+    holds: tuple[Check, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+STEPS = 60
+CATALOG: tuple[Entry, ...] = (
+    Entry("no-fault", "two nodes train, checkpoint and finish", (), "succeeded",
+          (attempts(1), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY), why_says("SUCCEEDED"))),
+    Entry("kill-child", "a child's container is SIGKILLed after checkpoint 1 (an OOM kill looks the same)",
+          ("kill-child@checkpoint:1",), "succeeded",
+          (ended_within(CHILD_FAILURE_SECONDS), main_line_names(1), attempts(2), resumed_from_newest(1))),
+    Entry("kill-main", "the main node's container is SIGKILLed: exit 137 is the application's (an OOM kill), "
+          "and the job definitions do not retry it", ("kill-main@checkpoint:1",), "failed",
+          (attempts(1), first_attempt(exit_code=137), why_says("exit 137"))),
+    Entry("lose-main-host", "the main node's instance is terminated after checkpoint 1",
+          ("lose-host:0@checkpoint:1",), "succeeded",
+          (first_attempt(reason="Host EC2"), attempts(2), resumed_from_newest(1), host_taken_out(0))),
+    Entry("lose-child-host", "a child's instance is terminated after checkpoint 1",
+          ("lose-host:1@checkpoint:1",), "succeeded",
+          (ended_within(CHILD_FAILURE_SECONDS), main_line_names(1), attempts(2), resumed_from_newest(1))),
+    Entry("child-never-starts", "a child's image cannot be pulled: its container never runs",
+          ("never-start:1@start",), "succeeded",
+          (ended_within(CHILD_FAILURE_SECONDS), main_line_names(1), attempts(2))),
+    Entry("child-preflight-on-warm-host", "the retry lands on warm hosts; the child's host lost a device and "
+          "fails its preflight in seconds while the main node is still in a 20 s preflight",
+          ("lose-host:0@checkpoint:1", "slow-preflight:0=20@attempt:2", "preflight-fail:1@attempt:2"), "succeeded",
+          (attempts(3), host_taken_out(1), resumed_from_newest(1))),
+    Entry("xid-on-child", "a child's GPU logs a reset-class Xid; the main node's host is lost before the child "
+          "judges itself", ("xid:1@checkpoint:1", "lose-host:0@checkpoint:2"), "succeeded",
+          (host_taken_out(1), resumed_from_newest(2))),
+    Entry("hang", "a child's ranks stop (SIGSTOP) after checkpoint 1: a hang, with HANG_SECONDS=30",
+          ("stop-rank:1@checkpoint:1",), "succeeded",
+          (ended_within(90), evidence_uploaded(), attempts(2), resumed_from_newest(1)), {"HANG_SECONDS": "30"}),
+    Entry("host-lost-mid-upload", "the node uploading checkpoint 2 loses its instance mid-upload",
+          ("kill-upload@checkpoint:1",), "succeeded", (attempts(2), resumed_from_newest(1))),
+    Entry("s3-slowdown", "S3 answers 503 SlowDown for 20 s after checkpoint 1", ("s3-slowdown=20@checkpoint:1",),
+          "succeeded", (attempts(1), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY))),
+    Entry("capacity-cancel", "the main node's host is lost after checkpoint 2 and its retry finds no capacity: "
+          "the queue cancels it and the capacity fallback resubmits it (a new job id)",
+          ("lose-host:0@checkpoint:2", "capacity-cancel@checkpoint:2"), "succeeded",
+          (resumed_from_newest(2), why_says("Host EC2"))),
+)  # fmt: skip
+
+
+def entry(name: str) -> Entry:
+    found = next((e for e in CATALOG if e.name == name), None)
+    if found is None:
+        raise TrainctlError(f"no catalog entry {name!r}: entries are {', '.join(e.name for e in CATALOG)}")
+    return found
+
+
+def run_entry(item: Entry, *, assembly: Path) -> Report:
+    task = load_task(checkout() / TASK)
+    task = task.model_copy(update={"env": {**task.env, **item.env}, "command": [
+        "examples/rehearsal/train.py", "--steps", str(STEPS), "--checkpoint-every", str(CHECKPOINT_EVERY),
+        "--step-seconds", "0.1"]})  # fmt: skip
+    options = Options(faults=item.faults, nodes=2, expect=item.expect, deadline_seconds=DEADLINE_SECONDS)
+    return rehearse(task, assembly=assembly, options=options)
+
+
+def judge(item: Entry, report: Report) -> list[str]:
+    """What did not hold, in words; empty when the entry passes."""
+    problems = []
+    if not report["as_expected"]:
+        how = " (the rehearsal's deadline stopped it)" if report["deadline_hit"] else ""
+        problems.append(f"ended {report['ending']}{how}, users need {item.expect.upper()}")
+    for check in item.holds:
+        try:
+            held = check.test(report)
+        except (KeyError, IndexError, StopIteration, ValueError):
+            held = False
+        if not held:
+            problems.append(f"not: {check.what}")
+    return problems
+
+
+def _run_one(item: Entry, assembly: Path) -> tuple[Entry, Report | None, str, float]:
+    started = time.monotonic()
+    done = subprocess.run(  # noqa: S603 - this module, with a name from the table
+        [sys.executable, "-m", "trainctl.rehearsal.catalog", "--entry", item.name, "--app", str(assembly)],
+        capture_output=True,
+        text=True,
+        cwd=checkout(),
+        timeout=DEADLINE_SECONDS + 120,
+        check=False,
+    )
+    seconds = time.monotonic() - started
+    try:
+        return item, json.loads(done.stdout), "", seconds
+    except ValueError:
+        return item, None, (done.stderr.strip().splitlines() or ["no report"])[-1], seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Rehearse every entry of the fault catalog.")
+    parser.add_argument("names", nargs="*", help="entries to run (default: all)")
+    parser.add_argument("--entry", help="run one entry in this process and print its report as JSON")
+    parser.add_argument("--app", type=Path, default=Path("cdk.out"))
+    parser.add_argument("--workers", type=int, default=max(1, min(3, (os.cpu_count() or 2) + 1)))
+    args = parser.parse_args(argv)
+    try:
+        if args.entry:
+            print(json.dumps(run_entry(entry(args.entry), assembly=args.app.resolve()), default=str))
+            return 0
+        chosen = [entry(name) for name in args.names] if args.names else list(CATALOG)
+    except TrainctlError as error:
+        print(f"faults: {error.message}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    failed = 0
+    with ThreadPoolExecutor(max_workers=args.workers) as pool:
+        for item, report, failure, seconds in pool.map(lambda e: _run_one(e, args.app.resolve()), chosen):
+            problems = judge(item, report) if report is not None else [f"no report: {failure}"]
+            attempts_run = len(_attempts(report)) if report is not None else 0
+            verdict = "PASS" if not problems else "FAIL"
+            failed += bool(problems)
+            detail = "" if not problems else "  " + "; ".join(problems)
+            print(f"{verdict} {item.name:<30} attempts {attempts_run}  {seconds:5.1f} s{detail}", flush=True)
+    print(f"{len(chosen) - failed} passed, {failed} failed ({time.monotonic() - started:.0f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

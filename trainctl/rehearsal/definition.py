@@ -1,0 +1,160 @@
+"""The job a rehearsal runs: the fleet's job definition as it would be deployed, read from the
+synthesized cloud assembly (plain JSON: trainctl never imports CDK) or from Batch, with a task file's
+overrides applied as SubmitJob would apply them."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainctl.deployment import JOBS_STACK, fleets_from_outputs
+from trainctl.errors import TrainctlError
+from trainctl.taskfile import Task
+
+# Bucket names the rehearsal gives to the buckets a template names through another stack's export
+# ("TrainingData-CheckpointBucketArn" -> "checkpointbucket"): any valid name would do, as long as every
+# value that names the bucket agrees.
+_EXPORT_ARN = re.compile(r"^[A-Za-z0-9]+-(?P<name>[A-Za-z0-9]+?)(Arn)?$")
+
+
+@dataclass(frozen=True)
+class RetryRule:
+    action: str  # RETRY or EXIT (case-insensitive in the API)
+    on_status_reason: str | None = None
+    on_reason: str | None = None
+    on_exit_code: str | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What Batch would run: one node range over every node (the job definitions' "0:")."""
+
+    fleet: str
+    definition: str  # where it came from: "cdk.out GpuTrainingJob4CCAFCF3" or a job definition ARN
+    nodes: int
+    main_node: int
+    command: tuple[str, ...]
+    environment: dict[str, str]
+    attempts: int
+    retry_rules: tuple[RetryRule, ...]
+    timeout_seconds: int | None
+    name: str
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def _resolve(value: Any, resources: dict[str, Any]) -> Any:
+    """A CloudFormation value with its intrinsic functions worked out as far as a rehearsal needs:
+    strings stay, Join/Select/Split compute, an import of a bucket's ARN becomes a local bucket's ARN,
+    any other reference a placeholder naming it."""
+    if isinstance(value, list):
+        return [_resolve(v, resources) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) != 1:
+        return {k: _resolve(v, resources) for k, v in value.items()}
+    ((function, argument),) = value.items()
+    if function == "Fn::Join":
+        separator, parts = argument
+        return str(separator).join(str(_resolve(p, resources)) for p in parts)
+    if function == "Fn::Select":
+        index, items = argument
+        return _resolve(items, resources)[int(_resolve(index, resources))]
+    if function == "Fn::Split":
+        separator, text = argument
+        return str(_resolve(text, resources)).split(str(separator))
+    if function == "Fn::ImportValue":
+        name = str(_resolve(argument, resources))
+        match = _EXPORT_ARN.match(name)
+        bucket = (match.group("name") if match else name).lower()
+        return f"arn:aws:s3:::{bucket}" if name.endswith("BucketArn") else f"rehearsal-{bucket}"
+    if function == "Ref":
+        return f"rehearsal-{str(argument).lower()}"
+    if function == "Fn::GetAtt":
+        return f"rehearsal-{'-'.join(str(a) for a in argument).lower()}"
+    return {function: _resolve(argument, resources)}
+
+
+def _api_shape(value: Any) -> Any:
+    """CloudFormation's PascalCase properties in the API's camelCase ("NumNodes" -> "numNodes")."""
+    if isinstance(value, list):
+        return [_api_shape(v) for v in value]
+    if isinstance(value, dict):
+        return {k[:1].lower() + k[1:]: _api_shape(v) for k, v in value.items()}
+    return value
+
+
+def from_cloud_assembly(assembly: Path, fleet: str, job: str) -> tuple[str, dict[str, Any]]:
+    """(the resource's logical id, the job definition in DescribeJobDefinitions' shape) from cdk.out."""
+    template_path = assembly / f"{JOBS_STACK}.template.json"
+    if not template_path.is_file():
+        raise TrainctlError(f"no synthesized app at {assembly} (no {template_path.name}): run `make synth` first")
+    try:
+        template = json.loads(template_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise TrainctlError(f"{template_path}: cannot read it ({error}): run `make synth` again") from None
+    resources: dict[str, Any] = template.get("Resources", {})
+    # The jobs stack's outputs name each fleet's job definitions (trainctl.deployment); their values here
+    # are {"Ref": logical id} rather than ARNs.
+    outputs = {
+        key: str(output.get("Value", {}).get("Ref", ""))
+        for key, output in template.get("Outputs", {}).items()
+        if isinstance(output.get("Value"), dict)
+    }
+    outputs.update({key: "" for key in template.get("Outputs", {}) if key not in outputs})
+    fleets = fleets_from_outputs(outputs)
+    match = next((f for name, f in fleets.items() if name.lower() == fleet.lower()), None)
+    if match is None:
+        known = ", ".join(sorted(fleets)) or "(none)"
+        raise TrainctlError(f"no fleet {fleet!r} in {template_path}: its fleets are {known}")
+    logical_id = match.training_definition if job == "training" else match.benchmark_definition
+    resource = resources.get(logical_id)
+    if not resource or resource.get("Type") != "AWS::Batch::JobDefinition":
+        raise TrainctlError(f"{template_path}: output of fleet {fleet} names no job definition: run `make synth`")
+    properties = _api_shape(_resolve(resource.get("Properties", {}), resources))
+    return logical_id, properties
+
+
+def _environment(container: dict[str, Any]) -> dict[str, str]:
+    return {str(e["name"]): str(e.get("value", "")) for e in container.get("environment", [])}
+
+
+def job_spec(definition: dict[str, Any], *, fleet: str, source: str, task: Task, name: str) -> JobSpec:
+    """The job definition (DescribeJobDefinitions' shape) with the task's overrides on top: node count,
+    command, environment (a task's variable wins), attempts and timeout, as SubmitJob applies them."""
+    properties = definition.get("nodeProperties")
+    if not properties or not properties.get("nodeRangeProperties"):
+        raise TrainctlError(f"{source} is not a multi-node parallel job definition: nothing to rehearse")
+    container = dict(properties["nodeRangeProperties"][0].get("container", {}))
+    retry = definition.get("retryStrategy") or {}
+    rules = tuple(
+        RetryRule(
+            action=str(r.get("action", "")).upper(),
+            on_status_reason=r.get("onStatusReason"),
+            on_reason=r.get("onReason"),
+            on_exit_code=r.get("onExitCode"),
+        )
+        for r in retry.get("evaluateOnExit", [])
+    )
+    command = task.full_command() or [str(c) for c in container.get("command", [])]
+    if not command:
+        raise TrainctlError(f"{source} has no command and the task file gives none: add `command:` to it")
+    timeout = task.timeout or (definition.get("timeout") or {}).get("attemptDurationSeconds")
+    nodes = task.nodes or int(properties.get("numNodes") or 1)
+    main = int(properties.get("mainNode") or 0)
+    if main >= nodes:
+        raise TrainctlError(f"--nodes {nodes}: the job definition's main node is node {main}; give {main + 1} or more")
+    return JobSpec(
+        fleet=fleet,
+        definition=source,
+        nodes=nodes,
+        main_node=main,
+        command=tuple(command),
+        environment={**_environment(container), **task.env},
+        attempts=task.attempts or int(retry.get("attempts") or 1),
+        retry_rules=rules,
+        timeout_seconds=int(timeout) if timeout else None,
+        name=name,
+    )

@@ -1,0 +1,249 @@
+"""What a rehearsal saw: a timeline per attempt (each node's host, start, exit and reason, and what the
+launcher said), the checkpoint each attempt resumed from and the last it completed, how long the fault
+took to end the attempt and training to resume, and the verdict `trainctl why` gives for the same story
+(the same code: trainctl/why.py)."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from trainctl.rehearsal.engine import Attempt, JobRun, Rehearsal
+from trainctl.rehearsal.nodes import NodeRun
+from trainctl.why import explain
+
+# The launcher's own lines, the checkpoint copier's restore line and the reference script's resume line.
+LAUNCHER_LINE = re.compile(r"^distributed_run\.sh: (.*)$")
+RESTORED_LINE = re.compile(r"checkpoint_sync: restored (\d+) files")
+RESUMED_LINE = re.compile(r"(resumed from \S+.*|no checkpoint on any node.*)$")
+LOG_GROUP = "rehearsal"
+
+
+def _launcher_said(run: NodeRun) -> str:
+    """The launcher's last line other than the command it ran: why the node ended, when it says."""
+    said = [m.group(1) for line in run.last_lines() if (m := LAUNCHER_LINE.match(line))]
+    ending = [line for line in said if not re.match(r"(node \d+ of \d+ |single node,)", line)]
+    return ending[-1][:300] if ending else ""
+
+
+def _resumed(runs: list[NodeRun]) -> str:
+    """How many files each node restored, and where the script says it resumed from."""
+    restored, resumed = [], []
+    for run in runs:
+        lines = run.last_lines(2000)
+        count = next((m.group(1) for line in lines if (m := RESTORED_LINE.search(line))), None)
+        if count is not None:
+            restored.append(f"node {run.index} restored {count} files")
+        resumed += [m.group(1) for line in lines if (m := RESUMED_LINE.search(line))]
+    return "; ".join(restored + resumed[:1])
+
+
+def _offset(rehearsal: Rehearsal, stamp: float | None) -> float | None:
+    return None if stamp is None else round(stamp - rehearsal.started, 1)
+
+
+def node_entry(rehearsal: Rehearsal, run: NodeRun) -> dict[str, Any]:
+    return {
+        "node": run.index,
+        "main": run.is_main,
+        "host": run.host.describe(),
+        "started_s": _offset(rehearsal, run.started),
+        "ended_s": _offset(rehearsal, run.ended),
+        "exit_code": run.exit_code,
+        "reason": run.reason,
+        "status_reason": run.status_reason,
+        "launcher": _launcher_said(run),
+        "log": str(run.log_path),
+    }
+
+
+def attempt_entry(rehearsal: Rehearsal, job: JobRun, attempt: Attempt) -> dict[str, Any]:
+    before = {n for n, seen in job.checkpoint_seen.items() if seen < attempt.started}
+    during = {n for n, seen in job.checkpoint_seen.items() if attempt.started <= seen <= (attempt.ended or seen)}
+    return {
+        "attempt": attempt.number,
+        "started_s": _offset(rehearsal, attempt.started),
+        "ended_s": _offset(rehearsal, attempt.ended),
+        "exit_code": attempt.exit_code,
+        "status_reason": attempt.status_reason,
+        "retry": attempt.retry,
+        "resumed": _resumed([n for n in attempt.nodes if n.started])[:300],
+        "checkpoints_before": len(before),
+        "checkpoints_completed": sorted(during, key=_step),
+        "last_checkpoint": max(attempt.checkpoints_at_end, key=_step) if attempt.checkpoints_at_end else None,
+        "nodes": [node_entry(rehearsal, n) for n in attempt.nodes],
+        "events": [{"at_s": _offset(rehearsal, t), "what": text} for t, text in attempt.events],
+    }
+
+
+def _step(name: str) -> tuple[int, str]:
+    digits = re.findall(r"\d+", name)
+    return (int(digits[-1]) if digits else -1, name)
+
+
+def described(job: JobRun, started: float) -> dict[str, Any]:
+    """The job as DescribeJobs would show it: what `trainctl why` reads."""
+    # Monotonic seconds to the epoch milliseconds DescribeJobs gives.
+    wall = (time.time() - (time.monotonic() - started)) * 1000
+    attempts = []
+    for attempt in job.attempts:
+        main = attempt.main
+        container: dict[str, Any] = {"logStreamName": str(main.log_path)}
+        if attempt.exit_code is not None:
+            container["exitCode"] = attempt.exit_code
+        if main.reason:
+            container["reason"] = main.reason
+        attempts.append(
+            {
+                "container": container,
+                "startedAt": int(wall + (attempt.started - started) * 1000),
+                "stoppedAt": int(wall + ((attempt.ended or attempt.started) - started) * 1000),
+                "statusReason": attempt.status_reason,
+            }
+        )
+    ended = [a for a in attempts if a["stoppedAt"]]
+    return {
+        "jobId": job.job_id,
+        "jobName": job.spec.name,
+        "status": job.status,
+        "startedAt": attempts[0]["startedAt"] if attempts else None,
+        "stoppedAt": ended[-1]["stoppedAt"] if ended else None,
+        "statusReason": job.status_reason,
+        "attempts": attempts,
+        "tags": dict(job.spec.tags),
+        "nodeProperties": {
+            "numNodes": job.spec.nodes,
+            "nodeRangeProperties": [
+                {"targetNodes": "0:", "container": {"logConfiguration": {"options": {"awslogs-group": LOG_GROUP}}}}
+            ],
+        },
+    }
+
+
+def verdict(job: JobRun, started: float) -> list[str]:
+    """What `trainctl why` would say, reading the main node's log of each attempt as it reads CloudWatch's."""
+
+    def tail(group: str, stream: str) -> list[str]:
+        try:
+            with open(stream, errors="replace") as log:
+                return log.read().splitlines()[-50:]
+        except OSError:
+            return []
+
+    return explain(described(job, started), queue=None, environment=None, instance=None,
+                   now=datetime.now(UTC), tail=tail).reasons  # fmt: skip
+
+
+def detect_and_recover(rehearsal: Rehearsal) -> dict[str, float | None]:
+    """Seconds from the first fault to the end of the attempt it ended, and from that end to the first
+    checkpoint completed after it (training running again)."""
+    if not rehearsal.fired:
+        return {"detect_s": None, "recover_s": None}
+    fault_at = rehearsal.fired[0][0]
+    attempts = [(job, a) for job in rehearsal.jobs() for a in job.attempts]
+    hit = next(((job, a) for job, a in attempts if a.ended and a.ended >= fault_at and a.exit_code != 0), None)
+    if hit is None:
+        return {"detect_s": None, "recover_s": None}
+    ended = hit[1].ended or fault_at
+    later = [seen for job in rehearsal.jobs() for seen in job.checkpoint_seen.values() if seen > ended]
+    return {
+        "detect_s": round(ended - fault_at, 1),
+        "recover_s": round(min(later) - ended, 1) if later else None,
+    }
+
+
+def build(rehearsal: Rehearsal, *, left_out: dict[str, str], expect: str) -> dict[str, Any]:
+    last = rehearsal.last
+    jobs = [
+        {
+            "job_id": job.job_id,
+            "status": job.status,
+            "status_reason": job.status_reason,
+            "resubmitted_from": job.resubmitted_from,
+            "placement": job.placement,
+            "attempts": [attempt_entry(rehearsal, job, a) for a in job.attempts],
+            "why": verdict(job, rehearsal.started),
+        }
+        for job in rehearsal.jobs()
+    ]
+    spec = rehearsal.first.spec
+    hosts = [
+        {"host": h.describe(), "taken_out": h.take_out_reason or None, "powered_off": h.powered_off}
+        for pool in rehearsal.pools
+        for h in pool.hosts
+    ]
+    return {
+        "definition": spec.definition,
+        "fleet": spec.fleet,
+        "nodes": spec.nodes,
+        "main_node": spec.main_node,
+        "command": list(spec.command),
+        "attempts_allowed": spec.attempts,
+        "timeout_seconds": spec.timeout_seconds,
+        "not_rehearsed": left_out,
+        "faults": [f.spec for f in rehearsal.faults],
+        "fault_events": [{"at_s": _offset(rehearsal, t), "what": text} for t, text in rehearsal.fired],
+        "jobs": jobs,
+        "hosts": hosts,
+        "evidence": [key for job in rehearsal.jobs() for key in job.evidence],
+        "ending": last.status,
+        "expected": expect.upper(),
+        "as_expected": last.status == expect.upper() and not rehearsal.deadline_hit,
+        "deadline_hit": rehearsal.deadline_hit,
+        "seconds": round(rehearsal.ended - rehearsal.started, 1),
+        **detect_and_recover(rehearsal),
+    }
+
+
+def text(report: dict[str, Any]) -> list[str]:
+    """The report for a terminal, a line per fact."""
+    lines = [
+        f"rehearsal of {report['definition']} (fleet {report['fleet']}): {report['nodes']} nodes, main node "
+        f"{report['main_node']}, up to {report['attempts_allowed']} attempts, timeout {report['timeout_seconds']} s",
+        f"  command: {' '.join(report['command'])}",
+    ]
+    if report["not_rehearsed"]:
+        left = ", ".join(f"{k}={v}" for k, v in report["not_rehearsed"].items())
+        lines.append(f"  not rehearsed on this machine: {left}")
+    for event in report["fault_events"]:
+        lines.append(f"  {event['at_s']:>6} s  {event['what']}")
+    for job in report["jobs"]:
+        origin = f" (resubmitted from {job['resubmitted_from']})" if job["resubmitted_from"] else ""
+        lines.append(f"job {job['job_id']}{origin}: {job['status']} ({job['status_reason']})")
+        for attempt in job["attempts"]:
+            lines.append(
+                f"  attempt {attempt['attempt']}: {attempt['started_s']}-{attempt['ended_s']} s, main node exit "
+                f"{attempt['exit_code']}, {attempt['status_reason']}; {attempt['retry'] or 'the job ended'}"
+            )
+            if attempt["resumed"]:
+                lines.append(f"    resumed: {attempt['resumed']}")
+            lines.append(
+                f"    checkpoints: {attempt['checkpoints_before']} before it, completed "
+                f"{', '.join(attempt['checkpoints_completed']) or 'none'}; last {attempt['last_checkpoint']}"
+            )
+            for node in attempt["nodes"]:
+                ending = "never started" if node["started_s"] is None else f"exit {node['exit_code']}"
+                said = f"; launcher: {node['launcher']}" if node["launcher"] else ""
+                why = node["status_reason"] or node["reason"]
+                lines.append(
+                    f"    node {node['node']}{' (main)' if node['main'] else ''} on {node['host']}: "
+                    f"{node['started_s']}-{node['ended_s']} s, {ending}, {why}{said}"
+                )
+        for reason in job["why"]:
+            lines.append(f"  why: {reason}")
+    for host in report["hosts"]:
+        if host["taken_out"] or host["powered_off"]:
+            lines.append(f"  {host['host']}: taken out ({host['taken_out'] or 'terminated'})")
+    timing = []
+    if report["detect_s"] is not None:
+        timing.append(f"the fault ended its attempt after {report['detect_s']} s")
+    if report["recover_s"] is not None:
+        timing.append(f"training checkpointed again {report['recover_s']} s later")
+    if timing:
+        lines.append("  " + "; ".join(timing))
+    outcome = "as expected" if report["as_expected"] else f"NOT as expected ({report['expected']})"
+    deadline = " (the rehearsal's deadline ended it)" if report["deadline_hit"] else ""
+    lines.append(f"ended {report['ending']}{deadline} in {report['seconds']} s: {outcome}")
+    return lines

@@ -1,0 +1,124 @@
+"""One rehearsal from start to end: the job, the local S3, the engine and the report; nothing it started is
+left running after it ends, an error or Ctrl-C included. `trainctl rehearse` and the fault catalog share it."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import trainctl
+from trainctl.errors import TrainctlError
+from trainctl.rehearsal import report
+from trainctl.rehearsal.definition import from_cloud_assembly, job_spec
+from trainctl.rehearsal.engine import Engine
+from trainctl.rehearsal.faults import Fault, fault_node, parse_fault
+from trainctl.rehearsal.local_s3 import LocalS3
+from trainctl.rehearsal.runtime import Runtime
+from trainctl.taskfile import Task, make_task
+
+# Every node runs on this machine, each with its own loopback address and its own processes.
+MAX_NODES = 16
+EXPECTATIONS = ("succeeded", "failed")
+
+
+@dataclass(frozen=True)
+class Options:
+    faults: tuple[str, ...] = ()
+    nodes: int | None = None
+    expect: str = "succeeded"
+    procs: int = 1
+    deadline_seconds: float = 1800.0
+    seed: int = 0
+    keep: Path | None = None
+    # The job definition in DescribeJobDefinitions' shape (a deployed revision); None: read cdk.out.
+    definition: dict[str, Any] | None = None
+    definition_source: str = ""
+
+
+def checkout() -> Path:
+    """This checkout: the rehearsal runs its container/ launcher and the capacity fallback's code."""
+    root = Path(trainctl.__file__).resolve().parent.parent
+    if not (root / "container" / "distributed_run.sh").is_file():
+        raise TrainctlError(f"trainctl rehearse runs from a checkout of the project: no container/ launcher in {root}")
+    return root
+
+
+def check_options(task: Task, options: Options) -> tuple[Task, list[Fault]]:
+    """Everything refused before anything starts, each in one line naming the input."""
+    if options.expect not in EXPECTATIONS:
+        raise TrainctlError(f"--expect {options.expect!r}: give {' or '.join(EXPECTATIONS)}")
+    if options.nodes is not None:
+        if not 1 <= options.nodes <= MAX_NODES:
+            raise TrainctlError(f"--nodes {options.nodes}: a rehearsal runs 1 to {MAX_NODES} nodes on this machine")
+        task = make_task({**task.model_dump(exclude_none=True), "nodes": options.nodes}, where="--")
+    elif task.nodes is not None and task.nodes > MAX_NODES:
+        raise TrainctlError(f"nodes: {task.nodes}: a rehearsal runs at most {MAX_NODES} nodes; pass --nodes 2")
+    if not 1 <= options.procs <= 8:
+        raise TrainctlError(f"--procs {options.procs}: give 1 to 8 processes per node")
+    if options.deadline_seconds < 10:
+        raise TrainctlError(f"--deadline {options.deadline_seconds:g}: give at least 10 seconds")
+    if task.image:
+        raise TrainctlError("image: the process runtime runs this checkout's launcher, not an image; drop `image:`")
+    return task, [parse_fault(spec) for spec in options.faults]
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI runner's stop, `timeout`) unwinds like Ctrl-C, so every node is stopped."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
+    """Run the task as Batch would and return the report (report.build's dictionary)."""
+    root_dir = checkout()
+    task, faults = check_options(task, options)
+    if options.definition is not None:
+        source, definition = options.definition_source, options.definition
+    else:
+        logical_id, definition = from_cloud_assembly(assembly, task.fleet, task.job)
+        source = f"{assembly.name}/{logical_id}"
+    name = task.name or f"{task.fleet}-{task.job}-rehearsal"
+    spec = job_spec(definition, fleet=task.fleet, source=source, task=task, name=name)
+    for fault in faults:
+        fault_node(fault, nodes=spec.nodes, main=spec.main_node)
+    if importlib.util.find_spec("torch") is None and task.launcher:
+        raise TrainctlError(f"the launcher runs torchrun with {sys.executable}, which has no torch: `make bootstrap`")
+    scratch = Path(tempfile.mkdtemp(prefix="rehearsal-")) if options.keep is None else options.keep
+    scratch.mkdir(parents=True, exist_ok=True)
+    s3 = LocalS3()
+    s3.start()
+    try:
+        with _terminate_as_interrupt():
+            runtime = Runtime(checkout=root_dir, s3=s3, python=sys.executable, procs=options.procs)
+            spec = runtime.prepare(spec)
+            engine = Engine(
+                runtime=runtime,
+                s3=s3,
+                faults=faults,
+                root=scratch,
+                deadline_seconds=options.deadline_seconds,
+                seed=options.seed,
+            )
+            outcome = engine.rehearse(spec)
+            return report.build(outcome, left_out=runtime.left_out, expect=options.expect)
+    finally:
+        s3.stop()
+        if options.keep is None:
+            shutil.rmtree(scratch, ignore_errors=True)
