@@ -4,7 +4,7 @@ last complete checkpoints. Called by distributed_run.sh.
     checkpoint_sync.py restore --uri s3://bucket/prefix/JOB --node I --main M --state-dir STATE DIR
         prints how many files it restored
     checkpoint_sync.py watch --uri s3://bucket/prefix/JOB --node I --main M --pid PID \
-        --state-dir STATE [--sync-seconds 60] [--settle-seconds 30] DIR
+        --state-dir STATE [--sync-seconds 60] [--settle-seconds 30] [--final-seconds 120] DIR
 
 Layout under the job's URI: node I keeps its files under `node-I/` and, written after them, the
 manifest `node-I.manifest.json`: every complete file with its size, mtime and S3 version id. A
@@ -21,7 +21,8 @@ file closed after writing has settled (inotify); it uploads new or changed compl
 0.1 s (files, not signals: a signal that came before the interpreter had started would kill it):
 `stopping` (the epoch time the trainer was told to stop, or crashed; SIGTERM or SIGINT to this
 process count the same): upload at once what is complete; `status` (the trainer's exit status):
-the final upload, then exit 0, or 1 if it failed.
+the final upload, then exit 0, or 1 if it failed. The final upload is tried again with backoff (1 s,
+doubling to 10 s) while S3 throttles or errs, for up to --final-seconds.
 Credentials and region come from the usual AWS sources (on Batch: the job role); AWS_ENDPOINT_URL
 points it elsewhere (the tests use a local S3). A failure is one line on stderr. Python 3.10,
 stdlib + boto3.
@@ -44,13 +45,37 @@ from urllib.parse import urlparse
 
 import boto3
 from boto3.exceptions import Boto3Error
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
 from checkpoint_commit import PARTIAL_SUFFIX, ArrivalWatch, Rule, open_for_writing, process_tree
 
 MANIFEST_FORMAT = 1
 # boto3's transfers wrap refusals in their own errors (S3UploadFailedError, RetriesExceededError).
 ERRORS = (BotoCoreError, ClientError, Boto3Error, OSError, ValueError)
 TICK_SECONDS = 0.1
+# What S3 answers when it wants the client to slow down or try again (S3 API reference, "Error responses";
+# S3 user guide, "Best practices design patterns": back off and retry on 503 Slow Down). Botocore's own
+# retries last seconds; a throttled final upload would leave the attempt's files on the node alone.
+TRANSIENT_CODES = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "503", "500")
+FINAL_BACKOFF_CAP_SECONDS = 10.0
+
+
+def transient(error: BaseException) -> bool:
+    """An error worth another try: a throttle or a 5xx from S3, or no connection, anywhere in the chain
+    (boto3's transfer manager wraps the ClientError in its own error, sometimes only in the message)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError)):
+            return True
+        if isinstance(seen, ClientError) and str(seen.response.get("Error", {}).get("Code", "")) in TRANSIENT_CODES:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return any(f"({code})" in str(error) for code in TRANSIENT_CODES)
 
 
 @dataclass(frozen=True)
@@ -170,8 +195,12 @@ class Watcher:
         state_dir: Path,
         sync_seconds: float,
         settle_seconds: float,
+        final_seconds: float = 120.0,
     ) -> None:
         self.store = NodeStore(client, uri, node)
+        # How long the last upload keeps trying while S3 throttles or errs (after a stop, the container's
+        # SIGKILL comes first).
+        self.final_seconds = final_seconds
         self.directory = directory.resolve()
         self.pid = pid
         self.state_dir = state_dir
@@ -279,18 +308,29 @@ class Watcher:
             final = Rule(self.settle_seconds, clean_exit=True)
         else:  # stopped or crashed: the settle time counts back from the stop, or from now
             final = Rule(self.settle_seconds, stopped_at=self.stopped_at or time.time())
-        return 0 if self.report("final", lambda: self.sync(final)) else 1
+        deadline = time.monotonic() + self.final_seconds
+        pause = 1.0
+        while True:
+            failure = self.report("final", lambda: self.sync(final))
+            if failure is None:
+                return 0
+            if not transient(failure) or time.monotonic() + pause > deadline:
+                return 1
+            print(f"checkpoint_sync: S3 asked to retry; final upload again in {pause:g} s", file=sys.stderr)
+            time.sleep(pause)
+            pause = min(pause * 2, FINAL_BACKOFF_CAP_SECONDS)
 
-    def report(self, what: str, action: Callable[[], int]) -> bool:
+    def report(self, what: str, action: Callable[[], int]) -> BaseException | None:
+        """Run an upload and say how it went; the error when it failed."""
         where = f"s3://{self.store.bucket}/{self.store.files_prefix}"
         try:
             count = action()
         except ERRORS as error:
             print(f"checkpoint_sync: {what} upload to {where} failed: {error}", file=sys.stderr)
-            return False
+            return error
         if count or what != "periodic":
             print(f"checkpoint_sync: {what} upload: {count} files to {where}", file=sys.stderr)
-        return True
+        return None
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -307,6 +347,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
             command.add_argument("--pid", type=int, required=True)
             command.add_argument("--sync-seconds", type=float, default=60.0)
             command.add_argument("--settle-seconds", type=float, default=30.0)
+            command.add_argument("--final-seconds", type=float, default=120.0)
     return parser.parse_args(argv)
 
 
@@ -324,6 +365,7 @@ def main(argv: list[str]) -> int:
                 state_dir=args.state_dir,
                 sync_seconds=args.sync_seconds,
                 settle_seconds=args.settle_seconds,
+                final_seconds=args.final_seconds,
             )
         except ERRORS as error:
             print(f"checkpoint_sync: cannot read the manifests under {args.uri}: {error}", file=sys.stderr)

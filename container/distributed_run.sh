@@ -32,7 +32,8 @@
 # its new complete files every CHECKPOINT_SYNC_SECONDS (default 60; CHECKPOINT_SYNC_MINUTES is still
 # honoured), complete meaning renamed into place, or closed and unchanged for
 # CHECKPOINT_SETTLE_SECONDS (default 30). A SIGTERM goes to torchrun at once and starts the last
-# uploads while the workers exit. checkpoint_sync.py (beside this file) does the copying, with
+# uploads while the workers exit; the last upload retries for CHECKPOINT_FINAL_SECONDS (default 120)
+# while S3 throttles or errs. checkpoint_sync.py (beside this file) does the copying, with
 # CHECKPOINT_PYTHON (default: PYTHON, else python3).
 # Cold start, on ECS (ECS_CONTAINER_METADATA_URI_V4 set): cold_start.py (beside this file, run with
 # COLD_START_PYTHON, default: PYTHON, else python3) prints one embedded-metric JSON line per node
@@ -230,7 +231,10 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   fi
   sync_seconds="${CHECKPOINT_SYNC_SECONDS:-60}"
   settle_seconds="${CHECKPOINT_SETTLE_SECONDS:-30}"
+  # How long the last upload keeps retrying while S3 throttles (503 SlowDown) or errs.
+  final_seconds="${CHECKPOINT_FINAL_SECONDS:-120}"
   positive CHECKPOINT_SYNC_SECONDS "$sync_seconds"
+  [[ "$final_seconds" =~ ^[0-9]*\.?[0-9]+$ ]] || die "CHECKPOINT_FINAL_SECONDS='$final_seconds' is not a number of seconds (0 or more)"
   [[ "$settle_seconds" =~ ^[0-9]*\.?[0-9]+$ ]] || die "CHECKPOINT_SETTLE_SECONDS='$settle_seconds' is not a number of seconds (0 or more)"
 fi
 if [[ -z "${PYTHON:-}" ]] && command -v torchrun >/dev/null 2>&1; then
@@ -411,7 +415,7 @@ trap 'fault_reported=1; stop_training' USR1
 [[ "$stop_requested" -eq 0 && "$fault_reported" -eq 0 ]] || stop_training
 if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   checkpoint_sync watch "${node_args[@]}" --pid "$training" \
-    --sync-seconds "$sync_seconds" --settle-seconds "$settle_seconds" "$CHECKPOINT_DIR" &
+    --sync-seconds "$sync_seconds" --settle-seconds "$settle_seconds" --final-seconds "$final_seconds" "$CHECKPOINT_DIR" &
   syncer=$!
 fi
 wait_status "$training"

@@ -434,3 +434,29 @@ def test_a_manifest_this_release_cannot_read_is_one_line_not_a_traceback(
 def test_a_refused_upload_is_an_error_the_copier_handles():
     # boto3's transfers wrap a refused upload in S3UploadFailedError, which is no botocore error.
     assert issubclass(S3UploadFailedError, checkpoint_sync.ERRORS)
+
+
+def test_a_final_upload_that_s3_throttles_is_tried_again_until_it_lands(trainer, tmp_path):
+    # S3 answers 503 SlowDown to every request for a while (the rehearsal's local S3 can): the last upload
+    # backs off and retries instead of failing the attempt. (The catalog's s3-slowdown entry found it.)
+    from trainctl.rehearsal.local_s3 import LocalS3
+
+    local = LocalS3()
+    local.start()
+    try:
+        local.create_bucket(BUCKET)
+        go, started = tmp_path / "go", tmp_path / "started"
+        plan = f"touch:{started};wait:{go};put:model_1.pt:1"
+        env = node_env(local.endpoint, trainer, tmp_path, TRAIN_PLAN=plan, CHECKPOINT_SYNC_SECONDS="60")
+        node = start_node(env)
+        until(started.exists, node, "training")
+        time.sleep(1.5)  # the copier has read the manifests and waits for files
+        local.slow_down(3)
+        go.touch()
+        _, stderr = node.communicate(timeout=60)
+        assert node.returncode == 0, stderr
+        assert "S3 asked to retry; final upload again in 1 s" in stderr and local.throttled > 0
+        assert "final upload: 1 files" in stderr
+        assert local.manifest_files(BUCKET, "rl/job42/") == ["model_1.pt"]
+    finally:
+        local.stop()
