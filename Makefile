@@ -8,6 +8,8 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 CDK := $(CURDIR)/node_modules/.bin/cdk
 ARGS ?=
+# make faults ENTRIES="kill-child hang": the fault catalog's entries to run (default: all).
+ENTRIES ?=
 # cdk deploy's --require-approval: never (pipelines, no terminal), broadening (the CLI's default) or any-change.
 APPROVAL ?=
 
@@ -16,7 +18,7 @@ export PATH := $(BIN):$(PATH)
 # No telemetry or notices from the CLI: these machines reach only package registries.
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: bootstrap synth test deploy diff destroy bench bench-checkpoints bench-trainctl lint format docs docs-gen clean
+.PHONY: bootstrap synth test faults deploy diff destroy bench bench-checkpoints bench-trainctl lint format docs docs-gen clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,9 +38,10 @@ $(VENV)/.dev: requirements-dev.txt requirements-test.txt requirements-docs.txt $
 		-r requirements-docs.txt
 	@touch $@
 
-# trainctl, editable: the console script runs this checkout's trainctl/ and config/.
-$(VENV)/.trainctl: requirements-cli.txt pyproject.toml $(VENV)/.runtime
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-cli.txt
+# trainctl, editable: the console script runs this checkout's trainctl/ and config/; with what
+# `trainctl rehearse` runs (torch's CPU wheel, moto's server).
+$(VENV)/.trainctl: requirements-cli.txt requirements-rehearsal.txt pyproject.toml $(VENV)/.runtime
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-cli.txt -r requirements-rehearsal.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
 
@@ -53,6 +56,11 @@ synth: bootstrap
 
 test: bootstrap $(VENV)/.dev
 	$(BIN)/pytest $(ARGS)
+
+# The fault catalog (trainctl/rehearsal/catalog.py): every entry rehearsed on this machine with the real
+# launcher, one line each; exits 1 when an entry does not end as users need. ENTRIES names some.
+faults: synth
+	$(BIN)/python -m trainctl.rehearsal.catalog $(ENTRIES)
 
 deploy: bootstrap
 	$(BIN)/python -m config.image_build_check $(ARGS)

@@ -33,6 +33,7 @@ def test_python_requirements_are_pinned():
         "requirements-test.txt",
         "requirements-pcluster.txt",
         "requirements-docs.txt",
+        "requirements-rehearsal.txt",
     ):
         for line in (ROOT / name).read_text().splitlines():
             line = line.split("#")[0].strip()

@@ -4,6 +4,7 @@
   fields of one `fleets` entry (`FleetModel`), with default, what is allowed and what it does;
 - catalog.md: the EFA-capable types of config/catalog.py's `CATALOG`, with the image each runs by default;
 - image-versions.md: every pin of container/versions.toml, with the date it was checked and its source;
+- fault-catalog.md: the rehearsal's fault catalog (trainctl/rehearsal/catalog.py) and its fault kinds;
 - cli.md: trainctl's commands, found by walking the command tree typer builds from `trainctl.cli.app`,
   so a new command or option appears on the next `make docs-gen`.
 
@@ -24,6 +25,9 @@ from pydantic_core import PydanticUndefined
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec
 from config.context_keys import KEYS, FleetModel
 from trainctl.cli import app
+from trainctl.rehearsal.catalog import CATALOG as FAULT_CATALOG
+from trainctl.rehearsal.faults import KINDS as FAULT_KINDS
+from trainctl.rehearsal.faults import TRIGGERS as FAULT_TRIGGERS
 from training_constructs.images.image_versions import load_versions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,11 +195,38 @@ def image_versions_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def fault_catalog_page() -> str:
+    lines = [
+        "# Fault catalog",
+        "",
+        GENERATED.format(source="trainctl/rehearsal/catalog.py and faults.py").rstrip("\n"),
+        "",
+        "Every entry is rehearsed by `make faults` (CI runs it after `make test`) on the reference script",
+        "(`examples/rehearsal/`), two nodes, with the real launcher: the ending is the one users need, and every",
+        'line of "what must hold" is checked on the rehearsal\'s report. How to read and run it:',
+        "[Rehearsal](../rehearsal.md).",
+        "",
+        "| entry | what happens | faults | ending users need | what must hold |",
+        "|---|---|---|---|---|",
+    ]
+    for item in FAULT_CATALOG:
+        faults = ", ".join(code(f) for f in item.faults) or "none"
+        holds = "; ".join(check.what for check in item.holds)
+        lines.append(f"| {code(item.name)} | {cell(item.story)} | {faults} | {item.expect.upper()} | {cell(holds)} |")
+    lines += ["", "## Faults", "", "`--fault KIND[:NODE][=VALUE][@TRIGGER]`, repeatable.", ""]
+    lines += ["| kind | what it does | node it hits by default |", "|---|---|---|"]
+    for kind, (what, node) in FAULT_KINDS.items():
+        lines.append(f"| {code(kind)} | {cell(what)} | {node or 'the whole job'} |")
+    lines += ["", "Triggers: " + ", ".join(code(t) for t in FAULT_TRIGGERS) + " (default `start`)."]
+    return "\n".join(lines) + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "context-keys.md": context_keys_page,
     "catalog.md": catalog_page,
     "cli.md": cli_page,
     "image-versions.md": image_versions_page,
+    "fault-catalog.md": fault_catalog_page,
 }
 
 
