@@ -34,7 +34,7 @@ CHECKPOINT_EVERY = 10
 # What a child's failure may cost before the main node ends the attempt (issue: "within 60 s, however it fails").
 CHILD_FAILURE_SECONDS = 60.0
 # A catalog entry that has not ended by then has hung.
-DEADLINE_SECONDS = 300.0
+DEADLINE_SECONDS = 180.0
 
 Report = dict[str, Any]
 
