@@ -139,6 +139,26 @@ def test_cancel_of_the_first_id_stops_the_live_successor(
     assert "as did its lineage" in trainctl("cancel", second).stdout
 
 
+def test_a_capacity_cancel_not_yet_resubmitted_says_the_successor_may_still_come(world: World, trainctl: Any) -> None:
+    job_id = str(_cancelled_job(world, "gpu")["jobId"])
+
+    result = trainctl("cancel", job_id)
+
+    assert result.exit_code == 0, result.output
+    assert "has no successor yet: the capacity fallback may still resubmit it" in result.stdout
+
+
+def test_the_lineages_names_agree_wherever_they_are_written() -> None:
+    """The launcher, the resubmitter (a Lambda asset of its own file), the alert's function and trainctl
+    each spell the variable and the tags; the launcher's is pinned by tests/test_checkpoints.py."""
+    from trainctl import capacity, checkpoints
+    from training_constructs.observability.resumed_alert_function import announce
+
+    assert resubmit.LINEAGE_VARIABLE == checkpoints.LINEAGE_VARIABLE == "CHECKPOINT_LINEAGE"
+    assert resubmit.ORIGIN_TAG == capacity.ORIGIN_TAG == announce.ORIGIN_TAG
+    assert resubmit.SUCCESSOR_TAG == capacity.SUCCESSOR_TAG
+
+
 def test_a_job_without_resubmissions_is_a_lineage_of_one(world: World, trainctl: Any) -> None:
     job_id = world.submit("gpu", name="alone")
     world.set_job(job_id, "RUNNING")

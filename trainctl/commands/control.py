@@ -13,6 +13,7 @@ import typer
 
 from config.job_events import TRAINCTL_CANCEL_REASON
 from trainctl import ecs_exec
+from trainctl.capacity import CAPACITY_CANCEL
 from trainctl.commands.base import app, note, reports_errors, state_of
 from trainctl.compute import fleet_compute
 from trainctl.display import parse_since
@@ -56,7 +57,12 @@ def cancel(
         job, fleet = owned_job(state.batch, state.deployment(), job_id)
         status_now = str(job.get("status"))
         lineage = follow(state.batch, job)
-        live = [j for j in lineage.live if str(j["jobId"]) not in stopped]
+        # Only this deployment's jobs, whatever the tags say.
+        live = [
+            j
+            for j in lineage.live
+            if str(j["jobId"]) not in stopped and state.deployment().fleet_of_queue(str(j.get("jobQueue", "")))
+        ]
         for other in live:
             state.batch.terminate_job(jobId=str(other["jobId"]), reason=TRAINCTL_CANCEL_REASON)
             stopped.add(str(other["jobId"]))
@@ -71,6 +77,12 @@ def cancel(
         elif len(lineage.jobs) > 1:
             message = (
                 f"job {job_id} already ended {status_now}, as did its lineage ({lineage.chain()}): nothing to cancel"
+            )
+        elif str(job.get("statusReason", "")).startswith(CAPACITY_CANCEL) and len(fleet.placements) > 1:
+            # The resubmitter acts on the cancel's event, seconds after it.
+            message = (
+                f"job {job_id} already ended {status_now} for lack of capacity and has no successor yet: the "
+                f"capacity fallback may still resubmit it; run `trainctl cancel {job_id}` again in a minute"
             )
         else:
             message = f"job {job_id} already ended {status_now}: nothing to cancel"
