@@ -26,15 +26,17 @@
 # prints one line naming the node, expected and found, and exits 75 before anything starts; the job
 # definitions retry exit 75.
 # Checkpoints, with CHECKPOINT_URI (s3://bucket/prefix) set: every node restores its last complete
-# set (and the main node's) from CHECKPOINT_URI/<job id>/ into CHECKPOINT_DIR (default
+# set (and the main node's) from CHECKPOINT_URI/<lineage>/ into CHECKPOINT_DIR (default
 # /tmp/checkpoints) first, so that a retried attempt (same job id) resumes, and appends RESUME_ARGS
-# to the script's arguments when anything was restored. While the script runs, every node uploads
-# its new complete files every CHECKPOINT_SYNC_SECONDS (default 60; CHECKPOINT_SYNC_MINUTES is still
-# honoured), complete meaning renamed into place, or closed and unchanged for
-# CHECKPOINT_SETTLE_SECONDS (default 30). A SIGTERM goes to torchrun at once and starts the last
-# uploads while the workers exit; the last upload retries for CHECKPOINT_FINAL_SECONDS (default 120)
-# while S3 throttles or errs. checkpoint_sync.py (beside this file) does the copying, with
-# CHECKPOINT_PYTHON (default: PYTHON, else python3).
+# to the script's arguments when anything was restored. The lineage is CHECKPOINT_LINEAGE (1 to 128
+# letters, digits, '-' or '_'; anything else exits 2), else the job id: the capacity fallback
+# resubmits a job under a new id with the original's lineage, so the successor resumes from its
+# newest complete set. While the script runs, every node uploads its new complete files every
+# CHECKPOINT_SYNC_SECONDS (default 60; CHECKPOINT_SYNC_MINUTES is still honoured), complete meaning
+# renamed into place, or closed and unchanged for CHECKPOINT_SETTLE_SECONDS (default 30). A SIGTERM
+# goes to torchrun at once and starts the last uploads while the workers exit; the last upload
+# retries for CHECKPOINT_FINAL_SECONDS (default 120) while S3 throttles or errs. checkpoint_sync.py
+# (beside this file) does the copying, with CHECKPOINT_PYTHON (default: PYTHON, else python3).
 # Cold start, on ECS (ECS_CONTAINER_METADATA_URI_V4 set): cold_start.py (beside this file, run with
 # COLD_START_PYTHON, default: PYTHON, else python3) prints one embedded-metric JSON line per node
 # with the image pull, container-to-launcher, preflight and rendezvous seconds.
@@ -245,6 +247,12 @@ fi
 
 job_id="${AWS_BATCH_JOB_ID:-local}"
 job_id="${job_id%%#*}"
+# The training lineage: the job id, or the one the capacity fallback's resubmitter carries over.
+lineage="${CHECKPOINT_LINEAGE:-$job_id}"
+if [[ -n "${CHECKPOINT_LINEAGE:-}" && ! "$lineage" =~ ^[A-Za-z0-9_-]{1,128}$ ]]; then
+  printf -v shown '%q' "$lineage" # one line, whatever it holds
+  die "CHECKPOINT_LINEAGE=${shown:0:80} is not a lineage id: 1 to 128 letters, digits, '-' or '_'"
+fi
 batch=0
 if [[ -n "${AWS_BATCH_JOB_NUM_NODES:-}" || -n "${AWS_BATCH_JOB_NODE_INDEX:-}" ]]; then
   batch=1
@@ -331,7 +339,7 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   [[ "$CHECKPOINT_URI" == s3://?* ]] || die "CHECKPOINT_URI='$CHECKPOINT_URI' is not an s3:// URI"
   export CHECKPOINT_DIR="${CHECKPOINT_DIR:-/tmp/checkpoints}"
   mkdir -p "$CHECKPOINT_DIR"
-  checkpoint_uri="${CHECKPOINT_URI%/}/$job_id/"
+  checkpoint_uri="${CHECKPOINT_URI%/}/$lineage/"
   state=$(mktemp -d)
   # Each node keeps its own files under node-<Batch node index>; the main node's set is restored
   # on every node too.

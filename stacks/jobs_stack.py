@@ -177,6 +177,7 @@ class JobsStack(Stack):
             # The same queues as the failure alerts: a job resumed on a fallback placement is told too.
             job_queue_arns=[q.job_queue_arn for jobs_ in self.fleets.values() for q in jobs_.placement_queues],
             topic=self.alerts.topic,
+            log_retention=log_retention,
         )
         self.job_metrics = JobMetrics(
             self,

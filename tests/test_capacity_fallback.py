@@ -175,6 +175,36 @@ def test_a_capacity_cancel_goes_to_the_next_placement_once_with_what_it_was_give
     assert node_range["targetNodes"] == "0:" and container["instanceType"] == "p5.48xlarge"
     assert {"name": "LR", "value": "3e-4"} in container["environment"]
     assert container["command"] == ["train.py", "--fast"]
+    # The successor's launcher resumes the original's checkpoints (CHECKPOINT_URI/<lineage>/).
+    assert {"name": "CHECKPOINT_LINEAGE", "value": detail["jobId"]} in container["environment"]
+
+
+def test_a_second_resubmission_keeps_the_original_lineage_on_every_node_range(world: World) -> None:
+    # Inside the Capacity Block's window: placement 2's successor goes on to placement 3.
+    inside = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    detail = _cancelled_job(world, "gpu1", tags={"training:fallback-of": "original-7"})
+    # As Batch describes a successor: its override merged into each range, here a main node range
+    # and a range of the others, each with the lineage the first resubmission gave it.
+    (node_range,) = detail["nodeProperties"]["nodeRangeProperties"]
+    environment = [*node_range["container"]["environment"], {"name": "CHECKPOINT_LINEAGE", "value": "original-7"}]
+    detail["nodeProperties"]["nodeRangeProperties"] = [
+        {"targetNodes": target, "container": {**node_range["container"], "environment": environment}}
+        for target in ("0:0", "1:")
+    ]
+    batch = Recorder(world.client("batch"))
+
+    answer = resubmit.handle(detail, _routes(world), batch, inside)
+
+    assert answer["action"] == "resubmitted" and answer["to_placement"] == "2"
+    (request,) = batch.submitted
+    ranges = request["nodeOverrides"]["nodePropertyOverrides"]
+    assert [r["targetNodes"] for r in ranges] == ["0:0", "1:"]
+    for node_range in ranges:
+        lineages = [
+            e["value"] for e in node_range["containerOverrides"]["environment"] if e["name"] == "CHECKPOINT_LINEAGE"
+        ]
+        assert lineages == ["original-7"]  # the original's, once; not the cancelled job's id
+    assert request["tags"]["training:fallback-of"] == detail["jobId"]
 
 
 def test_other_failures_are_not_resubmitted(world: World) -> None:

@@ -310,6 +310,38 @@ def test_each_node_uploads_and_restores_its_own_files(s3_endpoint, s3, trainer, 
     assert set(manifest(s3, 1)) == {"shard_1.pt", "model_1.pt"}  # main's files not copied to node 1
 
 
+def test_a_resubmitted_job_resumes_its_lineage_under_a_new_job_id(s3_endpoint, s3, trainer, tmp_path):
+    """The capacity fallback resubmits a job under a new id with CHECKPOINT_LINEAGE = the original's id
+    (training_constructs/jobs/capacity_fallback/resubmit.py): the successor restores and extends the
+    original's set; without the lineage it would start from nothing."""
+    first = run_node(node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN="swap:model_1.pt:weights 1"))
+    assert first.returncode == 0, first.stderr
+
+    successor = {"AWS_BATCH_JOB_ID": "job77#0", "RESUME_ARGS": "--resume"}
+    alone = run_node(node_env(s3_endpoint, trainer, tmp_path / "alone", **successor))
+    assert alone.returncode == 0 and have(alone) == set() and "--resume" not in alone.stdout
+    before = versions(s3)
+
+    plan = {"TRAIN_PLAN": "swap:model_2.pt:weights 2"}
+    resumed = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2", CHECKPOINT_LINEAGE="job42", **successor, **plan))
+    assert resumed.returncode == 0, resumed.stderr
+    assert have(resumed) == {"model_1.pt"} and "train.py --resume" in resumed.stdout
+    assert (tmp_path / "a2/checkpoints/model_1.pt").read_text() == "weights 1"
+    # It keeps writing the lineage's manifest: one new file, the restored one not uploaded again.
+    assert set(manifest(s3)) == {"model_1.pt", "model_2.pt"}
+    added = sorted(set(versions(s3)) - set(before))
+    assert {key for key, _ in added} == {f"{JOB}/node-0.manifest.json", f"{JOB}/node-0/model_2.pt"}
+
+
+@pytest.mark.parametrize("lineage", ["job42/../other", "a b", "x" * 129, "job42\nnext"])
+def test_a_lineage_that_is_no_plain_id_is_refused_in_one_line(trainer, tmp_path, lineage):
+    result = run_node(node_env("http://127.0.0.1:9", trainer, tmp_path, CHECKPOINT_LINEAGE=lineage))
+    assert result.returncode == 2 and "ARGS:" not in result.stdout
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("distributed_run.sh: CHECKPOINT_LINEAGE=") and len(line) <= 200
+    assert "is not a lineage id: 1 to 128 letters, digits, '-' or '_'" in line
+
+
 def test_unreachable_checkpoints_stop_the_node_before_training(s3_endpoint, s3, trainer, tmp_path):
     result = run_node(node_env(s3_endpoint, trainer, tmp_path, CHECKPOINT_URI="s3://no-such-bucket/rl"))
     assert result.returncode == 2 and "ARGS:" not in result.stdout

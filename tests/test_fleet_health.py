@@ -486,10 +486,13 @@ def function_key(template):
 
 @pytest.mark.parametrize(
     ("variant", "prefixes"),
-    [("default", ("BootCircuitBreaker",)), ("three-fleets", ("BootCircuitBreaker", "CapacityFallback"))],
+    [
+        ("default", ("BootCircuitBreaker", "ResumedJobAlerts")),
+        ("three-fleets", ("BootCircuitBreaker", "CapacityFallback", "ResumedJobAlerts")),
+    ],
 )
-def test_the_breaker_and_the_resubmitter_page_when_they_fail(variant, prefixes):
-    """Both act on AWS's events with nobody watching: a failed invocation of either (Lambda's Errors
+def test_the_breaker_the_resubmitter_and_the_resumed_job_alert_page_when_they_fail(variant, prefixes):
+    """Each acts on AWS's events with nobody watching: a failed invocation of any (Lambda's Errors
     metric of that function) alarms to the job-alert topic, and only a deployment with fallback
     placements has the resubmitter."""
     template = synth(variant).templates[STACK]

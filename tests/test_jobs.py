@@ -52,10 +52,10 @@ def environment(c):
 
 
 def job_roles(variant):
-    """The job containers' roles (the stack also holds the boot-check circuit breaker's function role,
-    tests/test_fleet_health.py)."""
+    """The job containers' roles (the stack also holds the function roles of the boot-check circuit
+    breaker, tests/test_fleet_health.py, and of the resumed-job alert, tests/test_monitoring.py)."""
     roles = resources(synth(variant).templates[STACK], "AWS::IAM::Role")
-    return {k: r for k, r in roles.items() if not k.startswith("BootCircuitBreaker")}
+    return {k: r for k, r in roles.items() if not k.startswith(("BootCircuitBreaker", "ResumedJobAlerts"))}
 
 
 CAPACITY = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"

@@ -99,10 +99,11 @@ def test_every_fleet_has_a_rule_on_its_own_queue_into_the_job_events_log_group()
     # EventBridge may write to the group through its resource policy; no Lambda-backed custom resource.
     (policy,) = resources(template, "AWS::Logs::ResourcePolicy").values()
     assert "events.amazonaws.com" in json.dumps(policy) and group_id in json.dumps(policy)
-    # The functions in this stack: the boot-check circuit breaker's (tests/test_fleet_health.py) and the
-    # capacity fallback's resubmitter (llm's placements); none for the metrics.
+    # The functions in this stack: the boot-check circuit breaker's (tests/test_fleet_health.py), the
+    # capacity fallback's resubmitter (llm's placements) and the resumed-job alert's; none for the metrics.
     functions = resources(template, "AWS::Lambda::Function")
-    assert [k for k in functions if not k.startswith(("BootCircuitBreaker", "CapacityFallback"))] == []
+    owners = ("BootCircuitBreaker", "CapacityFallback", "ResumedJobAlerts")
+    assert [k for k in functions if not k.startswith(owners)] == []
     assert not [k for k, r in template["Resources"].items() if r["Type"].startswith("Custom::")]
 
 
@@ -298,8 +299,8 @@ def test_fault_alarms_sum_the_fleets_nodes_with_metrics_insights():
 def test_nothing_runs_on_a_schedule_so_nothing_emits_at_zero_nodes():
     # Job metrics come only from job state changes, node metrics only from nodes: no scheduled rule,
     # and no function but one that only an alarm entering ALARM runs (the boot-check circuit breaker,
-    # which needs failing nodes), in the stacks that carry the metrics that could emit (or bill) while
-    # every fleet is at zero.
+    # which needs failing nodes) or a job resumed after an attempt that ran (the resumed-job alert), in
+    # the stacks that carry the metrics that could emit (or bill) while every fleet is at zero.
     for name in (JOBS, COMPUTE, MONITORING):
         template = synth("default").templates[name]
         rules = resources(template, "AWS::Events::Rule").values()
@@ -313,8 +314,13 @@ def test_nothing_runs_on_a_schedule_so_nothing_emits_at_zero_nodes():
             ]
             assert callers, (name, function)
             for rule in callers:
-                assert rule["EventPattern"]["detail-type"] == ["CloudWatch Alarm State Change"], (name, function)
-                assert rule["EventPattern"]["detail"] == {"state": {"value": ["ALARM"]}}
+                pattern = rule["EventPattern"]
+                if pattern["detail-type"] == ["Batch Job State Change"]:
+                    # An attempt that started: the job had nodes.
+                    assert pattern["detail"]["attempts"] == {"startedAt": [{"exists": True}]}, (name, function)
+                    continue
+                assert pattern["detail-type"] == ["CloudWatch Alarm State Change"], (name, function)
+                assert pattern["detail"] == {"state": {"value": ["ALARM"]}}
 
 
 # The same job, RUNNABLE again after its first attempt ended with the main node's exit 75.
@@ -381,22 +387,43 @@ def test_every_fleet_counts_its_resumed_jobs_and_only_retries():
     assert fleets == set(THREE_FLEETS)
 
 
-def test_a_resumed_job_alerts_through_its_own_rule_with_the_failed_attempt():
+def test_a_resumed_job_alerts_through_its_own_rule_and_function_naming_the_latest_attempt():
+    """An input transformer can quote only a fixed attempt (it quoted the first); the function picks the
+    latest (tests/test_resumed_alert.py runs it)."""
     template = synth("three-fleets").templates[JOBS]
-    (rule,) = [
-        r["Properties"] for k, r in resources(template, "AWS::Events::Rule").items() if k.startswith("ResumedJobAlerts")
-    ]
-    (failed,) = [
-        r["Properties"] for k, r in resources(template, "AWS::Events::Rule").items() if k.startswith("JobAlerts")
-    ]
+    rules = resources(template, "AWS::Events::Rule")
+    (rule,) = [r["Properties"] for k, r in rules.items() if k.startswith("ResumedJobAlerts")]
+    (failed,) = [r["Properties"] for k, r in rules.items() if k.startswith("JobAlerts")]
+    topic = failed["Targets"][0]["Arn"]  # the job-alert topic
     (target,) = rule["Targets"]
-    assert target["Arn"] == failed["Targets"][0]["Arn"]  # the job-alert topic
+    assert "InputTransformer" not in target and "Input" not in target  # the whole event, all attempts
+    (function_id,) = [k for k in resources(template, "AWS::Lambda::Function") if k.startswith("ResumedJobAlerts")]
+    assert target["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
+    function = template["Resources"][function_id]["Properties"]
+    assert function["Handler"] == "announce.handler" and function["Environment"]["Variables"] == {
+        "ALERT_TOPIC_ARN": topic
+    }
+    # Its role publishes to that topic only, and writes its own log group only.
+    role = function["Role"]["Fn::GetAtt"][0]
+    (policy,) = [
+        p["Properties"]["PolicyDocument"]["Statement"]
+        for p in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role} in p["Properties"]["Roles"]
+    ]
+    publish = [s for s in policy if s["Action"] == "sns:Publish"]
+    assert [s["Resource"] for s in publish] == [topic]
+    assert all("sns:" not in json.dumps(s["Action"]) for s in policy if s not in publish)
     # Every placement's queue, exactly the queues whose failures alert (llm has three fallback placements).
     assert rule["EventPattern"]["detail"]["jobQueue"] == failed["EventPattern"]["detail"]["jobQueue"]
     assert len(rule["EventPattern"]["detail"]["jobQueue"]) == len(THREE_FLEETS) + 3
-    paths = target["InputTransformer"]["InputPathsMap"].values()
-    assert "$.detail.attempts[0].container.logStreamName" in paths and "$.detail.jobId" in paths
-    assert "trainctl why" in target["InputTransformer"]["InputTemplate"]
+    # Its failures page, like every small function's.
+    alarms = resources(template, "AWS::CloudWatch::Alarm").values()
+    errors = [
+        a
+        for a in alarms
+        if {"Name": "FunctionName", "Value": {"Ref": function_id}} in a["Properties"].get("Dimensions", [])
+    ]
+    assert len(errors) == 1 and errors[0]["Properties"]["AlarmActions"] == [topic]
 
 
 def test_the_fleet_row_graphs_nodes_taken_out_and_jobs_resumed():

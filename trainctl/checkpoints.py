@@ -1,9 +1,10 @@
 """A training job's checkpoints, in container/checkpoint_sync.py's layout: under
-<CHECKPOINT_URI>/<job id>/ node I keeps its files under `node-I/` and, written after them, the manifest
-`node-I.manifest.json` ({"format": 1, "files": {name: {size, mtime_ns, version_id}}}) naming every
-complete file and the S3 version that holds it. Only what a manifest names is a checkpoint: other
-objects under `node-I/` are uploads a kill cut short or files deleted since. CHECKPOINT_URI is
-s3://<checkpoint bucket>/<fleet> by default."""
+<CHECKPOINT_URI>/<lineage>/ (the job's CHECKPOINT_LINEAGE, which the capacity fallback gives a job it
+resubmits, else its id; container/distributed_run.sh) node I keeps its files under `node-I/` and,
+written after them, the manifest `node-I.manifest.json` ({"format": 1, "files": {name: {size,
+mtime_ns, version_id}}}) naming every complete file and the S3 version that holds it. Only what a
+manifest names is a checkpoint: other objects under `node-I/` are uploads a kill cut short or files
+deleted since. CHECKPOINT_URI is s3://<checkpoint bucket>/<fleet> by default."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from trainctl.jobs import job_environment
 MANIFEST_FORMAT = 1
 _MANIFEST = re.compile(r"node-(\d+)\.manifest\.json")
 _PARTIAL_SUFFIX = ".partial"
+# The launcher's variable (container/distributed_run.sh), set by the capacity fallback's resubmitter.
+LINEAGE_VARIABLE = "CHECKPOINT_LINEAGE"
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,13 @@ class CheckpointFile:
         return f"node-{self.node}/{self.name}"
 
 
+def lineage_id(job: dict[str, Any]) -> str:
+    """The prefix the job's launcher keeps its checkpoints under, as the launcher chooses it."""
+    return job_environment(job).get(LINEAGE_VARIABLE) or str(job["jobId"])
+
+
 def checkpoint_location(job: dict[str, Any], fleet: Fleet, deployment: Deployment) -> tuple[str, str]:
-    """(bucket, key prefix) of the job's checkpoints."""
+    """(bucket, key prefix) of the job's checkpoints: its lineage's, shared by every job of it."""
     uri = job_environment(job).get("CHECKPOINT_URI")
     if not uri:
         if not deployment.checkpoint_bucket:
@@ -52,7 +60,8 @@ def checkpoint_location(job: dict[str, Any], fleet: Fleet, deployment: Deploymen
         raise TrainctlError(f"the job's CHECKPOINT_URI {uri!r} is not an s3:// URI")
     bucket, _, prefix = uri[len("s3://") :].partition("/")
     prefix = prefix.strip("/")
-    return bucket, f"{prefix}/{job['jobId']}/" if prefix else f"{job['jobId']}/"
+    lineage = lineage_id(job)
+    return bucket, f"{prefix}/{lineage}/" if prefix else f"{lineage}/"
 
 
 def list_checkpoints(s3: Any, bucket: str, prefix: str) -> list[CheckpointFile]:

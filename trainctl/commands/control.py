@@ -13,11 +13,13 @@ import typer
 
 from config.job_events import TRAINCTL_CANCEL_REASON
 from trainctl import ecs_exec
+from trainctl.capacity import CAPACITY_CANCEL
 from trainctl.commands.base import app, note, reports_errors, state_of
 from trainctl.compute import fleet_compute
 from trainctl.display import parse_since
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.jobs import DONE, STATES, owned_job
+from trainctl.lineage import follow
 from trainctl.listing import JobFilter, list_jobs
 
 # How far back `cancel --sweep` looks for the sweep's jobs.
@@ -33,7 +35,9 @@ def cancel(
 ) -> None:
     """Stop jobs in any state (TerminateJob: queued jobs are cancelled, running ones stopped).
 
-    The job-alert rule ignores jobs ended this way: their reason says trainctl cancelled them.
+    A job the capacity fallback resubmitted is followed to its successor: cancelling either id stops the
+    lineage's live job. The job-alert rule ignores jobs ended this way: their reason says trainctl
+    cancelled them.
     """
     state = state_of(ctx)
     ids = list(job_ids or [])
@@ -48,15 +52,49 @@ def cancel(
     if not ids and not sweep:
         raise TrainctlError("cancel needs job ids, or --sweep TAG")
     results = []
+    stopped: set[str] = set()
     for job_id in dict.fromkeys(ids):
         job, fleet = owned_job(state.batch, state.deployment(), job_id)
         status_now = str(job.get("status"))
-        if status_now in DONE:
-            message = f"job {job_id} already ended {status_now}: nothing to cancel"
-        else:
-            state.batch.terminate_job(jobId=job_id, reason=TRAINCTL_CANCEL_REASON)
+        lineage = follow(state.batch, job)
+        # Only this deployment's jobs, whatever the tags say.
+        live = [
+            j
+            for j in lineage.live
+            if str(j["jobId"]) not in stopped and state.deployment().fleet_of_queue(str(j.get("jobQueue", "")))
+        ]
+        for other in live:
+            state.batch.terminate_job(jobId=str(other["jobId"]), reason=TRAINCTL_CANCEL_REASON)
+            stopped.add(str(other["jobId"]))
+        successors = [f"{j['jobId']} ({j.get('status')})" for j in live if j["jobId"] != job_id]
+        if status_now not in DONE:
             message = f"job {job_id} on fleet {fleet.name} ({status_now}) is being terminated"
-        results.append({"jobId": job_id, "status": status_now, "terminated": status_now not in DONE})
+        elif successors:
+            message = (
+                f"job {job_id} already ended {status_now}; the capacity fallback resubmitted it, and its live "
+                f"successor {', '.join(successors)} is being terminated"
+            )
+        elif len(lineage.jobs) > 1:
+            message = (
+                f"job {job_id} already ended {status_now}, as did its lineage ({lineage.chain()}): nothing to cancel"
+            )
+        elif str(job.get("statusReason", "")).startswith(CAPACITY_CANCEL) and len(fleet.placements) > 1:
+            # The resubmitter acts on the cancel's event, seconds after it.
+            message = (
+                f"job {job_id} already ended {status_now} for lack of capacity and has no successor yet: the "
+                f"capacity fallback may still resubmit it; run `trainctl cancel {job_id}` again in a minute"
+            )
+        else:
+            message = f"job {job_id} already ended {status_now}: nothing to cancel"
+        results.append(
+            {
+                "jobId": job_id,
+                "status": status_now,
+                "terminated": bool(live),
+                "terminatedJobs": [str(j["jobId"]) for j in live],
+                "lineage": lineage.summary(),
+            }
+        )
         if not state.json:
             typer.echo(message)
     if state.json:

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
 
-from trainctl.checkpoints import checkpoint_location, list_checkpoints
+from trainctl.checkpoints import checkpoint_location, lineage_id, list_checkpoints
 from trainctl.checkpoints import download as download_checkpoints
 from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, app, console, note, reports_errors, state_of
@@ -21,6 +21,7 @@ from trainctl.compute import fleet_compute
 from trainctl.cost import price_per_hour, usage_of
 from trainctl.display import human_duration, human_size, parse_since, styled_state, when
 from trainctl.jobs import DONE, describe_jobs, num_nodes, owned_job
+from trainctl.lineage import follow, lineage_lines
 from trainctl.listing import JobFilter, list_jobs, parse_states
 from trainctl.logs import LogLine, StreamReader, interleave, node_streams, parse_nodes
 from trainctl.recovery import log_tail
@@ -92,7 +93,7 @@ app.command(name="ps", help="Same as `jobs`.")(jobs)
 @reports_errors
 def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")]) -> None:
     """Everything about one job: each node's instance, AZ, state, exit code and reason per attempt, its log
-    streams, its checkpoints and its cost."""
+    streams, its checkpoints, its cost, and the jobs the capacity fallback resubmitted it as (its lineage)."""
     state = state_of(ctx)
     deployment = state.deployment()
     job, fleet = owned_job(state.batch, deployment, job_id)
@@ -103,6 +104,7 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
     price = price_per_hour(usage.instance_type, {}) if usage else None
     bucket, prefix = checkpoint_location(job, fleet, deployment)
     files = list_checkpoints(state.aws.client("s3"), bucket, prefix)
+    lineage = follow(state.batch, job)
     result: dict[str, Any] = {
         "jobId": job_id,
         "name": job.get("jobName"),
@@ -117,6 +119,7 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
         "numNodes": num_nodes(job),
         "nodes": nodes,
         "checkpoints": {"uri": f"s3://{bucket}/{prefix}", "files": len(files), "bytes": sum(f.size for f in files)},
+        "lineage": {"id": lineage_id(job), "jobs": lineage.summary(), "latest": lineage.latest.get("jobId")},
         "node_hours": round(usage.node_hours, 4) if usage else None,
         "usd_estimate": round(usage.node_hours * price, 2) if usage and price is not None and job.get("status") in DONE
         else None,
@@ -132,6 +135,8 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
         f"stopped {when(result['stoppedAt'])}; share {result['share'] or '-'}; "
         f"sweep {result['tags'].get('trainctl:sweep', '-')}"
     )
+    for line in lineage_lines(lineage, job_id):
+        out.print(line)
     table = Table(title=f"{result['numNodes']} nodes")
     for column in ("node", "state", "attempt", "instance", "AZ", "exit", "reason", "log stream"):
         table.add_column(column)
@@ -203,7 +208,7 @@ def logs(
 @app.command()
 @reports_errors
 def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")]) -> None:
-    """Why a job is not running, in plain words."""
+    """Why a job is not running, in plain words; a job the capacity fallback resubmitted names its successor."""
     state = state_of(ctx)
     job, fleet = owned_job(state.batch, state.deployment(), job_id)
     compute = fleet_compute(state.batch, fleet)
@@ -216,11 +221,21 @@ def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB",
         # Each failed attempt's node line, read from the end of its log stream (trainctl/recovery.py).
         tail=log_tail(state.aws.client("logs")),
     )
+    lineage = follow(state.batch, job)
+    reasons = lineage_lines(lineage, job_id) + explanation.reasons
     if state.json:
-        state.out({"jobId": job_id, "fleet": fleet.name, "status": explanation.status, "reasons": explanation.reasons})
+        state.out(
+            {
+                "jobId": job_id,
+                "fleet": fleet.name,
+                "status": explanation.status,
+                "reasons": reasons,
+                "lineage": lineage.summary(),
+            }
+        )
         return
     typer.echo(f"{job_id} ({job.get('jobName')}) on fleet {fleet.name}: {explanation.status}")
-    for reason in explanation.reasons:
+    for reason in reasons:
         typer.echo(f"- {reason}")
 
 
@@ -235,7 +250,8 @@ def checkpoints(
         typer.Option(metavar="DIR", help="Copy the versions the manifests name into DIR/node-<i>/.", file_okay=False),
     ] = None,
 ) -> None:
-    """List (or download) per node the checkpoint files a training job's manifests name."""
+    """List (or download) per node the checkpoint files a training job's manifests name (its lineage's: the same
+    for a job and the jobs the capacity fallback resubmitted it as)."""
     state = state_of(ctx)
     deployment = state.deployment()
     job, fleet = owned_job(state.batch, deployment, job_id)

@@ -5,7 +5,9 @@ status FAILED and the capacity cancel's status reason (see CAPACITY_CANCEL). The
 again, once, to the next placement's queue whose window (a Capacity Block's, less its last half hour
 and a job's expected start, see BLOCK_EARLY_END) holds the present:
 same job definition, name, parameters, node count, environment and command, share identifier,
-priority, timeout, retries and tags; the instance type of each node range is the placement's.
+priority, timeout, retries and tags; the instance type of each node range is the placement's. Every
+node range also gets CHECKPOINT_LINEAGE: the cancelled job's own, else its id, so that the launcher
+(container/distributed_run.sh) of the successor restores the original's checkpoints.
 Every decision is one JSON line in the function's log, which metric filters count.
 
 ROUTES (environment, JSON): queue ARN -> {"fleet", "placement" (0 = the fleet's own), "label",
@@ -30,6 +32,8 @@ SUCCESSOR_TAG = "training:fallback-job"
 # Set on the successor: the job it continues and the placement it was sent to.
 ORIGIN_TAG = "training:fallback-of"
 PLACEMENT_TAG = "training:placement"
+# The launcher keys checkpoints on it, else on the job id (container/distributed_run.sh).
+LINEAGE_VARIABLE = "CHECKPOINT_LINEAGE"
 # Errors worth another try (botocore's standard retry mode's throttling and transient codes).
 RETRIED_CODES = frozenset({"ThrottlingException", "TooManyRequestsException", "ServiceUnavailable", "InternalFailure"})
 # Batch reserves the aws: prefix; tags it set itself cannot be passed to SubmitJob.
@@ -75,20 +79,32 @@ def next_placement(route: Mapping[str, Any], now: datetime) -> Mapping[str, Any]
     return next((p for p in route.get("next", []) if _inside(p, now)), None)
 
 
+def lineage_of(job: Mapping[str, Any]) -> str:
+    """The job's training lineage: the CHECKPOINT_LINEAGE it ran with (a job resubmitted before), else
+    its own id (the first of its line)."""
+    for node_range in (job.get("nodeProperties") or {}).get("nodeRangeProperties", []):
+        for variable in (node_range.get("container") or {}).get("environment") or []:
+            if variable.get("name") == LINEAGE_VARIABLE and variable.get("value"):
+                return str(variable["value"])
+    return str(job["jobId"])
+
+
 def _overrides(job: Mapping[str, Any], instance_type: str) -> dict[str, Any]:
     """Node overrides that keep what the job ran with: its node count, and per node range the
-    environment and command it was given (DescribeJobs reports them merged with the definition's)."""
+    environment and command it was given (DescribeJobs reports them merged with the definition's),
+    with the job's lineage."""
     nodes = job.get("nodeProperties") or {}
+    lineage = {"name": LINEAGE_VARIABLE, "value": lineage_of(job)}
     ranges = []
     for node_range in nodes.get("nodeRangeProperties", []):
         container = node_range.get("container") or {}
         override: dict[str, Any] = {"instanceType": instance_type}
-        if container.get("environment"):
-            override["environment"] = [
-                {"name": e["name"], "value": e.get("value", "")}
-                for e in container["environment"]
-                if not str(e.get("name", "")).startswith("AWS_BATCH")
-            ]
+        kept = [
+            {"name": e["name"], "value": e.get("value", "")}
+            for e in container.get("environment") or []
+            if not str(e.get("name", "")).startswith("AWS_BATCH") and e.get("name") != LINEAGE_VARIABLE
+        ]
+        override["environment"] = [*kept, lineage]
         if container.get("command"):
             override["command"] = list(container["command"])
         ranges.append({"targetNodes": node_range["targetNodes"], "containerOverrides": override})
