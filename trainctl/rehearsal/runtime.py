@@ -110,6 +110,10 @@ class Runtime:
             "LANG": "C.UTF-8",
             "TMPDIR": str(run.folder / "tmp"),
         }
+        # The GPUs this machine lends the rehearsal, if the user narrowed them (every node sees the same:
+        # two nodes cannot share one GPU under NCCL, so hide them for a multi-node rehearsal on one GPU).
+        if "CUDA_VISIBLE_DEVICES" in os.environ:
+            env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         (run.folder / "tmp").mkdir(parents=True, exist_ok=True)
         env.update(spec.environment)
         # A container's file system is new on every attempt: so is this folder.
