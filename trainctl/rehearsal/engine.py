@@ -1,88 +1,27 @@
 """A multi-node job's attempts under Batch's rules (batch_rules.py), on simulated hosts (hosts.py), with
-the faults asked for (faults.py). The process runtime: each node's container is a process group on this
-machine (nodes.py) running this checkout's launcher."""
+the faults asked for (faults.py). The process runtime: each node's container is a set of processes on this
+machine (nodes.py) running this checkout's launcher; the faults act through fault_player.py."""
 
 from __future__ import annotations
 
-import os
 import random
-import re
-import signal
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainctl.rehearsal import batch_rules
 from trainctl.rehearsal.definition import JobSpec
-from trainctl.rehearsal.faults import Fault, fault_node
-from trainctl.rehearsal.hosts import TAKE_OUT_GRACE_SECONDS, Host, HostPool
+from trainctl.rehearsal.fault_player import FaultPlayer
+from trainctl.rehearsal.faults import Fault
+from trainctl.rehearsal.hosts import TAKE_OUT_GRACE_SECONDS, HostPool
 from trainctl.rehearsal.local_s3 import LocalS3
 from trainctl.rehearsal.nodes import NodeRun, wait_gone
+from trainctl.rehearsal.records import Attempt, JobRun, Rehearsal, node_description
 from trainctl.rehearsal.runtime import Runtime
 
 TICK_SECONDS = 0.1
 CHECKPOINT_POLL_SECONDS = 0.5
-
-
-@dataclass
-class Attempt:
-    number: int
-    started: float
-    nodes: list[NodeRun]
-    ended: float | None = None
-    exit_code: int | None = None
-    reason: str = ""
-    status_reason: str = ""
-    retry: str = ""
-    events: list[tuple[float, str]] = field(default_factory=list)
-    checkpoints_at_end: list[str] = field(default_factory=list)
-
-    @property
-    def main(self) -> NodeRun:
-        return next(n for n in self.nodes if n.is_main)
-
-
-@dataclass
-class JobRun:
-    job_id: str
-    spec: JobSpec
-    placement: int
-    attempts: list[Attempt] = field(default_factory=list)
-    status: str = "SUBMITTED"
-    status_reason: str = ""
-    successor: JobRun | None = None
-    resubmitted_from: str | None = None
-    # Each checkpoint file of the job's lineage and when the rehearsal first saw it complete in S3.
-    checkpoint_seen: dict[str, float] = field(default_factory=dict)
-    # What the launcher uploaded beside the checkpoints when it caught a hang (S3 keys).
-    evidence: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Rehearsal:
-    """Everything one rehearsal ran: the first job and, after a capacity cancel, its successors."""
-
-    first: JobRun
-    faults: list[Fault]
-    fired: list[tuple[float, str]] = field(default_factory=list)
-    deadline_hit: bool = False
-    started: float = 0.0
-    ended: float = 0.0
-    pools: list[HostPool] = field(default_factory=list)
-
-    def jobs(self) -> list[JobRun]:
-        found: list[JobRun] = []
-        job: JobRun | None = self.first
-        while job is not None:
-            found.append(job)
-            job = job.successor
-        return found
-
-    @property
-    def last(self) -> JobRun:
-        return self.jobs()[-1]
 
 
 class Engine:
@@ -104,8 +43,7 @@ class Engine:
         self.deadline_seconds = deadline_seconds
         self.random = random.Random(seed)  # noqa: S311 - a reproducible start order, not a secret
         self.child_delay_seconds = child_delay_seconds
-        self.pending = list(faults)
-        self.capacity_cancel_armed = False
+        self.player = FaultPlayer(faults, s3=s3, event=self._event)
         self.job_start = 0.0
         self.live: list[NodeRun] = []
         s3.describe = self.describe
@@ -132,10 +70,10 @@ class Engine:
         number = 0
         while True:
             number += 1
-            if number > 1 and self.capacity_cancel_armed:
+            if number > 1 and self.player.capacity_cancel_armed:
                 # The retry went back to RUNNABLE and found no capacity: the queue's time limit cancels it
                 # (Batch user guide, "Jobs stuck in RUNNABLE"), and the fallback resubmits it.
-                self.capacity_cancel_armed = False
+                self.player.capacity_cancel_armed = False
                 job.status, job.status_reason = "FAILED", batch_rules.CAPACITY_CANCEL_REASON
                 self._event(None, f"job {job.job_id}: retry {number} RUNNABLE without capacity; {job.status_reason}")
                 return self._resubmit(job)
@@ -185,8 +123,8 @@ class Engine:
         now = time.monotonic()
         if not self.job_start:
             self.job_start = now
-        self._fire_at_attempt(number, pool, spec)
         hosts = pool.place(spec.nodes)
+        self.player.at_attempt(number, hosts, spec)
         folder = self.root / job.job_id / f"attempt-{number}"
         runs = [
             NodeRun(
@@ -200,11 +138,7 @@ class Engine:
         ]
         attempt = Attempt(number=number, started=now, nodes=runs)
         self.attempt, self.job = attempt, job
-        for fault in [f for f in self.pending if f.kind == "never-start" and int(f.at) == number]:
-            self.pending.remove(fault)
-            run = runs[fault_node(fault, nodes=spec.nodes, main=spec.main_node) or 0]
-            run.reason = batch_rules.CANNOT_PULL_REASON
-            self._event(attempt, f"fault {fault.spec}: node {run.index}'s image cannot be pulled")
+        self.player.never_starts(number, runs, spec, attempt)
         for host in hosts:
             self._event(attempt, f"{host.describe()} serves node {hosts.index(host)}")
         self._start(attempt, attempt.main, now)
@@ -227,7 +161,7 @@ class Engine:
                 last_poll = now
                 for name in self.runtime.checkpoints(job):
                     job.checkpoint_seen.setdefault(name, now)
-                self._fire_on_progress(attempt, job, now)
+                self.player.on_progress(attempt, job, now, self.job_start)
             main = attempt.main
             if main.ended is not None:
                 self._end_children(attempt, "the main node ended: Batch stops the other nodes", now)
@@ -310,7 +244,6 @@ class Engine:
                 found.append(node_description(job, attempt.nodes[int(index)]))
         return found
 
-    # -- faults --------------------------------------------------------------------------------------------
     def _event(self, attempt: Attempt | None, text: str) -> None:
         """A line of the attempt's timeline; a fault's (and the job's own) lines also go to the rehearsal's."""
         stamp = time.monotonic()
@@ -318,111 +251,3 @@ class Engine:
             attempt.events.append((stamp, text))
         if attempt is None or text.startswith("fault "):
             self.result.fired.append((stamp, text))
-
-    def _fire_at_attempt(self, number: int, pool: HostPool, spec: JobSpec) -> None:
-        """Faults that act before an attempt's nodes start: on hosts (warm ones are reused) or on S3."""
-        hosts = pool.place(spec.nodes)
-        for fault in list(self.pending):
-            if fault.trigger not in ("start", "attempt") or int(fault.at) != number:
-                continue
-            node = fault_node(fault, nodes=spec.nodes, main=spec.main_node)
-            if fault.kind in ("kill-child", "kill-main", "stop-rank", "lose-host", "kill-upload", "never-start"):
-                continue  # they act on the running attempt (see _fire_on_progress)
-            self.pending.remove(fault)
-            self._apply_host_fault(fault, hosts[node] if node is not None else None, node)
-
-    def _apply_host_fault(self, fault: Fault, host: Host | None, node: int | None) -> None:
-        if fault.kind == "preflight-fail" and host is not None:
-            lost = host.lose_device()
-            self._event(None, f"fault {fault.spec}: {host.describe()} of node {node} lost {lost}")
-        elif fault.kind == "slow-preflight" and host is not None:
-            host.slow_tools(fault.value or 0)
-            self._event(None, f"fault {fault.spec}: {host.describe()}'s device tools answer after {fault.value:g} s")
-        elif fault.kind == "xid" and host is not None:
-            host.record_xid(time.time(), int(fault.value or 79))
-            self._event(
-                None, f"fault {fault.spec}: {host.describe()} of node {node} recorded Xid {int(fault.value or 79)}"
-            )
-        elif fault.kind == "s3-slowdown":
-            self.s3.slow_down(fault.value or 0)
-            self._event(None, f"fault {fault.spec}: the local S3 answers 503 SlowDown for {fault.value:g} s")
-        elif fault.kind == "capacity-cancel":
-            self.capacity_cancel_armed = True
-            self._event(None, f"fault {fault.spec}: the job's next retry will find no capacity")
-
-    def _due(self, fault: Fault, attempt: Attempt, job: JobRun, now: float) -> bool:
-        if fault.trigger in ("start", "attempt"):
-            return attempt.number == int(fault.at)
-        if fault.trigger == "seconds":
-            return now - self.job_start >= fault.at
-        return len(job.checkpoint_seen) >= fault.at
-
-    def _fire_on_progress(self, attempt: Attempt, job: JobRun, now: float) -> None:
-        spec = job.spec
-        for fault in list(self.pending):
-            if not self._due(fault, attempt, job, now):
-                continue
-            node = fault_node(fault, nodes=spec.nodes, main=spec.main_node)
-            run = attempt.nodes[node] if node is not None else None
-            if run is not None and not run.running:
-                continue  # wait until the node runs
-            self.pending.remove(fault)
-            if fault.kind in ("kill-child", "kill-main") and run is not None:
-                self._event(attempt, f"fault {fault.spec}: SIGKILL node {node}'s container")
-                run.kill_group()
-            elif fault.kind == "lose-host" and run is not None:
-                run.host.powered_off = True
-                run.power_off(now, batch_rules.HOST_LOST_REASON.format(instance=run.host.instance_id))
-                self._event(attempt, f"fault {fault.spec}: {run.host.describe()} of node {node} terminated")
-            elif fault.kind == "stop-rank" and run is not None:
-                ranks = run.ranks()
-                for pid in ranks:
-                    os.kill(pid, signal.SIGSTOP)
-                self._event(attempt, f"fault {fault.spec}: SIGSTOP node {node}'s ranks (pids {ranks})")
-            elif fault.kind == "kill-upload":
-                self._arm_upload_loss(fault, attempt)
-            else:
-                self._apply_host_fault(fault, run.host if run is not None else None, node)
-
-    def _arm_upload_loss(self, fault: Fault, attempt: Attempt) -> None:
-        """The next checkpoint file a node of this attempt sends: its host is lost while the upload runs."""
-
-        def hook(method: str, bucket: str, key: str) -> bool:
-            match = re.search(r"/node-(\d+)/", "/" + key)
-            if match is None or int(match.group(1)) >= len(attempt.nodes):
-                return False
-            run = attempt.nodes[int(match.group(1))]
-            if not run.running:
-                return False
-            self.s3.hooks.remove(hook)
-            run.host.powered_off = True
-            run.power_off(time.monotonic(), batch_rules.HOST_LOST_REASON.format(instance=run.host.instance_id))
-            self._event(attempt, f"fault {fault.spec}: {run.host.describe()} of node {run.index} lost while "
-                        f"uploading {key.rsplit('/', 1)[-1]}")  # fmt: skip
-            return True
-
-        self.s3.hooks.append(hook)
-        self._event(attempt, f"{fault.spec} armed: the next checkpoint upload loses its host")
-
-
-def node_description(job: JobRun, run: NodeRun) -> dict[str, Any]:
-    """A node job as DescribeJobs shows it (Batch API, JobDetail and NodeDetails)."""
-    if run.ended is None:
-        status = "RUNNING" if run.process is not None else "PENDING"
-    else:
-        status = "SUCCEEDED" if run.exit_code == 0 else "FAILED"
-    container: dict[str, Any] = {}
-    if run.exit_code is not None:
-        container["exitCode"] = run.exit_code
-    if run.reason:
-        container["reason"] = run.reason
-    entry: dict[str, Any] = {
-        "jobId": f"{job.job_id}#{run.index}",
-        "jobName": job.spec.name,
-        "status": status,
-        "nodeDetails": {"nodeIndex": run.index, "isMainNode": run.is_main},
-        "container": container,
-    }
-    if run.status_reason and run.ended is not None:
-        entry["statusReason"] = run.status_reason
-    return entry

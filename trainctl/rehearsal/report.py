@@ -10,8 +10,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from trainctl.rehearsal.engine import Attempt, JobRun, Rehearsal
 from trainctl.rehearsal.nodes import NodeRun
+from trainctl.rehearsal.records import Attempt, JobRun, Rehearsal
 from trainctl.why import explain
 
 # The launcher's own lines, the checkpoint copier's restore line and the reference script's resume line.

@@ -1,0 +1,122 @@
+"""The faults a rehearsal was asked for, acted out when their triggers come (faults.py parses them): on a
+node's container, on its host, on the local S3, or on the job's next retry."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+
+from trainctl.rehearsal import batch_rules
+from trainctl.rehearsal.definition import JobSpec
+from trainctl.rehearsal.faults import Fault, fault_node
+from trainctl.rehearsal.hosts import Host
+from trainctl.rehearsal.local_s3 import LocalS3
+from trainctl.rehearsal.nodes import NodeRun
+from trainctl.rehearsal.records import Attempt, JobRun
+
+# (the attempt, or None for the job's own timeline; the text)
+Event = Callable[[Attempt | None, str], None]
+
+
+class FaultPlayer:
+    def __init__(self, faults: list[Fault], *, s3: LocalS3, event: Event) -> None:
+        self.pending = list(faults)
+        self.s3 = s3
+        self._event = event
+        self.capacity_cancel_armed = False
+
+    def never_starts(self, number: int, runs: list[NodeRun], spec: JobSpec, attempt: Attempt) -> None:
+        """The nodes whose image cannot be pulled in attempt `number`: their containers never run."""
+        for fault in [f for f in self.pending if f.kind == "never-start" and int(f.at) == number]:
+            self.pending.remove(fault)
+            run = runs[fault_node(fault, nodes=spec.nodes, main=spec.main_node) or 0]
+            run.reason = batch_rules.CANNOT_PULL_REASON
+            self._event(attempt, f"fault {fault.spec}: node {run.index}'s image cannot be pulled")
+
+    def at_attempt(self, number: int, hosts: list[Host], spec: JobSpec) -> None:
+        """Faults that act before an attempt's nodes start: on hosts (warm ones are reused) or on S3."""
+        for fault in list(self.pending):
+            if fault.trigger not in ("start", "attempt") or int(fault.at) != number:
+                continue
+            node = fault_node(fault, nodes=spec.nodes, main=spec.main_node)
+            if fault.kind in ("kill-child", "kill-main", "stop-rank", "lose-host", "kill-upload", "never-start"):
+                continue  # they act on the running attempt (see _fire_on_progress)
+            self.pending.remove(fault)
+            self._apply_host_fault(fault, hosts[node] if node is not None else None, node)
+
+    def _apply_host_fault(self, fault: Fault, host: Host | None, node: int | None) -> None:
+        if fault.kind == "preflight-fail" and host is not None:
+            lost = host.lose_device()
+            self._event(None, f"fault {fault.spec}: {host.describe()} of node {node} lost {lost}")
+        elif fault.kind == "slow-preflight" and host is not None:
+            host.slow_tools(fault.value or 0)
+            self._event(None, f"fault {fault.spec}: {host.describe()}'s device tools answer after {fault.value:g} s")
+        elif fault.kind == "xid" and host is not None:
+            host.record_xid(time.time(), int(fault.value or 79))
+            self._event(
+                None, f"fault {fault.spec}: {host.describe()} of node {node} recorded Xid {int(fault.value or 79)}"
+            )
+        elif fault.kind == "s3-slowdown":
+            self.s3.slow_down(fault.value or 0)
+            self._event(None, f"fault {fault.spec}: the local S3 answers 503 SlowDown for {fault.value:g} s")
+        elif fault.kind == "capacity-cancel":
+            self.capacity_cancel_armed = True
+            self._event(None, f"fault {fault.spec}: the job's next retry will find no capacity")
+
+    def _due(self, fault: Fault, attempt: Attempt, job: JobRun, now: float, job_start: float) -> bool:
+        if fault.trigger in ("start", "attempt"):
+            return attempt.number == int(fault.at)
+        if fault.trigger == "seconds":
+            return now - job_start >= fault.at
+        return len(job.checkpoint_seen) >= fault.at
+
+    def on_progress(self, attempt: Attempt, job: JobRun, now: float, job_start: float) -> None:
+        """Faults whose trigger came while the attempt runs: on its nodes, their hosts or S3."""
+        spec = job.spec
+        for fault in list(self.pending):
+            if not self._due(fault, attempt, job, now, job_start):
+                continue
+            node = fault_node(fault, nodes=spec.nodes, main=spec.main_node)
+            run = attempt.nodes[node] if node is not None else None
+            if run is not None and not run.running:
+                continue  # wait until the node runs
+            self.pending.remove(fault)
+            if fault.kind in ("kill-child", "kill-main") and run is not None:
+                self._event(attempt, f"fault {fault.spec}: SIGKILL node {node}'s container")
+                run.kill_group()
+            elif fault.kind == "lose-host" and run is not None:
+                run.host.powered_off = True
+                run.power_off(now, batch_rules.HOST_LOST_REASON.format(instance=run.host.instance_id))
+                self._event(attempt, f"fault {fault.spec}: {run.host.describe()} of node {node} terminated")
+            elif fault.kind == "stop-rank" and run is not None:
+                ranks = run.ranks()
+                for pid in ranks:
+                    os.kill(pid, signal.SIGSTOP)
+                self._event(attempt, f"fault {fault.spec}: SIGSTOP node {node}'s ranks (pids {ranks})")
+            elif fault.kind == "kill-upload":
+                self._arm_upload_loss(fault, attempt)
+            else:
+                self._apply_host_fault(fault, run.host if run is not None else None, node)
+
+    def _arm_upload_loss(self, fault: Fault, attempt: Attempt) -> None:
+        """The next checkpoint file a node of this attempt sends: its host is lost while the upload runs."""
+
+        def hook(method: str, bucket: str, key: str) -> bool:
+            match = re.search(r"/node-(\d+)/", "/" + key)
+            if match is None or int(match.group(1)) >= len(attempt.nodes):
+                return False
+            run = attempt.nodes[int(match.group(1))]
+            if not run.running:
+                return False
+            self.s3.hooks.remove(hook)
+            run.host.powered_off = True
+            run.power_off(time.monotonic(), batch_rules.HOST_LOST_REASON.format(instance=run.host.instance_id))
+            self._event(attempt, f"fault {fault.spec}: {run.host.describe()} of node {run.index} lost while "
+                        f"uploading {key.rsplit('/', 1)[-1]}")  # fmt: skip
+            return True
+
+        self.s3.hooks.append(hook)
+        self._event(attempt, f"{fault.spec} armed: the next checkpoint upload loses its host")
