@@ -112,8 +112,10 @@ class Runtime:
         }
         # The GPUs this machine lends the rehearsal, if the user narrowed them (every node sees the same:
         # two nodes cannot share one GPU under NCCL, so hide them for a multi-node rehearsal on one GPU).
-        if "CUDA_VISIBLE_DEVICES" in os.environ:
-            env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+        # The nodes run this interpreter, with the import path it was given.
+        for name in ("CUDA_VISIBLE_DEVICES", "PYTHONPATH"):
+            if name in os.environ:
+                env[name] = os.environ[name]
         (run.folder / "tmp").mkdir(parents=True, exist_ok=True)
         env.update(spec.environment)
         # A container's file system is new on every attempt: so is this folder.
