@@ -95,6 +95,7 @@ tell_main() {
 on_exit() {
   local status=$?
   [[ -z "${listener:-}" ]] || kill "$listener" 2>/dev/null || true
+  [[ -z "${watcher:-}" ]] || kill "$watcher" 2>/dev/null || true
   if [[ "$status" -ne 0 && -n "${report_to:-}" && "${training_started:-0}" -eq 0 && "${told_main:-0}" -eq 0 ]]; then
     tell_main "$status" "${last_error:-launcher exited $status before the rendezvous}"
   fi
@@ -289,6 +290,14 @@ else
     # Its output goes to a file: it must not hold the launcher's stdout and stderr open.
     node_fault listen --port "$report_port" --pid $$ --out "$faults/report" --job "$job_id" >"$faults/listener.log" 2>&1 &
     listener=$!
+    # On Batch (AWS_BATCH_JQ_NAME is set on every Batch job), a child that dies without a word (killed, image
+    # never pulled, host lost) shows FAILED in its node job: node_watch.py asks every NODE_WATCH_SECONDS.
+    if [[ -n "${AWS_BATCH_JQ_NAME:-}" ]]; then
+      "${NODE_WATCH_PYTHON:-${PYTHON:-python3}}" "$HERE/node_watch.py" --job "$job_id" --nodes "$nodes" --main "$main" \
+        --pid $$ --out "$faults/report" --hurry "$faults/trainer-failed" --since "$launcher_start" \
+        --period "${NODE_WATCH_SECONDS:-15}" &
+      watcher=$!
+    fi
   fi
   args=(
     --nnodes="$nodes"
@@ -427,6 +436,7 @@ if [[ "$stop_requested" -ne 0 ]]; then
 elif [[ "$status" -ne 0 ]]; then
   # A child's trainer may die of its fault a little after this one: its report gets a grace period.
   grace="${NODE_REPORT_GRACE_SECONDS:-15}"
+  [[ -z "${watcher:-}" ]] || : >"$faults/trainer-failed"
   if [[ -n "${listener:-}" ]]; then
     for ((waited_for = 0; waited_for < grace * 5; waited_for++)); do
       reported && break
