@@ -42,7 +42,13 @@
 # whose trainer dies on a hardware fault, tells the main node on NODE_REPORT_PORT (default
 # MASTER_PORT + 1), where the main node listens from its start, before its own preflight; the main node
 # stops its preflight or training and exits 75 (78 for a fault the fleet shares) with the child's line,
-# within seconds. A faulty child reports before it writes its take-out marker. After a failed trainer,
+# within seconds. A faulty child reports before it writes its take-out marker. A child that cannot report
+# (its container killed, its image never pulled, its host lost) is seen by node_watch.py (beside this file,
+# run with NODE_WATCH_PYTHON, default PYTHON, else python3; it needs boto3), which the main node starts
+# with the listener on Batch (AWS_BATCH_JQ_NAME set): every NODE_WATCH_SECONDS (default 15; 0: off) it
+# asks Batch's DescribeJobs for the child node jobs (<job id>#<n>, the job role's batch:DescribeJobs) and
+# ends the main node the same way, 75 with "node N: Batch says FAILED: <reason>, exit code C"; when this
+# node's own trainer fails first, it asks every second through the report grace. After a failed trainer,
 # a node that shows a hardware fault (an NVIDIA Xid its host recorded, or its devices failing the
 # preflight's checks) exits 75 instead of the trainer's status; an application error keeps it (1 stays
 # 1, not retried). A node fault (preflight 75

@@ -30,7 +30,7 @@ end the watching (the job goes on). Once the launcher's own trainer failed (it c
 asks at once and then every FAST_PERIOD seconds, so that a child's FAILED is seen within the launcher's
 report grace (NODE_REPORT_GRACE_SECONDS).
 Region: AWS_REGION, else AWS_DEFAULT_REGION (botocore reads only the latter), else the TaskARN in the ECS
-task metadata (ECS agents before 2026 set neither variable on EC2: aws/containers-roadmap#1611).
+task metadata (on EC2 the ECS agent set neither variable until aws/amazon-ecs-agent#4946, April 2026).
 AWS_ENDPOINT_URL is honoured (boto3's own rule): `trainctl rehearse` answers DescribeJobs locally.
 Python 3.10, stdlib and boto3.
 """
