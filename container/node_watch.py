@@ -8,7 +8,7 @@ own fault reaches the main node's listener (node_fault.py); one that cannot (its
 killed for memory, its image never pulled, its host lost) would leave the main node waiting for the
 rendezvous (RDZV_JOIN_TIMEOUT) or, once its own trainer crashed, exiting 1, which is not retried. So the
 main node's launcher starts this beside the listener: every `period` seconds (NODE_WATCH_SECONDS,
-default 15) it calls DescribeJobs on the child node jobs `<job id>#<n>` (up to 100 ids a call, Batch API
+default 15) it calls DescribeJobs on the node jobs `<job id>#<n>` (up to 100 ids a call, Batch API
 DescribeJobs) and reads only jobId, status, statusReason, startedAt, stoppedAt, container.exitCode and
 container.reason. A FAILED child, whatever the cause, is written to the launcher's report file FILE as
 "<code> node <n>: Batch says FAILED: <what Batch says>" and the launcher gets SIGUSR1: it stops training
@@ -20,9 +20,10 @@ first), and `jobAttempts` bounds the cost of retrying a real one. Of several fai
 that did not exit 1 is named (the cause, not its echo), then the earliest to stop.
 
 A child that SUCCEEDED is noted once and not acted on: Batch counts it a success, and a script whose rank 0
-alone saves and uploads at the end lets the others finish first. A node job whose startedAt (else
-stoppedAt) is earlier than this launcher's start (--since) is the previous attempt's, not this one's
-(children start only after the main node runs), and is ignored.
+alone saves and uploads at the end lets the others finish first. A child node job whose startedAt (else
+stoppedAt) is earlier than the main node's own startedAt is the previous attempt's, not this one's
+(children start only after the main node runs), and is ignored; the main node's own node job is asked
+for that time (Batch's clock for both), and until Batch gives it, this launcher's start (--since) stands in.
 
 The watcher never ends the job for its own trouble: throttling and transient errors get botocore's
 standard retries, then the next period; AccessDenied, missing credentials or no region print one line and
@@ -110,8 +111,9 @@ def node_job(entry: Mapping[str, Any]) -> NodeJob | None:
     )
 
 
-def child_ids(job: str, nodes: int, main: int) -> list[str]:
-    return [f"{job}#{n}" for n in range(nodes) if n != main]
+def node_ids(job: str, nodes: int, main: int) -> list[str]:
+    """The main node's own node job first (for its start time), then the children's."""
+    return [f"{job}#{main}"] + [f"{job}#{n}" for n in range(nodes) if n != main]
 
 
 def describe(client: Any, ids: list[str]) -> list[NodeJob]:
@@ -181,10 +183,12 @@ class Watch:
     """The polling loop."""
 
     def __init__(
-        self, *, client: Any, ids: list[str], pid: int, out: Path, hurry: Path, since: float, period: float
-    ) -> None:
-        self.client, self.ids, self.pid, self.out, self.hurry = client, ids, pid, out, hurry
-        self.since_ms = int(since * 1000)
+        self, *, client: Any, job: str, nodes: int, main: int, pid: int, out: Path, hurry: Path, since: float,
+        period: float,
+    ) -> None:  # fmt: skip
+        self.client, self.pid, self.out, self.hurry = client, pid, out, hurry
+        self.ids, self.main = node_ids(job, nodes, main), main
+        self.launcher_start_ms = int(since * 1000)
         self.period = period
         self.noted: set[int] = set()
         self.failing = False
@@ -203,7 +207,7 @@ class Watch:
         from botocore.parsers import ResponseParserError
 
         try:
-            jobs = describe(self.client, self.ids)
+            described = describe(self.client, self.ids)
         except (BotoCoreError, ClientError, ResponseParserError) as error:
             why = denied(error)
             if why:
@@ -217,11 +221,14 @@ class Watch:
         if self.failing:
             say("DescribeJobs answers again")
             self.failing = False
+        main = [j.started_at for j in described if j.index == self.main and j.started_at is not None]
+        since_ms = main[0] if main else self.launcher_start_ms
+        jobs = [j for j in described if j.index != self.main]
         for job in jobs:
-            if job.status == "SUCCEEDED" and job.index not in self.noted and not job.earlier_attempt(self.since_ms):
+            if job.status == "SUCCEEDED" and job.index not in self.noted and not job.earlier_attempt(since_ms):
                 self.noted.add(job.index)
                 say(f"node {job.index}: Batch says SUCCEEDED before the main node ended; not acted on")
-        found = verdict(jobs, self.since_ms)
+        found = verdict(jobs, since_ms)
         if found is None:
             return False
         deliver(self.out, self.pid, *found)
@@ -244,7 +251,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     parser.add_argument("--pid", type=int, required=True, help="the launcher: SIGUSR1 on a report")
     parser.add_argument("--out", type=Path, required=True, help="the launcher's report file")
     parser.add_argument("--hurry", type=Path, required=True, help="created by the launcher when its trainer failed")
-    parser.add_argument("--since", type=float, required=True, help="the launcher's start, epoch seconds")
+    parser.add_argument("--since", type=float, required=True, help="this launcher's start, epoch seconds")
     parser.add_argument("--period", default=str(DEFAULT_PERIOD), help="NODE_WATCH_SECONDS; 0: do not watch")
     args = parser.parse_args(argv)
     try:
@@ -267,7 +274,9 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
         return 0
     watch = Watch(
         client=client,
-        ids=child_ids(args.job, args.nodes, args.main),
+        job=args.job,
+        nodes=args.nodes,
+        main=args.main,
         pid=args.pid,
         out=args.out,
         hurry=args.hurry,

@@ -35,11 +35,15 @@ Answer = Callable[[list[str]], tuple[int, dict[str, Any]]]
 
 
 def running(ids: list[str]) -> tuple[int, dict[str, Any]]:
-    return 200, {"jobs": [{"jobId": i, "status": "RUNNING", "startedAt": now_ms()} for i in ids]}
+    return 200, {"jobs": [{"jobId": i, "status": "RUNNING", "startedAt": STARTED[0]} for i in ids]}
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+# When this test's nodes started, in Batch's clock: the main node's startedAt, which children follow.
+STARTED = [now_ms()]
 
 
 class Batch:
@@ -49,6 +53,7 @@ class Batch:
         self.reset()
 
     def reset(self) -> None:
+        STARTED[0] = now_ms()
         self.answer: Answer = running
         self.calls: list[tuple[list[str], str]] = []
         self.task_arn = ""
@@ -172,8 +177,8 @@ def test_a_child_killed_with_exit_137_ends_the_main_node_with_75_naming_it(batch
         err = run.stop()
     assert report == f"75 node 2: Batch says FAILED: {ESSENTIAL}, exit code 137\n", err
     assert run.watcher.returncode == 0
-    # Only the children, never the main node's own job; every call signed for the given region.
-    assert {tuple(ids) for ids, _ in stub.calls} == {(f"{JOB}#1", f"{JOB}#2")}
+    # The main node's own node job (for its start time) and the children; every call signed for the region.
+    assert {tuple(ids) for ids, _ in stub.calls} == {(f"{JOB}#0", f"{JOB}#1", f"{JOB}#2")}
     assert {region for _, region in stub.calls} == {"us-east-1"}
     # Two RUNNING rounds and the FAILED one, 0.3 s apart: the report follows the first FAILED answer.
     assert len(stub.calls) == 3
@@ -267,7 +272,7 @@ def test_throttling_and_server_errors_are_outlasted(batch, tmp_path):
     stub.answer = answer
     run = Run(tmp_path, aws_env(endpoint))
     try:
-        report = run.wait_report(within=60)
+        report = run.wait_report(within=20)
     finally:
         err = run.stop()
     assert report.startswith("75 node 1: Batch says FAILED:")
@@ -277,12 +282,16 @@ def test_throttling_and_server_errors_are_outlasted(batch, tmp_path):
     assert lines == ["node_watch.py: DescribeJobs failed", "node_watch.py: DescribeJobs answers again"]
 
 
+def main_node(started: int) -> dict[str, Any]:
+    return {"jobId": f"{JOB}#0", "status": "RUNNING", "startedAt": started}
+
+
 def test_a_previous_attempts_failed_node_and_a_child_that_succeeded_end_nothing(batch, tmp_path):
     stub, endpoint = batch
     old = now_ms() - 600_000
-    stale = failed(1, startedAt=old, stoppedAt=old + 1000)
+    stale = failed(1, startedAt=old, stoppedAt=old + 1000)  # before this attempt's main node started
     finished = {"jobId": f"{JOB}#2", "status": "SUCCEEDED", "startedAt": now_ms(), "container": {"exitCode": 0}}
-    stub.answer = fail_after(0, stale, finished)
+    stub.answer = fail_after(0, main_node(now_ms() - 20_000), stale, finished)
     run = Run(tmp_path, aws_env(endpoint), period="0.2")
     time.sleep(1.5)
     try:
@@ -291,6 +300,20 @@ def test_a_previous_attempts_failed_node_and_a_child_that_succeeded_end_nothing(
     finally:
         err = run.stop()
     assert err.splitlines() == ["node_watch.py: node 2: Batch says SUCCEEDED before the main node ended; not acted on"]
+
+
+def test_a_child_that_started_before_the_launcher_but_after_the_main_node_is_this_attempts(batch, tmp_path):
+    """The image's entrypoint may run for a while before the launcher does: what counts is the main node's
+    startedAt in Batch, not the launcher's start."""
+    stub, endpoint = batch
+    started = now_ms() - 10_000
+    stub.answer = fail_after(0, main_node(started), failed(1, startedAt=started + 5000, stoppedAt=now_ms()))
+    run = Run(tmp_path, aws_env(endpoint))
+    try:
+        report = run.wait_report(within=20)
+    finally:
+        run.stop()
+    assert report.startswith("75 node 1: Batch says FAILED:")
 
 
 def test_a_childs_shared_fault_or_bad_input_keeps_its_own_code(batch, tmp_path):
@@ -345,8 +368,8 @@ def test_more_than_100_children_are_asked_in_calls_of_100(batch, tmp_path):
     finally:
         run.stop()
     sizes = [len(ids) for ids, _ in stub.calls[:3]]
-    assert sizes == [100, 100, 49]  # DescribeJobs takes at most 100 ids; 249 children
-    assert f"{JOB}#0" not in {i for ids, _ in stub.calls for i in ids}
+    assert sizes == [100, 100, 50]  # DescribeJobs takes at most 100 ids; 250 nodes
+    assert {i for ids, _ in stub.calls[:3] for i in ids} == {f"{JOB}#{n}" for n in range(250)}
 
 
 def test_a_bad_period_says_so_and_zero_turns_the_watch_off(tmp_path):
@@ -422,7 +445,7 @@ def test_launcher_a_main_trainer_that_crashes_first_still_ends_with_75_not_1(bat
     try:
         kill_child_mid_training(tmp_path, child_env)
         crashed.touch()
-        time.sleep(2)  # Batch is slower than the collectives
+        time.sleep(1)  # Batch is slower than the collectives
         stub.answer = fail_after(0, failed(1))
         shown = time.monotonic()
         _, err = main.communicate(timeout=60)
@@ -433,5 +456,5 @@ def test_launcher_a_main_trainer_that_crashes_first_still_ends_with_75_not_1(bat
     assert "node 1: Batch says FAILED:" in err
     assert seconds < 3
     print(
-        f"\nmain trainer crashed first; Batch showed the child FAILED 2 s later -> exit 75 after {seconds:.2f} s more"
+        f"\nmain trainer crashed first; Batch showed the child FAILED 1 s later -> exit 75 after {seconds:.2f} s more"
     )
