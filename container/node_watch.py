@@ -58,7 +58,8 @@ DEFAULT_PERIOD = 15.0
 FAST_PERIOD = 1.0
 # DescribeJobs takes at most 100 job ids a call (Batch API, DescribeJobs `jobs`).
 MAX_IDS = 100
-# Batch's and this node's clocks (both on Amazon Time Sync) may differ a little.
+# Start times are compared in Batch's clock; only until Batch gives the main node's startedAt does this
+# node's clock (the launcher's start) stand in, and the two (both on Amazon Time Sync) may differ a little.
 CLOCK_SLACK_MS = 2000
 # Errors that no retry mends: the role lacks batch:DescribeJobs, or its credentials are not accepted.
 DENIED = {"AccessDenied", "AccessDeniedException", "UnrecognizedClientException", "InvalidClientTokenId"}
