@@ -70,7 +70,7 @@ def test_launcher_a_child_killed_without_a_report_ends_the_main_node_with_75_nam
     line = f"distributed_run.sh: node 1: Batch says FAILED: {ESSENTIAL}, exit code 137; ending this job with exit 75"
     assert line in err
     assert stub.failed_shown is not None
-    assert ended - killed < 5  # at most one 1 s poll, then the launcher stops its trainer
+    assert ended - killed < 8  # at most one 1 s poll, then the launcher stops its trainer (slack for load)
     assert not (tmp_path / "main" / "take-out").exists()  # the main node is healthy
     print(
         f"\nchild SIGKILLed mid-training -> main node exit 75 after {ended - killed:.2f} s with a 1 s poll; "
@@ -98,7 +98,7 @@ def test_launcher_a_main_trainer_that_crashes_first_still_ends_with_75_not_1(bat
         main.kill()
     assert main.returncode == 75, err
     assert "node 1: Batch says FAILED:" in err
-    assert seconds < 3
+    assert seconds < 10  # polling every second, not every 600 s; and within the 15 s grace, or it exits 1
     print(
         f"\nmain trainer crashed first; Batch showed the child FAILED 1 s later -> exit 75 after {seconds:.2f} s more"
     )
