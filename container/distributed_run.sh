@@ -45,7 +45,13 @@
 # whose trainer dies on a hardware fault, tells the main node on NODE_REPORT_PORT (default
 # MASTER_PORT + 1), where the main node listens from its start, before its own preflight; the main node
 # stops its preflight or training and exits 75 (78 for a fault the fleet shares) with the child's line,
-# within seconds. A faulty child reports before it writes its take-out marker. After a failed trainer,
+# within seconds. A faulty child reports before it writes its take-out marker. A child that cannot report
+# (its container killed, its image never pulled, its host lost) is seen by node_watch.py (beside this file,
+# run with NODE_WATCH_PYTHON, default PYTHON, else python3; it needs boto3), which the main node starts
+# with the listener on Batch (AWS_BATCH_JQ_NAME set): every NODE_WATCH_SECONDS (default 15; 0: off) it
+# asks Batch's DescribeJobs for the child node jobs (<job id>#<n>, the job role's batch:DescribeJobs) and
+# ends the main node the same way, 75 with "node N: Batch says FAILED: <reason>, exit code C"; when this
+# node's own trainer fails first, it asks every second through the report grace. After a failed trainer,
 # a node that shows a hardware fault (an NVIDIA Xid its host recorded, or its devices failing the
 # preflight's checks) exits 75 instead of the trainer's status; an application error keeps it (1 stays
 # 1, not retried). A node fault (preflight 75
@@ -98,6 +104,7 @@ tell_main() {
 on_exit() {
   local status=$?
   [[ -z "${listener:-}" ]] || kill "$listener" 2>/dev/null || true
+  [[ -z "${watcher:-}" ]] || kill "$watcher" 2>/dev/null || true
   if [[ "$status" -ne 0 && -n "${report_to:-}" && "${training_started:-0}" -eq 0 && "${told_main:-0}" -eq 0 ]]; then
     tell_main "$status" "${last_error:-launcher exited $status before the rendezvous}"
   fi
@@ -301,6 +308,14 @@ else
     # Its output goes to a file: it must not hold the launcher's stdout and stderr open.
     node_fault listen --port "$report_port" --pid $$ --out "$faults/report" --job "$job_id" >"$faults/listener.log" 2>&1 &
     listener=$!
+    # On Batch (AWS_BATCH_JQ_NAME is set on every Batch job), a child that dies without a word (killed, image
+    # never pulled, host lost) shows FAILED in its node job: node_watch.py asks every NODE_WATCH_SECONDS.
+    if [[ -n "${AWS_BATCH_JQ_NAME:-}" ]]; then
+      "${NODE_WATCH_PYTHON:-${PYTHON:-python3}}" "$HERE/node_watch.py" --job "$job_id" --nodes "$nodes" --main "$main" \
+        --pid $$ --out "$faults/report" --hurry "$faults/trainer-failed" --since "$launcher_start" \
+        --period "${NODE_WATCH_SECONDS:-15}" &
+      watcher=$!
+    fi
   fi
   args=(
     --nnodes="$nodes"
@@ -439,6 +454,7 @@ if [[ "$stop_requested" -ne 0 ]]; then
 elif [[ "$status" -ne 0 ]]; then
   # A child's trainer may die of its fault a little after this one: its report gets a grace period.
   grace="${NODE_REPORT_GRACE_SECONDS:-15}"
+  [[ -z "${watcher:-}" ]] || : >"$faults/trainer-failed"
   if [[ -n "${listener:-}" ]]; then
     for ((waited_for = 0; waited_for < grace * 5; waited_for++)); do
       reported && break

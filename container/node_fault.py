@@ -83,13 +83,26 @@ def listen(port: int, pid: int, out: Path, job: str, poll: float = 1.0) -> int:
             reported_job, _, line = rest.partition(" ")
             if not code.isdigit() or reported_job != job or not line:
                 continue
-            tmp = out.with_suffix(".tmp")
-            tmp.write_text(f"{code} {line[:MAX_LINE]}\n")
-            tmp.replace(out)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGUSR1)
+            deliver(out, pid, int(code), line)
             return 0
     return 0
+
+
+def deliver(out: Path, pid: int, code: int, line: str) -> bool:
+    """Write "<code> <line>" to the launcher's report file `out` and send the launcher (`pid`) SIGUSR1, on
+    which it stops and exits for the report. The first report wins: the listener and the node watcher
+    (node_watch.py) may both find a fault, and the launcher reads the file once. False if one was there."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{code} {line[:MAX_LINE]}\n")
+    try:
+        os.link(tmp, out)  # atomic, and never over an existing report
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGUSR1)
+    return True
 
 
 def report(address: str, port: int, code: int, job: str, line: str, within: float) -> bool:

@@ -19,7 +19,12 @@ from training_constructs.health.boot_breaker import BootCircuitBreaker, BreakerF
 from training_constructs.health.fleet_health import FleetHealth
 from training_constructs.jobs.capacity_fallback.construct import CapacityFallback
 from training_constructs.jobs.capacity_fallback.routes import FallbackRoute
-from training_constructs.jobs.training_jobs import BENCHMARK_TIMEOUT_SECONDS, TrainingJobs, grant_ecs_exec
+from training_constructs.jobs.training_jobs import (
+    BENCHMARK_TIMEOUT_SECONDS,
+    TrainingJobs,
+    grant_ecs_exec,
+    grant_node_watch,
+)
 from training_constructs.observability.job_alerts import JobAlerts
 from training_constructs.observability.job_metrics import JobMetrics
 from training_constructs.observability.recovery_alerts import ResumedJobAlerts
@@ -31,8 +36,9 @@ SHARE_DECAY = Duration.hours(1)
 
 class JobsStack(Stack):
     """Per fleet: a job queue (FIFO, or fair share when shares are given), the training and
-    all-reduce job definitions and their log group; one job role for all, allowed to read datasets
-    and write checkpoints; alerts for failed jobs (not those `trainctl cancel` ended) and resumed ones.
+    all-reduce job definitions and their log group; one job role for all, allowed to read datasets,
+    write checkpoints and describe jobs (the main node watches its children); alerts for failed jobs
+    (not those `trainctl cancel` ended) and resumed ones.
 
     Attribute `fleets`: fleet name -> TrainingJobs.
     """
@@ -77,6 +83,7 @@ class JobsStack(Stack):
             iam.PolicyStatement(effect=iam.Effect.DENY, actions=["s3:DeleteObjectVersion"], resources=every_object)
         )
         self._acknowledge_bucket_grants(datasets, checkpoints)
+        grant_node_watch(self.job_role)
 
         self.scheduling_policy: batch.FairshareSchedulingPolicy | None = None
         if jobs.shares:

@@ -100,6 +100,7 @@ def test_max_nodes_defaults_to_at_least_nodes():
         ({"interfaceEndpoints": "ecr.api,s3"}, ["interfaceEndpoints", "'s3'", "ecr.dkr"]),
         ({"logRetentionDays": "10"}, ["logRetentionDays", "10", "such as 7 or 14"]),
         ({"natGateways": "3"}, ["natGateways", "1..2"]),
+        ({"natGateways": "0"}, ["natGateways", "1..2"]),  # the training subnets' only way to most AWS APIs
     ],
 )
 def test_bad_values_name_key_value_and_allowed(context, expected):

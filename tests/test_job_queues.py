@@ -10,7 +10,7 @@ from config.context import read_settings
 from config.job_events import TRAINCTL_CANCEL_REASON
 from tests.harness import VARIANTS, resources, synth
 from tests.test_jobs import CAPACITY, STACK, container, job_roles, queue_ids
-from training_constructs.jobs.training_jobs import ECS_EXEC_ACTIONS
+from training_constructs.jobs.training_jobs import ECS_EXEC_ACTIONS, NODE_WATCH_ACTIONS
 
 
 def scheduling_policy(variant):
@@ -156,11 +156,12 @@ def test_ecs_exec_is_on_by_default_and_the_context_key_removes_it_and_its_permis
     for props in resources(off, "AWS::Batch::JobDefinition").values():
         assert "EnableExecuteCommand" not in container(props["Properties"])
     exec_statements = [s for s in job_policy_statements("default") if "ssmmessages" in json.dumps(s["Action"])]
-    # IAM policy minimization merges the statements on "*": ECS Exec's four channel actions and the
-    # one its session logging needs on every log group, nothing else.
+    # IAM policy minimization merges the statements on "*": ECS Exec's four channel actions, the one its
+    # session logging needs on every log group and the node watcher's DescribeJobs, nothing else.
     assert exec_statements == [
         {
             "Action": [
+                "batch:DescribeJobs",
                 "logs:DescribeLogGroups",
                 "ssmmessages:CreateControlChannel",
                 "ssmmessages:CreateDataChannel",
@@ -187,7 +188,8 @@ def test_ecs_exec_sessions_may_log_to_the_job_log_groups_and_nowhere_else():
     assert len(job_log_groups) == 3
     statements = job_policy_statements("three-fleets")
     (lookup,) = [s for s in statements if "logs:DescribeLogGroups" in s["Action"]]
-    assert lookup["Resource"] == "*" and set(lookup["Action"]) - set(ECS_EXEC_ACTIONS) == {"logs:DescribeLogGroups"}
+    assert lookup["Resource"] == "*"
+    assert set(lookup["Action"]) - set(ECS_EXEC_ACTIONS) - set(NODE_WATCH_ACTIONS) == {"logs:DescribeLogGroups"}
     (writes,) = [s for s in statements if "logs:DescribeLogStreams" in s["Action"]]
     assert writes["Action"] == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
     assert writes["Resource"] == [{"Fn::GetAtt": [group, "Arn"]} for group in job_log_groups]
@@ -219,9 +221,9 @@ def test_job_role_is_for_ecs_tasks_only():
 def test_no_permission_on_every_resource():
     for statement in job_policy_statements("default"):
         resources_ = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-        # ECS Exec's ssmmessages actions have no resource type, and its session logging needs
-        # logs:DescribeLogGroups on every group: the one statement on "*", exactly them.
-        if statement["Action"] == ["logs:DescribeLogGroups", *ECS_EXEC_ACTIONS]:
+        # ECS Exec's ssmmessages actions and batch:DescribeJobs have no resource type, and ECS Exec's session
+        # logging needs logs:DescribeLogGroups on every group: the one statement on "*", exactly them.
+        if statement["Action"] == [*NODE_WATCH_ACTIONS, "logs:DescribeLogGroups", *ECS_EXEC_ACTIONS]:
             continue
         assert "*" not in resources_
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
@@ -278,3 +280,27 @@ def test_outputs_name_queues_job_definitions_and_log_groups():
 def test_jobs_stack_deploys_after_images_and_buckets():
     (artifact,) = [s for s in synth("default").assembly.stacks if s.stack_name == STACK]
     assert {"TrainingRegistry", "TrainingData", "TrainingCompute"} <= {d.id for d in artifact.dependencies}
+
+
+def test_the_job_role_may_describe_jobs_and_do_nothing_else_in_batch():
+    """The main node's watcher (container/node_watch.py) calls DescribeJobs on its child node jobs, and nothing
+    else in Batch. DescribeJobs takes no resource type (Service Authorization Reference, AWS Batch), so "*";
+    with ECS Exec off it stands alone on "*"."""
+    assert NODE_WATCH_ACTIONS == ("batch:DescribeJobs",)
+    for variant in ("default", "two-nat"):
+        ((role_id, _),) = job_roles(variant).items()
+        policies = resources(synth(variant).templates[STACK], "AWS::IAM::Policy").values()
+        (statements,) = [
+            p["Properties"]["PolicyDocument"]["Statement"]
+            for p in policies
+            if p["Properties"]["Roles"] == [{"Ref": role_id}]
+        ]
+        batch_actions = [
+            (action, statement["Resource"])
+            for statement in statements
+            for action in (statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]])
+            if action.startswith("batch:")
+        ]
+        assert batch_actions == [("batch:DescribeJobs", "*")], variant
+        if variant == "two-nat":  # no ECS Exec: the one statement on "*"
+            assert {"Action": "batch:DescribeJobs", "Effect": "Allow", "Resource": "*"} in statements

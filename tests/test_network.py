@@ -107,6 +107,29 @@ def test_interface_endpoints_on_request():
     assert all(r["Properties"]["PrivateDnsEnabled"] for r in interface)
 
 
+@pytest.mark.parametrize("variant", ["default", "pinned-az-endpoints"])
+def test_the_training_subnets_reach_aws_apis_through_nat_with_or_without_interface_endpoints(variant):
+    """Job containers call AWS APIs that no endpoint may carry: the main node's DescribeJobs on its child node jobs
+    (container/node_watch.py) needs the Batch API, and `batch` is an interface endpoint only on request. Every
+    training subnet's default route is a NAT gateway, and natGateways cannot be 0 (tests/test_context.py)."""
+    template = synth(variant).templates[STACK]
+    subnets = {
+        k for k, r in resources(template, "AWS::EC2::Subnet").items() if not r["Properties"]["MapPublicIpOnLaunch"]
+    }
+    assert len(subnets) >= 2
+    tables = {
+        a["Properties"]["RouteTableId"]["Ref"]
+        for a in resources(template, "AWS::EC2::SubnetRouteTableAssociation").values()
+        if a["Properties"]["SubnetId"]["Ref"] in subnets
+    }
+    default_routes = {
+        r["Properties"]["RouteTableId"]["Ref"]: r["Properties"]
+        for r in resources(template, "AWS::EC2::Route").values()
+        if r["Properties"].get("DestinationCidrBlock") == "0.0.0.0/0"
+    }
+    assert tables and all("NatGatewayId" in default_routes[t] for t in tables)
+
+
 def test_two_nat_gateways_on_request():
     assert len(resources(synth("two-nat").templates[STACK], "AWS::EC2::NatGateway")) == 2
 
