@@ -50,6 +50,15 @@
 # The preflight fails a node whose host recorded a GPU-reset Xid since boot; a node stopped by SIGTERM
 # (Batch stops the others when the main node ends) reads the Xid record before it exits, and leaves the
 # marker when it shows one.
+# Hangs (progress_watch.py beside this file; its relay runs like node_fault.py, its watch with
+# CHECKPOINT_PYTHON's interpreter for boto3), on Batch with HANG_SECONDS > 0 (the job definitions set 300):
+# the trainer's output passes through the relay, TRAINING_HEARTBEAT_FILE (PROGRESS_DIR/heartbeat, default
+# /tmp/training-progress) names the file the script may touch each step, and a node whose progress (the
+# heartbeat, else output) is older than HANG_SECONDS or twice its slowest step dumps its ranks' stacks
+# (py-spy) and flight-recorder files (TORCH_FR_DUMP_TEMP_FILE) to CHECKPOINT_URI's prefix
+# evidence/attempt-<AWS_BATCH_JOB_ATTEMPT>/node-<index>/ and tells the main node; once every node hangs, the
+# main node exits with one line naming the rank and node that stopped first: 75 on the first attempt or
+# with a hardware sign, HANG_EXIT (124, not retried) after.
 # Exits with the training command's status (1 if it succeeded but the last upload failed).
 set -euo pipefail
 launcher_start="${EPOCHREALTIME:-$(date +%s)}"

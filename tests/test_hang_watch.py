@@ -261,6 +261,7 @@ def test_a_stopped_rank_ends_the_attempt_with_its_stacks_in_s3_and_75_then_124(t
     for (attempt, (folder, started, node)), expected in zip(runs.items(), (75, 124), strict=True):
         _, err = node.communicate(timeout=60)
         elapsed = time.monotonic() - started
+        after_stop = time.time() - (folder / "rank-0.pid").stat().st_mtime
         assert node.returncode == expected, err
         line = launcher_line(err)
         where = f"s3://{BUCKET}/runs/hj{attempt}/evidence/attempt-{attempt}/"
@@ -276,7 +277,7 @@ def test_a_stopped_rank_ends_the_attempt_with_its_stacks_in_s3_and_75_then_124(t
         # No hardware sign: no take-out.
         assert not (folder / "node" / "state" / "take-out").exists()
         # Five 0.1 s steps, then a 1 s limit: the attempt ends a few seconds after the stop.
-        print(f"\nattempt {attempt}: stopped rank -> exit {expected}, {elapsed:.1f} s after the start: {line}")
+        print(f"\nattempt {attempt}: rank stopped -> stacks in S3, exit {expected} {after_stop:.1f} s later: {line}")
         assert elapsed < 20
 
 
