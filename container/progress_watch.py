@@ -62,7 +62,9 @@ def relay(fd: int, mark: Path) -> int:
         chunk = os.read(0, CHUNK)
         if not chunk:
             return 0
-        os.write(fd, chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
         try:
             os.utime(mark)
         except FileNotFoundError:
