@@ -50,8 +50,8 @@
 # The preflight fails a node whose host recorded a GPU-reset Xid since boot; a node stopped by SIGTERM
 # (Batch stops the others when the main node ends) reads the Xid record before it exits, and leaves the
 # marker when it shows one.
-# Hangs (progress_watch.py beside this file; its relay runs like node_fault.py, its watch with
-# CHECKPOINT_PYTHON's interpreter for boto3), on Batch with HANG_SECONDS > 0 (the job definitions set 300):
+# Hangs (progress_watch.py and hang_evidence.py beside this file; the relay runs like node_fault.py, the
+# watch with CHECKPOINT_PYTHON's interpreter for boto3), on Batch with HANG_SECONDS > 0 (the job definitions set 300):
 # the trainer's output passes through the relay, TRAINING_HEARTBEAT_FILE (PROGRESS_DIR/heartbeat, default
 # /tmp/training-progress) names the file the script may touch each step, and a node whose progress (the
 # heartbeat, else output) is older than HANG_SECONDS or twice its slowest step dumps its ranks' stacks

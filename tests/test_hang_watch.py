@@ -26,6 +26,7 @@ from training_constructs.jobs.multi_node_job import RETRY_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "container"))
+import hang_evidence as evidence  # noqa: E402
 import progress_watch as watch  # noqa: E402
 
 BUCKET = "hang-evidence"
@@ -201,10 +202,10 @@ def test_py_spy_reads_the_stacks_of_a_sigstopped_rank(tmp_path):
             time.sleep(0.05)
         os.kill(process.pid, signal.SIGSTOP)
         time.sleep(0.1)
-        (rank,) = watch.find_ranks(process.pid)
+        (rank,) = evidence.find_ranks(process.pid)
         assert rank.rank == 3 and rank.state == "T"
         started = time.monotonic()
-        text, ok = watch.dump_stacks(rank)
+        text, ok = evidence.dump_stacks(rank)
         print(f"\npy-spy dump of a stopped rank: {time.monotonic() - started:.2f} s")
     finally:
         process.kill()
@@ -214,8 +215,8 @@ def test_py_spy_reads_the_stacks_of_a_sigstopped_rank(tmp_path):
 
 
 def test_without_py_spy_the_evidence_says_so_instead_of_hanging(monkeypatch):
-    monkeypatch.setattr(watch, "_py_spy", lambda: None)
-    text, ok = watch.dump_stacks(watch.Rank(os.getpid(), 0, "S"))
+    monkeypatch.setattr(evidence, "_py_spy", lambda: None)
+    text, ok = evidence.dump_stacks(evidence.Rank(os.getpid(), 0, "S"))
     assert not ok and "py-spy is not installed" in text
 
 
