@@ -15,6 +15,8 @@ from its own members, so the port is open to the job's nodes and nothing outside
 one line, "<exit code> <job id> <text>". The main node's listener
 ignores other jobs' lines, writes the line to FILE and sends the launcher SIGUSR1; the launcher stops
 torchrun and exits 75 (78 when the child's fault is one the whole fleet shares) with the child's line.
+A progress watch's hang report ("hang <job> <json>", progress_watch.py) is only recorded (listen
+--hangs): the main node's watch decides.
 
 Hardware fault: the trainer exited non-zero while this node shows one of
   - an NVIDIA Xid that needs a GPU reset or a new node, written by the host's node collector

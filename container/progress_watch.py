@@ -239,6 +239,7 @@ def examine(watch: Watch, progress: Progress, environ: Mapping[str, str]) -> Nod
         f"node {watch.node} ({host}): no progress for {idle:.0f} s (limit {progress.limit:.0f} s, by its "
         f"{progress.source}); ranks {report.ranks}; evidence {report.evidence or 'in this log'}"
         + (f"; {report.note}" if report.note else "")
+        + "; the attempt ends once every node has stopped"
     )
     return report
 
@@ -262,12 +263,15 @@ def _children(hangs: Path | None) -> dict[int, NodeReport]:
 def run(watch: Watch, environ: Mapping[str, str] = os.environ) -> int:
     progress = Progress(watch.hang_seconds, watch.directory / "heartbeat", watch.directory / "output")
     mine: NodeReport | None = None
+    examined = 0.0
     while alive(watch.pid) and alive(watch.launcher):
         now = time.time()
         progress.sample()
         state = progress.state(now)
-        if state == HUNG and mine is None:
-            mine = examine(watch, progress, environ)
+        # Again every limit while it lasts: a node quiet for hours (its ranks log nothing, the others train)
+        # has fresh stacks when the whole job stops.
+        if state == HUNG and (mine is None or now - examined >= progress.limit):
+            mine, examined = examine(watch, progress, environ), now
             if not watch.main:
                 tell(watch, mine)
         elif state == PROGRESSING and mine is not None:

@@ -6,6 +6,7 @@ follows the attempt. Every address is loopback."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +156,18 @@ def test_the_node_whose_last_progress_is_oldest_is_named_and_the_job_ends_only_w
     stopped_rank = watch.NodeReport(1, "h1", watch.HUNG, 5000.4, 300, "output", [(2, "S"), (3, "T")])
     stopped = {0: report(0, 5000.1), 1: stopped_rank}
     assert "rank 3 on node 1 stopped first" in watch.verdict(stopped, 2, 1, 5301)[1]
+
+
+def test_a_child_whose_progress_resumed_holds_the_verdict_back(tmp_path):
+    """The main node reads the children's latest report each (node_fault.py listen appends them)."""
+    hangs = tmp_path / "hangs"
+    lines = [report(1, 5000.0), report(1, 5310.0, watch.PROGRESSING)]
+    hangs.write_text("".join(json.dumps(asdict(r)) + "\n" for r in lines) + "not json\n")
+    children = watch._children(hangs)
+    assert children[1].state == watch.PROGRESSING
+    assert watch.verdict({**children, 0: report(0, 5000.0)}, 2, 1, 5320) is None
+    hangs.write_text(hangs.read_text() + json.dumps(asdict(report(1, 5311.0))) + "\n")
+    assert watch.verdict({**watch._children(hangs), 0: report(0, 5000.0)}, 2, 1, 5620) is not None
 
 
 def retried(code: int) -> bool:
