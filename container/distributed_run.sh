@@ -59,6 +59,15 @@
 # The preflight fails a node whose host recorded a GPU-reset Xid since boot; a node stopped by SIGTERM
 # (Batch stops the others when the main node ends) reads the Xid record before it exits, and leaves the
 # marker when it shows one.
+# Hangs (progress_watch.py and hang_evidence.py beside this file; the relay runs like node_fault.py, the
+# watch with CHECKPOINT_PYTHON's interpreter for boto3), on Batch with HANG_SECONDS > 0 (the job definitions set 300):
+# the trainer's output passes through the relay, TRAINING_HEARTBEAT_FILE (PROGRESS_DIR/heartbeat, default
+# /tmp/training-progress) names the file the script may touch each step, and a node whose progress (the
+# heartbeat, else output) is older than HANG_SECONDS or twice its slowest step dumps its ranks' stacks
+# (py-spy) and flight-recorder files (TORCH_FR_DUMP_TEMP_FILE) to CHECKPOINT_URI's prefix
+# evidence/attempt-<AWS_BATCH_JOB_ATTEMPT>/node-<index>/ and tells the main node; once every node hangs, the
+# main node exits with one line naming the rank and node that stopped first: 75 on the first attempt or
+# with a hardware sign, HANG_EXIT (124, not retried) after.
 # Exits with the training command's status (1 if it succeeded but the last upload failed).
 set -euo pipefail
 launcher_start="${EPOCHREALTIME:-$(date +%s)}"
@@ -76,6 +85,8 @@ readonly PREFLIGHT_EXIT=75
 # The fleet's AMI or image cannot train on this GPU (preflight.py IMAGE_EXIT): not retried.
 readonly IMAGE_EXIT=78
 readonly NODE_FAULT_EXIT=75
+# A hang seen again after its retry (progress_watch.py HANG_EXIT): not retried.
+readonly HANG_EXIT=124
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly HERE
 
@@ -85,11 +96,16 @@ die() {
   exit 2
 }
 
-node_fault() {
+# The stdlib helpers (node_fault.py, progress_watch.py relay), like the preflight.
+stdlib_helper() {
   local python="${NODE_FAULT_PYTHON:-${PREFLIGHT_PYTHON:-}}"
-  # Stdlib only, like the preflight.
   [[ -n "$python" ]] || python=$(command -v python3 || echo "${PYTHON:-python3}")
-  "$python" "$HERE/node_fault.py" "$@"
+  local helper="$1"
+  shift
+  "$python" "$HERE/$helper" "$@"
+}
+node_fault() {
+  stdlib_helper node_fault.py "$@"
 }
 
 # A child tells the main node, once, why it fails (retrying for report_seconds).
@@ -116,7 +132,7 @@ exit_for_report() {
   read -r code line <"$faults/report"
   # A child's bad input (2) or fleet-wide fault (78) is the job's too, and no retry mends it.
   case "$code" in
-    2 | "$IMAGE_EXIT")
+    2 | "$IMAGE_EXIT" | "$HANG_EXIT")
       echo "$NAME: $line; ending this job with exit $code (not retried)" >&2
       exit "$code"
       ;;
@@ -233,6 +249,8 @@ nproc="${NPROC_PER_NODE:-$(count_accelerators)}"
 is_uint "$nproc" && [[ "$nproc" -ge 1 ]] || die "NPROC_PER_NODE='$nproc' is not a positive integer"
 port="${MASTER_PORT:-29500}"
 is_uint "$port" && [[ "$port" -ge 1 && "$port" -le 65535 ]] || die "MASTER_PORT='$port' is not a port number (1..65535)"
+hang_seconds="${HANG_SECONDS:-0}"
+is_uint "$hang_seconds" || die "HANG_SECONDS='$hang_seconds' is not a whole number of seconds (0 turns the hang watch off)"
 if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   if [[ -z "${CHECKPOINT_SYNC_SECONDS:-}" && -n "${CHECKPOINT_SYNC_MINUTES:-}" ]]; then
     positive CHECKPOINT_SYNC_MINUTES "$CHECKPOINT_SYNC_MINUTES"
@@ -306,7 +324,8 @@ else
     # From the launcher's start, before this node's own preflight (minutes on GPU fleets): a child that
     # fails fast on a warm host reports while the main node still checks itself.
     # Its output goes to a file: it must not hold the launcher's stdout and stderr open.
-    node_fault listen --port "$report_port" --pid $$ --out "$faults/report" --job "$job_id" >"$faults/listener.log" 2>&1 &
+    node_fault listen --port "$report_port" --pid $$ --out "$faults/report" --hangs "$faults/hangs" --job "$job_id" \
+      >"$faults/listener.log" 2>&1 &
     listener=$!
     # On Batch (AWS_BATCH_JQ_NAME is set on every Batch job), a child that dies without a word (killed, image
     # never pulled, host lost) shows FAILED in its node job: node_watch.py asks every NODE_WATCH_SECONDS.
@@ -423,7 +442,19 @@ fi
 # Train in the background: with checkpoints, checkpoint_sync.py uploads complete files meanwhile (it
 # learns of a stop and of the trainer's exit status through files in $state); on a multi-node run, a
 # child's report or this node's hardware decides the exit.
-"${runner[@]}" "${args[@]}" "${script[@]}" &
+if [[ "$batch" -eq 1 && "$hang_seconds" -gt 0 ]]; then
+  # The hang watch: the trainer's output passes through progress_watch.py relay, which stamps its time.
+  progress_dir="${PROGRESS_DIR:-/tmp/training-progress}"
+  mkdir -p "$progress_dir"
+  rm -f "$progress_dir/heartbeat" "$progress_dir/output"
+  export TRAINING_HEARTBEAT_FILE="$progress_dir/heartbeat"
+  [[ -z "${TORCH_FR_DUMP_TEMP_FILE:-}" ]] || mkdir -p "$(dirname "$TORCH_FR_DUMP_TEMP_FILE")"
+  [[ -n "${faults:-}" ]] || faults=$(mktemp -d)
+  "${runner[@]}" "${args[@]}" "${script[@]}" > >(stdlib_helper progress_watch.py relay --fd 1 --mark "$progress_dir/output") \
+    2> >(stdlib_helper progress_watch.py relay --fd 2 --mark "$progress_dir/output") &
+else
+  "${runner[@]}" "${args[@]}" "${script[@]}" &
+fi
 training=$!
 # shellcheck disable=SC2329 # called by the traps below
 stop_training() {
@@ -440,6 +471,20 @@ if [[ -n "${CHECKPOINT_URI:-}" ]]; then
   checkpoint_sync watch "${node_args[@]}" --pid "$training" \
     --sync-seconds "$sync_seconds" --settle-seconds "$settle_seconds" --final-seconds "$final_seconds" "$CHECKPOINT_DIR" &
   syncer=$!
+fi
+if [[ -n "${progress_dir:-}" ]]; then
+  # Evidence beside the checkpoints: the prefix checkpoint_sync.py uses, whatever names the lineage.
+  attempt="${AWS_BATCH_JOB_ATTEMPT:-1}"
+  watching=(--pid "$training" --launcher $$ --dir "$progress_dir" --hang-seconds "$hang_seconds" --job "$job_id"
+    --node "${index:-0}" --nodes "${nodes:-1}" --attempt "$attempt" --since "${launcher_start%.*}")
+  [[ -z "${checkpoint_uri:-}" ]] || watching+=(--uri "${checkpoint_uri}evidence/attempt-$attempt/node-${index:-0}/")
+  if [[ "${is_main:-1}" -eq 1 ]]; then
+    watching+=(--out "$faults/report" --hangs "$faults/hangs")
+  else
+    watching+=(--report-to "$report_to" --report-port "$report_port" --within "$report_seconds")
+  fi
+  # boto3 for the upload: checkpoint_sync.py's interpreter.
+  "${CHECKPOINT_PYTHON:-${PYTHON:-python3}}" "$HERE/progress_watch.py" watch "${watching[@]}" &
 fi
 wait_status "$training"
 status=$waited

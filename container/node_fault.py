@@ -15,6 +15,8 @@ from its own members, so the port is open to the job's nodes and nothing outside
 one line, "<exit code> <job id> <text>". The main node's listener
 ignores other jobs' lines, writes the line to FILE and sends the launcher SIGUSR1; the launcher stops
 torchrun and exits 75 (78 when the child's fault is one the whole fleet shares) with the child's line.
+A progress watch's hang report ("hang <job> <json>", progress_watch.py) is only recorded (listen
+--hangs): the main node's watch decides.
 
 Hardware fault: the trainer exited non-zero while this node shows one of
   - an NVIDIA Xid that needs a GPU reset or a new node, written by the host's node collector
@@ -55,15 +57,20 @@ FLEET_DIMENSION = "Fleet"
 NODES_TAKEN_OUT = "NodesTakenOut"
 FLEET_ENV = "TRAINING_FLEET"
 MAX_LINE = 300
+REPORT_BYTES = 4096
+# The first word of a progress watch's report (progress_watch.py): recorded, not an exit.
+HANG_REPORT = "hang"
 
 
 def state_dir(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("NODE_STATE_DIR") or NODE_STATE_DIR)
 
 
-def listen(port: int, pid: int, out: Path, job: str, poll: float = 1.0) -> int:
+def listen(port: int, pid: int, out: Path, job: str, poll: float = 1.0, hangs: Path | None = None) -> int:
     """Wait for one child's report on job `job` while the launcher (`pid`) runs; write it to `out` and
-    send the launcher SIGUSR1, on which it stops training. Reports on other jobs are ignored."""
+    send the launcher SIGUSR1, on which it stops training. Reports on other jobs are ignored. A child's
+    hang report ("hang <job> <json>", progress_watch.py) is appended to `hangs` and the wait goes on: the
+    main node's progress watch decides."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("0.0.0.0", port))  # noqa: S104 - the children reach the main node on its task ENI
@@ -76,11 +83,15 @@ def listen(port: int, pid: int, out: Path, job: str, poll: float = 1.0) -> int:
             with connection:
                 connection.settimeout(5)
                 try:
-                    text = connection.recv(4096).decode(errors="replace").strip()
+                    text = connection.recv(REPORT_BYTES).decode(errors="replace").strip()
                 except OSError:
                     continue
             code, _, rest = text.partition(" ")
             reported_job, _, line = rest.partition(" ")
+            if code == HANG_REPORT and reported_job == job and line and hangs is not None:
+                with hangs.open("a") as record:
+                    record.write(line + "\n")
+                continue
             if not code.isdigit() or reported_job != job or not line:
                 continue
             deliver(out, pid, int(code), line)
@@ -107,8 +118,13 @@ def deliver(out: Path, pid: int, code: int, line: str) -> bool:
 
 def report(address: str, port: int, code: int, job: str, line: str, within: float) -> bool:
     """Send "<code> <job> <line>" to the main node, retrying the connection for `within` seconds."""
+    return send(address, port, f"{code} {job} {line[:MAX_LINE]}", within)
+
+
+def send(address: str, port: int, text: str, within: float) -> bool:
+    """Send one line (at most the listener's 4096 bytes) to the main node, retrying for `within` seconds."""
     deadline = time.monotonic() + within
-    payload = f"{code} {job} {line[:MAX_LINE]}\n".encode()
+    payload = (text[: REPORT_BYTES - 1] + "\n").encode()
     while True:
         try:
             with socket.create_connection((address, port), timeout=5) as connection:
@@ -207,6 +223,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     p.add_argument("--pid", type=int, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--job", required=True)
+    p.add_argument("--hangs", type=Path, help="where children's hang reports are appended")
     p = commands.add_parser("report")
     p.add_argument("--address", required=True)
     p.add_argument("--port", type=int, required=True)
@@ -222,7 +239,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     p.add_argument("--line", required=True)
     args = parser.parse_args(argv)
     if args.command == "listen":
-        return listen(args.port, args.pid, args.out, args.job)
+        return listen(args.port, args.pid, args.out, args.job, hangs=args.hangs)
     if args.command == "report":
         if not report(args.address, args.port, args.code, args.job, args.line, args.within):
             print(f"node_fault.py: could not tell the main node {args.address}:{args.port}", file=sys.stderr)

@@ -17,6 +17,7 @@ from config.gpu_interconnect import INTRA_NODE
 from config.settings import fleet_construct_id as construct_id
 from tests.docs_text import all_pages
 from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, synth
+from training_constructs.jobs import workloads
 from training_constructs.jobs.multi_node_job import PREFLIGHT_EXIT_CODE
 
 STACK = "TrainingJobs"
@@ -425,3 +426,28 @@ def test_three_fleets_get_three_queues_and_their_job_definitions():
     outputs = template["Outputs"]
     for fleet_id in ("Rl", "Llm", "Trn"):
         assert f"{fleet_id}JobQueue" in outputs and f"{fleet_id}BenchmarkJobDefinition" in outputs
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("profile", ["Gpu", "Trainium"])
+def test_every_job_definition_turns_on_the_hang_watch_and_the_flight_recorder(profile, kind):
+    env = environment(container(job_definition("default", profile, kind)))
+    # A few minutes (the launcher never goes below twice the slowest step), and well inside the attempt's
+    # timeout so that a hang ends the attempt before Batch's timeout does (a timeout is never retried).
+    hang = int(env["HANG_SECONDS"])
+    assert 120 <= hang <= 600
+    assert hang * 4 <= job_definition("default", profile, kind)["Timeout"]["AttemptDurationSeconds"]
+    # PyTorch's flight recorder: a ring buffer, a dump when NCCL's watchdog times out, under the node's
+    # progress folder, where the launcher's watch copies it from.
+    assert int(env["TORCH_NCCL_TRACE_BUFFER_SIZE"]) > 0
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    # (tests/test_hang_watch.py pins PROGRESS_DIR to the launcher's default.)
+    assert env["TORCH_FR_DUMP_TEMP_FILE"].startswith(workloads.PROGRESS_DIR + "/") and "PROGRESS_DIR" not in env
+
+
+def test_a_hang_after_its_retry_ends_the_job_and_a_first_one_is_retried():
+    # The launcher's codes for a hang: 75 on the first attempt, 124 after (container/progress_watch.py).
+    rules = job_definition("default", "Gpu", "TrainingJob")["RetryStrategy"]["EvaluateOnExit"]
+    retried_codes = {r["OnExitCode"] for r in rules if r["Action"] == "RETRY" and "OnExitCode" in r}
+    assert "75" in retried_codes and "124" not in retried_codes
+    assert rules[-1] == {"Action": "EXIT", "OnReason": "*"}

@@ -4,6 +4,7 @@ AWS API (moto on 127.0.0.1)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -78,6 +79,51 @@ def test_the_story_names_the_node_what_it_found_and_the_resume_time(logs: Any) -
     assert second == "attempt 2 of 2"
 
 
+HANG = (
+    "distributed_run.sh: node 1 (ip-10-0-1-9): hang: no progress on any node for 301 s (limit 300 s); rank 9 on "
+    "node 1 stopped first (last progress 12:03:04 UTC, stopped: state T); stacks at s3://ckpt/runs/4c75/evidence/"
+    "attempt-{n}/; {ending}"
+)
+
+
+def test_a_hang_reads_as_a_hang_retried_once_then_reported_with_where_its_stacks_are(logs: Any) -> None:
+    lines = {
+        "training/default/h1": HANG.format(n=1, ending="retried once; ending this job with exit 75 so that Batch..."),
+        "training/default/h2": HANG.format(n=2, ending="a hang again on attempt 2; ending this job with exit 124"),
+    }
+    logs.create_log_group(logGroupName="training-hang")
+    for stream, line in lines.items():
+        logs.create_log_stream(logGroupName="training-hang", logStreamName=stream)
+        logs.put_log_events(
+            logGroupName="training-hang", logStreamName=stream, logEvents=[{"timestamp": T0, "message": line}]
+        )
+    hung = job("FAILED")
+    hung["nodeProperties"]["nodeRangeProperties"][0]["container"]["logConfiguration"]["options"]["awslogs-group"] = (
+        "training-hang"
+    )
+    hung["attempts"] = [
+        {
+            "startedAt": T0,
+            "stoppedAt": T0 + 1000,
+            "container": {"exitCode": 75, "logStreamName": "training/default/h1"},
+        },
+        {
+            "startedAt": T0 + 9000,
+            "stoppedAt": T0 + 9900,
+            "container": {"exitCode": 124, "logStreamName": "training/default/h2"},
+        },
+    ]
+    first, second = attempt_story(hung, log_tail(logs))
+    assert "exit 75: a hang (retried once on fresh nodes; a node is taken out only with a hardware sign)" in first
+    assert "node 1 (ip-10-0-1-9): hang: no progress on any node for 301 s" in first
+    assert "rank 9 on node 1 stopped first" in first and "ending this job" not in first
+    assert "evidence: s3://ckpt/runs/4c75/evidence/attempt-1/" in first
+    assert "exit 124: a hang again after its retry (not retried)" in second
+    assert "evidence: s3://ckpt/runs/4c75/evidence/attempt-2/" in second
+    reasons = explain(hung, queue=None, environment=None, instance=None, now=datetime.now(UTC), tail=log_tail(logs))
+    assert any("evidence: s3://ckpt/runs/4c75/evidence/attempt-2/" in r for r in reasons.reasons)
+
+
 def test_without_the_log_the_story_points_to_the_stream() -> None:
     (first, _) = attempt_story(job())
     assert "the main node's log stream training/default/a1 names the node and what it found" in first
@@ -125,4 +171,8 @@ def test_the_exit_codes_are_the_launchers():
 
     preflight = load("preflight")
     assert recovery.NODE_FAULT_EXIT == preflight.PREFLIGHT_EXIT
+    sys.path.insert(0, str(Path(__file__).parent.parent / "container"))  # progress_watch imports its neighbours
+    import progress_watch
+
+    assert recovery.HANG_EXIT == progress_watch.HANG_EXIT
     assert recovery.SHARED_FAULT_EXIT == preflight.IMAGE_EXIT

@@ -5,7 +5,9 @@ A job's attempts (DescribeJobs `attempts`) hold each attempt's start, stop, exit
 and a retried job keeps its job id (Batch user guide, "Automated job retries"). The node that failed
 and what it found is the launcher's line in the main node's log of that attempt
 (container/distributed_run.sh): "distributed_run.sh: node N (host): ...", which `node_line` picks out
-of the lines a caller read (`tail` below).
+of the lines a caller read (`tail` below). A hang's line (container/progress_watch.py) reads "node N (host):
+hang: ...; rank R on node N stopped first (...); stacks at s3://.../evidence/attempt-A/; ...": the story
+tells it as a hang and prints where the stacks are.
 """
 
 from __future__ import annotations
@@ -18,16 +20,22 @@ from typing import Any
 # container/preflight.py PREFLIGHT_EXIT and IMAGE_EXIT; the launcher's node-fault exit is 75 too.
 NODE_FAULT_EXIT = 75
 SHARED_FAULT_EXIT = 78
-# The launcher's line for a node fault: a child's report on the main node, or its own hardware fault.
+# container/progress_watch.py HANG_EXIT: a hang seen again after its retry.
+HANG_EXIT = 124
+# The launcher's line for a node fault: a child's report on the main node, or its own hardware fault; a hang.
 NODE_LINE = re.compile(r"distributed_run\.sh: (node \d+ \([^)]*\): .*)")
+HANG_LINE = re.compile(r"^node \d+ \([^)]*\): hang: .*?; stacks (?:at|in) (?P<where>[^;]*)")
 ENDINGS = {
     0: "the main node finished its work",
     # 128 + SIGKILL: the kernel's out-of-memory killer, or a stop that outlived its grace.
     137: "the main node was killed (SIGKILL: out of memory, or a stop past its grace; not retried)",
     NODE_FAULT_EXIT: "a node fault (retried on fresh nodes; the node took itself out)",
     SHARED_FAULT_EXIT: "a fault every node of the fleet shares (not retried)",
+    HANG_EXIT: "a hang again after its retry (not retried)",
     1: "the application failed (not retried)",
 }
+# A first hang is retried with the node-fault code; only a hardware sign takes a node out.
+HANG_RETRIED = "a hang (retried once on fresh nodes; a node is taken out only with a hardware sign)"
 
 # (log group, log stream) -> the stream's last lines.
 Tail = Callable[[str, str], Sequence[str]]
@@ -75,16 +83,22 @@ def attempt_story(job: dict[str, Any], tail: Tail | None = None) -> list[str]:
             parts.append(f"ran {_when(int(started))} to {_when(int(stopped))}")
         code = container.get("exitCode")
         reason = str(attempt.get("statusReason") or container.get("reason") or "")
+        stream = container.get("logStreamName")
+        found = None
+        if code in (NODE_FAULT_EXIT, SHARED_FAULT_EXIT, HANG_EXIT) and stream and tail and group:
+            found = node_line(tail(group, str(stream)))
+        hang = HANG_LINE.match(found) if found else None
         if code is not None:
-            parts.append(f"exit {code}: {ENDINGS.get(int(code), 'the trainer failed')}")
+            ending = HANG_RETRIED if hang and code == NODE_FAULT_EXIT else ENDINGS.get(int(code), "the trainer failed")
+            parts.append(f"exit {code}: {ending}")
         if reason:
             parts.append(f"Batch says: {reason}")
         if reason.startswith("Host EC2"):
             parts.append("its instance was lost (retried on fresh nodes)")
-        stream = container.get("logStreamName")
-        if code in (NODE_FAULT_EXIT, SHARED_FAULT_EXIT) and stream:
-            found = node_line(tail(group, str(stream))) if tail and group else None
+        if code in (NODE_FAULT_EXIT, SHARED_FAULT_EXIT, HANG_EXIT) and stream:
             parts.append(found if found else f"the main node's log stream {stream} names the node and what it found")
+        if hang:
+            parts.append(f"evidence: {hang.group('where').strip()}")
         if number < len(attempts) and stopped:
             resumed = attempts[number].get("startedAt")
             if resumed:

@@ -48,6 +48,23 @@ BENCH_ALLREDUCE_SIZES = "8K:1G"
 BENCH_ALLREDUCE_ITERS = 20
 
 
+# The launcher's hang watch (container/progress_watch.py, docs/health.md): a job in which no node makes
+# progress for HANG_SECONDS (never less than twice its slowest step) ends with every node's stacks.
+# HANG_SECONDS: a few minutes, as HyperPod's example hang rule (300 s). PyTorch's flight recorder
+# (torch/csrc/distributed/c10d: FlightRecorder.hpp reads TORCH_NCCL_TRACE_BUFFER_SIZE, 2000 entries by
+# default; ProcessGroupNCCL.hpp TORCH_NCCL_DUMP_ON_TIMEOUT; the dump goes to TORCH_FR_DUMP_TEMP_FILE<rank>)
+# writes what each rank's collectives were doing when NCCL's watchdog times out; the watch uploads the files
+# from under the launcher's progress folder (PROGRESS_DIR, /tmp/training-progress).
+HANG_SECONDS = 300
+PROGRESS_DIR = "/tmp/training-progress"  # noqa: S108 - inside the job's own container
+HANG_ENVIRONMENT = {
+    "HANG_SECONDS": str(HANG_SECONDS),
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+    "TORCH_FR_DUMP_TEMP_FILE": f"{PROGRESS_DIR}/flight-recorder/rank-",
+}
+
+
 @dataclass(frozen=True)
 class Workload:
     command: tuple[str, ...]
@@ -67,6 +84,7 @@ ISAAC_SIM_ENVIRONMENT = {"NVIDIA_DRIVER_CAPABILITIES": "all", "EXPECT_VULKAN": "
 def _node_environment(instance: InstanceSpec) -> dict[str, str]:
     """What the launcher's preflight checks on every node, and the ranks it starts."""
     environment = {"NPROC_PER_NODE": str(instance.processes_per_node), "EFA_DEVICES": str(instance.max_efa_interfaces)}
+    environment.update(HANG_ENVIRONMENT)
     if instance.accelerator_kind is AcceleratorKind.NEURON:
         environment.update(NEURON_EFA_ENVIRONMENT)
         environment["EXPECTED_NEURON_DEVICES"] = str(instance.accelerator_count)
