@@ -103,6 +103,8 @@ def main() -> int:
         loss.backward()
         optimizer.step()
         time.sleep(args.step_seconds)
+        # Progress for the launcher's hang watch (TRAINING_HEARTBEAT_FILE, docs/health.md).
+        Path(os.environ.get("TRAINING_HEARTBEAT_FILE", os.devnull)).touch()
         if step % args.checkpoint_every == 0 and dist.get_rank() == 0:
             save(folder, step, model, optimizer)
     dist.barrier()

@@ -83,7 +83,7 @@ def main_line_names(node: int) -> Check:
     def test(report: Report) -> bool:
         first = _attempts(report)[0]
         main = next(n for n in first["nodes"] if n["main"])
-        return f"node {node} " in main["launcher"]
+        return re.search(rf"\bnode {node}\b", main["launcher"]) is not None
 
     return Check(f"the main node's last line names node {node}", test)
 

@@ -222,7 +222,7 @@ class Engine:
                 host.powered_off = True
                 reason = batch_rules.HOST_LOST_REASON.format(instance=host.instance_id)
                 if run.running:
-                    run.power_off(now, reason)
+                    run.power_off(reason)
                     self._event(attempt, f"{host.describe()} powered off with node {run.index} still running")
                 else:
                     self._event(attempt, f"{host.describe()} powered off")

@@ -89,7 +89,7 @@ class FaultPlayer:
                 run.kill_group()
             elif fault.kind == "lose-host" and run is not None:
                 run.host.powered_off = True
-                run.power_off(now, batch_rules.HOST_LOST_REASON.format(instance=run.host.instance_id))
+                run.power_off(batch_rules.HOST_LOST_REASON.format(instance=run.host.instance_id))
                 self._event(attempt, f"fault {fault.spec}: {run.host.describe()} of node {node} terminated")
             elif fault.kind == "stop-rank" and run is not None:
                 ranks = run.ranks()
@@ -113,7 +113,7 @@ class FaultPlayer:
                 return False
             self.s3.hooks.remove(hook)
             run.host.powered_off = True
-            run.power_off(time.monotonic(), batch_rules.HOST_LOST_REASON.format(instance=run.host.instance_id))
+            run.power_off(batch_rules.HOST_LOST_REASON.format(instance=run.host.instance_id))
             self._event(attempt, f"fault {fault.spec}: {run.host.describe()} of node {run.index} lost while "
                         f"uploading {key.rsplit('/', 1)[-1]}")  # fmt: skip
             return True

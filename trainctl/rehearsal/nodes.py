@@ -55,6 +55,7 @@ class NodeRun:
     reason: str = ""  # the container's reason (CannotPullContainerError: ...)
     status_reason: str = ""
     stop_sent: float | None = None
+    lost: str = ""  # the host's reason, once its instance is gone
     token: str = field(default_factory=lambda: secrets.token_hex(8))
     _log: IO[bytes] | None = None
 
@@ -83,7 +84,10 @@ class NodeRun:
         code = self.process.poll()
         if code is None:
             return False
-        self._end(now, 128 - code if code < 0 else code, exited_reason)
+        if self.lost:
+            self._end(now, None, self.lost)
+        else:
+            self._end(now, 128 - code if code < 0 else code, exited_reason)
         return True
 
     def _end(self, now: float, exit_code: int | None, status_reason: str) -> None:
@@ -121,13 +125,12 @@ class NodeRun:
     def overdue(self, now: float, grace: float) -> bool:
         return self.running and self.stop_sent is not None and now - self.stop_sent >= grace
 
-    def power_off(self, now: float, reason: str) -> None:
-        """The host is gone: every process dies at once and the node has no exit code."""
+    def power_off(self, reason: str) -> None:
+        """The host is gone: every process dies at once, and the node ends with no exit code and the host's
+        reason when `poll` next sees it (a fault may call this from the local S3's thread)."""
         if self.process is not None and self.ended is None:
+            self.lost = reason
             self.kill_group()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=5)
-            self._end(now, None, reason)
 
     def never_started(self, now: float, reason: str) -> None:
         self.ended = now

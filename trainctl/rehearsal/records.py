@@ -3,6 +3,7 @@ DescribeJobs would show it."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,4 +92,12 @@ def node_description(job: JobRun, run: NodeRun) -> dict[str, Any]:
     }
     if run.status_reason and run.ended is not None:
         entry["statusReason"] = run.status_reason
+    for key, stamp in (("startedAt", run.started), ("stoppedAt", run.ended if run.started else None)):
+        if stamp is not None:
+            entry[key] = epoch_milliseconds(stamp)
     return entry
+
+
+def epoch_milliseconds(monotonic: float) -> int:
+    """A monotonic time as DescribeJobs' epoch milliseconds."""
+    return int((time.time() - (time.monotonic() - monotonic)) * 1000)

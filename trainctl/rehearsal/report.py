@@ -6,12 +6,11 @@ took to end the attempt and training to resume, and the verdict `trainctl why` g
 from __future__ import annotations
 
 import re
-import time
 from datetime import UTC, datetime
 from typing import Any
 
 from trainctl.rehearsal.nodes import NodeRun
-from trainctl.rehearsal.records import Attempt, JobRun, Rehearsal
+from trainctl.rehearsal.records import Attempt, JobRun, Rehearsal, epoch_milliseconds
 from trainctl.why import explain
 
 # The launcher's own lines, the checkpoint copier's restore line and the reference script's resume line.
@@ -83,10 +82,8 @@ def _step(name: str) -> tuple[int, str]:
     return (int(digits[-1]) if digits else -1, name)
 
 
-def described(job: JobRun, started: float) -> dict[str, Any]:
+def described(job: JobRun) -> dict[str, Any]:
     """The job as DescribeJobs would show it: what `trainctl why` reads."""
-    # Monotonic seconds to the epoch milliseconds DescribeJobs gives.
-    wall = (time.time() - (time.monotonic() - started)) * 1000
     attempts = []
     for attempt in job.attempts:
         main = attempt.main
@@ -98,8 +95,8 @@ def described(job: JobRun, started: float) -> dict[str, Any]:
         attempts.append(
             {
                 "container": container,
-                "startedAt": int(wall + (attempt.started - started) * 1000),
-                "stoppedAt": int(wall + ((attempt.ended or attempt.started) - started) * 1000),
+                "startedAt": epoch_milliseconds(attempt.started),
+                "stoppedAt": epoch_milliseconds(attempt.ended or attempt.started),
                 "statusReason": attempt.status_reason,
             }
         )
@@ -122,7 +119,7 @@ def described(job: JobRun, started: float) -> dict[str, Any]:
     }
 
 
-def verdict(job: JobRun, started: float) -> list[str]:
+def verdict(job: JobRun) -> list[str]:
     """What `trainctl why` would say, reading the main node's log of each attempt as it reads CloudWatch's."""
 
     def tail(group: str, stream: str) -> list[str]:
@@ -132,7 +129,7 @@ def verdict(job: JobRun, started: float) -> list[str]:
         except OSError:
             return []
 
-    return explain(described(job, started), queue=None, environment=None, instance=None,
+    return explain(described(job), queue=None, environment=None, instance=None,
                    now=datetime.now(UTC), tail=tail).reasons  # fmt: skip
 
 
@@ -164,7 +161,7 @@ def build(rehearsal: Rehearsal, *, left_out: dict[str, str], expect: str) -> dic
             "resubmitted_from": job.resubmitted_from,
             "placement": job.placement,
             "attempts": [attempt_entry(rehearsal, job, a) for a in job.attempts],
-            "why": verdict(job, rehearsal.started),
+            "why": verdict(job),
         }
         for job in rehearsal.jobs()
     ]
