@@ -154,6 +154,15 @@ def test_node_line_takes_the_launchers_hardware_line_too() -> None:
     assert node_line(["distributed_run.sh: node 0 of 2 (rank 0, main 0)"]) is None
 
 
+def test_node_line_takes_the_watchers_line_that_names_no_host() -> None:
+    # A child that died without a report: the main node's watcher read it in Batch (container/node_watch.py).
+    line = (
+        "distributed_run.sh: node 1: Batch says FAILED: Essential container in task exited, exit code 137; "
+        "ending this job with exit 75 so that Batch retries it on other nodes"
+    )
+    assert node_line([line]) == "node 1: Batch says FAILED: Essential container in task exited, exit code 137"
+
+
 def test_the_exit_codes_are_the_launchers():
     # trainctl reads attempts' exit codes with the container's meanings (container/ is not importable as
     # a package, so it is loaded by path as the launcher tests do).

@@ -4,7 +4,8 @@ and how long Batch took to resume it on fresh nodes.
 A job's attempts (DescribeJobs `attempts`) hold each attempt's start, stop, exit code and log stream,
 and a retried job keeps its job id (Batch user guide, "Automated job retries"). The node that failed
 and what it found is the launcher's line in the main node's log of that attempt
-(container/distributed_run.sh): "distributed_run.sh: node N (host): ...", which `node_line` picks out
+(container/distributed_run.sh): "distributed_run.sh: node N (host): ...", or "node N: Batch says ..." when
+the main node's watcher (container/node_watch.py) saw the child fail in Batch, which `node_line` picks out
 of the lines a caller read (`tail` below). A hang's line (container/progress_watch.py) reads "node N (host):
 hang: ...; rank R on node N stopped first (...); stacks at s3://.../evidence/attempt-A/; ...": the story
 tells it as a hang and prints where the stacks are.
@@ -23,7 +24,7 @@ SHARED_FAULT_EXIT = 78
 # container/progress_watch.py HANG_EXIT: a hang seen again after its retry.
 HANG_EXIT = 124
 # The launcher's line for a node fault: a child's report on the main node, or its own hardware fault; a hang.
-NODE_LINE = re.compile(r"distributed_run\.sh: (node \d+ \([^)]*\): .*)")
+NODE_LINE = re.compile(r"distributed_run\.sh: (node \d+(?: \([^)]*\))?: .*)")
 HANG_LINE = re.compile(r"^node \d+ \([^)]*\): hang: .*?; stacks (?:at|in) (?P<where>[^;]*)")
 ENDINGS = {
     0: "the main node finished its work",

@@ -250,8 +250,10 @@ def main(argv: list[str] | None = None) -> int:
             attempts_run = len(_attempts(report)) if report is not None else 0
             verdict = "PASS" if not problems else "FAIL"
             failed += bool(problems)
+            detect = report.get("detect_s") if report is not None else None
+            timing = f"  fault to attempt's end {detect} s" if detect is not None else ""
             detail = "" if not problems else "  " + "; ".join(problems)
-            print(f"{verdict} {item.name:<30} attempts {attempts_run}  {seconds:5.1f} s{detail}", flush=True)
+            print(f"{verdict} {item.name:<30} attempts {attempts_run}  {seconds:5.1f} s{timing}{detail}", flush=True)
     print(f"{len(chosen) - failed} passed, {failed} failed ({time.monotonic() - started:.0f} s)")
     return 1 if failed else 0
 
