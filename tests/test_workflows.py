@@ -56,7 +56,13 @@ def test_workflow_runs_the_readme_test_command():
     quick_start = readme[readme.index("## Quick start") :]
     (command,) = re.findall(r"^(make test)\b", quick_start, re.M)[:1]
     assert command in [s.get("run") for s in steps("test")]
-    assert (ROOT / ".ci" / "run").read_text().strip().endswith(command)
+    commands = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("make ")]
+    assert commands == [command, "make faults"]
+
+
+def test_the_fault_catalog_runs_after_the_tests():
+    runs = [s.get("run") for s in steps("test")]
+    assert "make faults" in runs and runs.index("make faults") > runs.index("make test")
 
 
 def test_workflow_runs_on_pull_requests_and_main():

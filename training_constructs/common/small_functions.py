@@ -1,10 +1,11 @@
 """What the platform's small Lambda functions (the boot-check breaker, the capacity resubmitter, the
-cloud build's reporter and starter) share: a role that writes to the function's own log group only,
-the one dependency CDK should give the function on it, and an alarm when the function fails."""
+cloud build's reporter and starter, the resumed-job announcer) share: a role that writes to the
+function's own log group only, publishing to the job-alert topic, the one dependency CDK should give the
+function on its role, and an alarm when the function fails."""
 
 from __future__ import annotations
 
-from aws_cdk import CfnResource, Duration, Stack
+from aws_cdk import Acknowledgment, CfnResource, Duration, Stack, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_iam as iam
@@ -20,6 +21,19 @@ def logging_role(scope: Construct, construct_id: str, log_group: logs.ILogGroup)
     role = iam.Role(scope, construct_id, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     log_group.grant_write(role)
     return role
+
+
+def grant_publish_to_alerts(role: iam.Role, topic: sns.ITopic) -> None:
+    """The role may publish to the (KMS-encrypted) job-alert topic."""
+    topic.grant_publish(role)
+    # Publishing to an encrypted topic needs kms:GenerateDataKey* and kms:Decrypt on its key (SNS
+    # developer guide, "Encryption at rest"); CDK's grant_publish adds them, on that key only.
+    Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
+        Acknowledgment(
+            id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
+            reason="publish to the encrypted job-alert topic: data keys of the topic's own KMS key only",
+        )
+    )
 
 
 def depend_on_policy_only(function: Construct, role: iam.Role) -> None:

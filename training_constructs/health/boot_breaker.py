@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_events as events
@@ -33,7 +33,12 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from config import metrics
-from training_constructs.common.small_functions import alarm_on_errors, depend_on_policy_only, logging_role
+from training_constructs.common.small_functions import (
+    alarm_on_errors,
+    depend_on_policy_only,
+    grant_publish_to_alerts,
+    logging_role,
+)
 from training_constructs.health.boot_breaker_function import trip
 
 FUNCTION_DIR = Path(__file__).with_name("boot_breaker_function")
@@ -99,15 +104,7 @@ class BootCircuitBreaker(Construct):
         for fleet in fleets:
             fleet.boot_check_log_group.grant(role, "logs:FilterLogEvents")
             fleet.job_log_group.grant(role, "logs:FilterLogEvents")
-        topic.grant_publish(role)
-        # Publishing to an encrypted topic needs kms:GenerateDataKey* and kms:Decrypt on its key (SNS
-        # developer guide, "Encryption at rest"); CDK's grant_publish adds them, on that key only.
-        Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
-                reason="publish to the encrypted job-alert topic: data keys of the topic's own KMS key only",
-            )
-        )
+        grant_publish_to_alerts(role, topic)
         self.function = lambda_.Function(
             self,
             "Function",

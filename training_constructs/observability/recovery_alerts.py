@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
@@ -22,7 +22,12 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from training_constructs.common.small_functions import alarm_on_errors, depend_on_policy_only, logging_role
+from training_constructs.common.small_functions import (
+    alarm_on_errors,
+    depend_on_policy_only,
+    grant_publish_to_alerts,
+    logging_role,
+)
 from training_constructs.observability.resumed_alert_function import announce
 
 FUNCTION_DIR = Path(__file__).with_name("resumed_alert_function")
@@ -60,15 +65,7 @@ class ResumedJobAlerts(Construct):
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN)
         role = logging_role(self, "Role", self.log_group)
-        topic.grant_publish(role)
-        # Publishing to an encrypted topic needs kms:GenerateDataKey* and kms:Decrypt on its key (SNS
-        # developer guide, "Encryption at rest"); CDK's grant_publish adds them, on that key only.
-        Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
-                reason="publish to the encrypted job-alert topic: data keys of the topic's own KMS key only",
-            )
-        )
+        grant_publish_to_alerts(role, topic)
         self.function = lambda_.Function(
             self,
             "Function",
