@@ -154,7 +154,8 @@ def test_an_exit_no_rule_matches_is_retried_until_the_attempts_run_out(tmp_path)
         (None, "", "Host EC2 (instance i-0abc) terminated.", True),
         (137, "", "Essential container in task exited", False),
         (75, "", "Essential container in task exited", True),
-        (None, "CannotPullContainerError: pull access denied", "", False),
+        (None, "CannotPullContainerError: pull access denied", "Task failed to start", True),
+        (None, "OutOfMemoryError: Container killed due to memory usage", "Essential container in task exited", False),
         (1, "", "", False),
     ],
 )
@@ -193,6 +194,7 @@ def test_a_child_that_never_starts_is_failed_with_batchs_reason(tmp_path):
     report = run(tmp_path, faults=("never-start:1@start",), STUB_SLEEP_0="1")
     child = report["jobs"][0]["attempts"][0]["nodes"][1]
     assert child["started_s"] is None and child["reason"].startswith("CannotPullContainerError:")
+    assert child["status_reason"] == "Task failed to start"
     assert not (tmp_path / "records" / "node-1-attempt-1.env").exists()
 
 
@@ -231,6 +233,8 @@ def test_describe_jobs_answers_for_the_node_jobs(tmp_path):
         ("kill-child@checkpoint", "@checkpoint needs a number"),
         ("kill-child@attempt:0", "@attempt counts from 1"),
         ("never-start:1@seconds:5", "never-start names an attempt"),
+        ("capacity-cancel", "capacity-cancel acts on the job's next retry"),
+        ("xid:1=0", "an Xid is a whole number from 1"),
     ],
 )
 def test_a_bad_fault_is_one_line_naming_it(spec, words):

@@ -12,7 +12,7 @@ from trainctl.errors import ExitCode
 from trainctl.preflight import describe_definition
 from trainctl.rehearsal import report
 from trainctl.rehearsal.faults import KINDS, TRIGGERS
-from trainctl.rehearsal.session import Options
+from trainctl.rehearsal.session import Options, Terminated
 from trainctl.rehearsal.session import rehearse as run_rehearsal
 from trainctl.taskfile import load_task
 
@@ -69,9 +69,10 @@ def rehearse(
     )
     try:
         result = run_rehearsal(task, assembly=app_dir, options=options)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         note("trainctl: rehearsal interrupted: every node was stopped")
-        raise typer.Exit(130) from None
+        # 128 + the signal, as a shell reports it.
+        raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
     if state.json:
         state.out(result)
     else:

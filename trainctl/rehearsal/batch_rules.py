@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from trainctl.capacity import CAPACITY_CANCEL
 from trainctl.rehearsal.definition import RetryRule
 
 # ECS StopTask is "the equivalent of docker stop": the stop signal, then SIGKILL after 30 s
 # (ECS_CONTAINER_STOP_TIMEOUT's default); UG "Job timeouts" states the same sequence for a timeout.
 STOP_GRACE_SECONDS = 30.0
-# API SubmitJob / JobTimeout: attemptDurationSeconds is at least 60.
-MIN_TIMEOUT_SECONDS = 60
 # UG "Automated job retries" / "Job timeouts": a job that timed out is never retried. The reason is the
 # one seen on timed-out jobs (not stated in AWS's pages: BATCH_MNP.md, UNCONFIRMED).
 TIMEOUT_REASON = "Job attempt duration exceeded timeout"
@@ -24,13 +23,14 @@ EXITED_REASON = "Essential container in task exited"
 # with "Host EC2*". The exit code is absent.
 HOST_LOST_REASON = "Host EC2 (instance {instance}) terminated."
 # API CreateJobQueue jobStateTimeLimitActions: the reason of a job the queue cancelled while it waited
-# for capacity (UG "Jobs stuck in RUNNABLE due to capacity").
-CAPACITY_CANCEL_REASON = "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
-# ECS task stop reason for a container whose image could not be pulled (CDK's Reason.CANNOT_PULL_CONTAINER
-# matches "CannotPullContainerError:*").
-CANNOT_PULL_REASON = "CannotPullContainerError: rehearsal: this node's container never started"
-# UG "Environment variables" (job_env_vars): the variables Batch sets; the AWS_BATCH_ prefix is reserved.
-RESERVED_PREFIX = "AWS_BATCH_"
+# for capacity (trainctl/capacity.py holds it). The rehearsal cancels at once where Batch waits the queue's
+# limit (10 minutes at least).
+CAPACITY_CANCEL_REASON = CAPACITY_CANCEL
+# A container whose image could not be pulled: the container's reason (CDK's Reason.CANNOT_PULL_CONTAINER
+# matches "CannotPullContainerError:*") and the node job's status reason, "Task failed to start" (the Batch
+# user guide's retry example; the job definitions retry it).
+CANNOT_PULL_REASON = "CannotPullContainerError: rehearsal: this node's image could not be pulled"
+FAILED_TO_START_REASON = "Task failed to start"
 
 
 def _glob(pattern: str, value: str) -> bool:
@@ -46,9 +46,10 @@ def retry_decision(
     """(retry?, why) for an attempt whose main node ended as given (UG "Multi-node parallel jobs": the
     job's status and exit come from the main node, and only a main-node failure retries).
 
-    API RetryStrategy.evaluateOnExit: the first entry whose every given pattern matches decides; when none
-    matches, the job is retried. An absent field is matched as empty text, so "*" matches it: UG "Automated
-    job retries" shows {"onReason": "*", "action": "EXIT"} as the catch-all that ends the retries.
+    API RetryStrategy.evaluateOnExit: an entry applies when every pattern it gives matches, and when none
+    matches, the job is retried. Inferred, not stated by AWS: that the first matching entry decides (AWS's
+    examples are written that way), and that an absent field matches as empty text, so "*" matches it (UG
+    "Automated job retries" shows {"onReason": "*", "action": "EXIT"} as the catch-all that ends retries).
     """
     fields = {"exit": "" if exit_code is None else str(exit_code), "reason": reason, "status": status_reason}
     for number, rule in enumerate(rules, start=1):

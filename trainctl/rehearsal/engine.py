@@ -63,6 +63,8 @@ class Engine:
         finally:
             wait_gone(self.live)
             result.ended = time.monotonic()
+            result.unfired = [fault.spec for fault in self.player.pending]
+            result.throttled = self.s3.throttled
         return result
 
     def _run_job(self, job: JobRun, pool: HostPool) -> JobRun | None:
@@ -183,12 +185,12 @@ class Engine:
         if run.ended is not None:
             return
         if run.reason:  # never-start set it
-            run.never_started(now, run.reason)
+            run.never_started(now, run.reason, batch_rules.FAILED_TO_START_REASON)
             self._event(attempt, f"node {run.index}: container never started ({run.reason})")
             return
         command, env = self.runtime.node_command(self.job, attempt.number, run, attempt.main.host.address)
+        self.live.append(run)  # first: a Ctrl-C while it starts still stops it
         run.start(command, env, now)
-        self.live.append(run)
         self._event(attempt, f"node {run.index} started on {run.host.describe()}")
 
     def _end_children(self, attempt: Attempt, why: str, now: float, *, main_too: bool = False) -> None:
@@ -196,7 +198,7 @@ class Engine:
             if run.ended is not None or (run.is_main and not main_too):
                 continue
             if run.process is None:
-                run.never_started(now, "the job ended before this node started")
+                run.never_started(now, "", "the job ended before this node started")
                 continue
             if run.stop_sent is None:
                 self._event(attempt, f"node {run.index}: SIGTERM ({why})")

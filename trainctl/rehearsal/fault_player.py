@@ -3,9 +3,11 @@ node's container, on its host, on the local S3, or on the job's next retry."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -83,6 +85,8 @@ class FaultPlayer:
             run = attempt.nodes[node] if node is not None else None
             if run is not None and not run.running:
                 continue  # wait until the node runs
+            if fault.kind == "stop-rank" and run is not None and not run.ranks():
+                continue  # wait until torchrun has started the ranks
             self.pending.remove(fault)
             if fault.kind in ("kill-child", "kill-main") and run is not None:
                 self._event(attempt, f"fault {fault.spec}: SIGKILL node {node}'s container")
@@ -94,7 +98,8 @@ class FaultPlayer:
             elif fault.kind == "stop-rank" and run is not None:
                 ranks = run.ranks()
                 for pid in ranks:
-                    os.kill(pid, signal.SIGSTOP)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGSTOP)
                 self._event(attempt, f"fault {fault.spec}: SIGSTOP node {node}'s ranks (pids {ranks})")
             elif fault.kind == "kill-upload":
                 self._arm_upload_loss(fault, attempt)
@@ -104,12 +109,14 @@ class FaultPlayer:
     def _arm_upload_loss(self, fault: Fault, attempt: Attempt) -> None:
         """The next checkpoint file a node of this attempt sends: its host is lost while the upload runs."""
 
+        fired = threading.Lock()  # uploads come in on several server threads: one of them acts
+
         def hook(method: str, bucket: str, key: str) -> bool:
             match = re.search(r"/node-(\d+)/", "/" + key)
             if match is None or int(match.group(1)) >= len(attempt.nodes):
                 return False
             run = attempt.nodes[int(match.group(1))]
-            if not run.running:
+            if not run.running or not fired.acquire(blocking=False):
                 return False
             self.s3.hooks.remove(hook)
             run.host.powered_off = True

@@ -1,8 +1,8 @@
 """What a rehearsal can break, and when: `--fault KIND[:NODE][=VALUE][@TRIGGER]`.
 
 Triggers: `start` (attempt 1 starts; the default), `attempt:K` (attempt K starts), `seconds:S` (S seconds
-after the job's first attempt started), `checkpoint:K` (the main node's K-th checkpoint file is complete in
-the local S3). Each fault happens once.
+after the job's first attempt started), `checkpoint:K` (K checkpoint files of the job's lineage are complete in
+the local S3, whichever node saved them). Each fault happens once.
 """
 
 from __future__ import annotations
@@ -79,13 +79,13 @@ def parse_fault(spec: str) -> Fault:
             raise TrainctlError(f"--fault {spec!r}: @{trigger} counts from 1 in whole numbers")
         if kind == "never-start" and trigger != "attempt":
             raise TrainctlError(f"--fault {spec!r}: never-start names an attempt: @start or @attempt:K")
-        if trigger == "attempt" and kind == "capacity-cancel":
-            raise TrainctlError(
-                f"--fault {spec!r}: capacity-cancel acts on the job's next retry; give @seconds or @checkpoint"
-            )
+    if trigger in ("attempt", "start") and kind == "capacity-cancel":
+        raise TrainctlError(
+            f"--fault {spec!r}: capacity-cancel acts on the job's next retry; give @seconds or @checkpoint"
+        )
     value = float(match["value"]) if match["value"] is not None else _VALUE_KINDS.get(kind)
-    if kind == "xid" and value is not None and value != int(value):
-        raise TrainctlError(f"--fault {spec!r}: an Xid is a whole number")
+    if kind == "xid" and value is not None and (value != int(value) or value < 1):
+        raise TrainctlError(f"--fault {spec!r}: an Xid is a whole number from 1 (the NVIDIA Xid catalog)")
     node = int(match["node"]) if match["node"] is not None else None
     return Fault(spec=spec, kind=kind, node=node, value=value, trigger=trigger, at=at)
 

@@ -92,10 +92,11 @@ class NodeRun:
 
     def _end(self, now: float, exit_code: int | None, status_reason: str) -> None:
         self.kill_group()
-        self.ended = now
         self.exit_code = exit_code
         # A reason Batch gave first (a timeout) stays.
         self.status_reason = self.status_reason or status_reason
+        # Last: DescribeJobs (the local S3's thread) reads `ended` first, and then the code and reason.
+        self.ended = now
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -132,10 +133,10 @@ class NodeRun:
             self.lost = reason
             self.kill_group()
 
-    def never_started(self, now: float, reason: str) -> None:
-        self.ended = now
+    def never_started(self, now: float, reason: str, status_reason: str) -> None:
         self.reason = reason
-        self.status_reason = reason
+        self.status_reason = status_reason
+        self.ended = now
 
     def ranks(self) -> list[int]:
         """The container's training ranks."""

@@ -58,6 +58,9 @@ class Rehearsal:
     started: float = 0.0
     ended: float = 0.0
     pools: list[HostPool] = field(default_factory=list)
+    # Faults whose trigger never came, and how many requests the local S3 throttled.
+    unfired: list[str] = field(default_factory=list)
+    throttled: int = 0
 
     def jobs(self) -> list[JobRun]:
         found: list[JobRun] = []

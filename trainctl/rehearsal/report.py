@@ -181,13 +181,15 @@ def build(rehearsal: Rehearsal, *, left_out: dict[str, str], expect: str) -> dic
         "timeout_seconds": spec.timeout_seconds,
         "not_rehearsed": left_out,
         "faults": [f.spec for f in rehearsal.faults],
+        "unfired_faults": rehearsal.unfired,
+        "s3_throttled_requests": rehearsal.throttled,
         "fault_events": [{"at_s": _offset(rehearsal, t), "what": text} for t, text in rehearsal.fired],
         "jobs": jobs,
         "hosts": hosts,
         "evidence": [key for job in rehearsal.jobs() for key in job.evidence],
         "ending": last.status,
         "expected": expect.upper(),
-        "as_expected": last.status == expect.upper() and not rehearsal.deadline_hit,
+        "as_expected": last.status == expect.upper() and not rehearsal.deadline_hit and not rehearsal.unfired,
         "deadline_hit": rehearsal.deadline_hit,
         "seconds": round(rehearsal.ended - rehearsal.started, 1),
         **detect_and_recover(rehearsal),
@@ -206,6 +208,8 @@ def text(report: dict[str, Any]) -> list[str]:
         lines.append(f"  not rehearsed on this machine: {left}")
     for event in report["fault_events"]:
         lines.append(f"  {event['at_s']:>6} s  {event['what']}")
+    if report["unfired_faults"]:
+        lines.append(f"  faults whose trigger never came: {', '.join(report['unfired_faults'])}")
     for job in report["jobs"]:
         origin = f" (resubmitted from {job['resubmitted_from']})" if job["resubmitted_from"] else ""
         lines.append(f"job {job['job_id']}{origin}: {job['status']} ({job['status_reason']})")
@@ -240,7 +244,7 @@ def text(report: dict[str, Any]) -> list[str]:
         timing.append(f"training checkpointed again {report['recover_s']} s later")
     if timing:
         lines.append("  " + "; ".join(timing))
-    outcome = "as expected" if report["as_expected"] else f"NOT as expected ({report['expected']})"
+    outcome = "as expected" if report["as_expected"] else f"NOT as expected ({report['expected']}, every fault)"
     deadline = " (the rehearsal's deadline ended it)" if report["deadline_hit"] else ""
     lines.append(f"ended {report['ending']}{deadline} in {report['seconds']} s: {outcome}")
     return lines

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import socket
-import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 from urllib.parse import urlparse
 
+from trainctl.errors import TrainctlError
 from trainctl.rehearsal import batch_rules
 from trainctl.rehearsal.definition import JobSpec, RetryRule
 from trainctl.rehearsal.hosts import Devices
@@ -28,6 +30,10 @@ from trainctl.taskfile import LAUNCHER
 
 # Checks of software a CPU machine has no stand-in for; each is named in the report.
 NOT_REHEARSED = ("EXPECT_TORCH_CUDA", "EXPECT_VULKAN", "MIN_NVIDIA_DRIVER", "NCCL_NET")
+# Every node's collectives and rendezvous share this machine's loopback interface (the nodes' own
+# 127.0.0.x addresses are what `hostname -I` answers and the rendezvous uses; a socket bound to every
+# address still answers on 127.0.0.1): the launcher's own choice of interface is not rehearsed.
+SOCKET_INTERFACE = "lo"
 IMAGE_DIR = str(Path(LAUNCHER).parent) + "/"
 # The capacity fallback's Lambda code (stdlib), loaded by path: it is not part of the trainctl package.
 RESUBMIT = Path("training_constructs/jobs/capacity_fallback/resubmit.py")
@@ -80,6 +86,7 @@ class Runtime:
                 self.left_out[name] = environment.pop(name)
         if environment.get("NPROC_PER_NODE", str(self.procs)) != str(self.procs):
             self.left_out["NPROC_PER_NODE"] = environment["NPROC_PER_NODE"]
+        self.left_out["socket interface"] = f"{SOCKET_INTERFACE} for every node (the launcher picks eth0 on Batch)"
         buckets = {v for k, v in environment.items() if k.endswith("_BUCKET") and v}
         buckets |= {urlparse(v).netloc for v in environment.values() if v.startswith("s3://")}
         for bucket in sorted(b for b in buckets if b):
@@ -127,8 +134,8 @@ class Runtime:
             PYTHON=self.python,
             NPROC_PER_NODE=str(self.procs),
             MASTER_PORT=str(self.port),
-            GLOO_SOCKET_IFNAME="lo",
-            NCCL_SOCKET_IFNAME="lo",
+            GLOO_SOCKET_IFNAME=SOCKET_INTERFACE,
+            NCCL_SOCKET_IFNAME=SOCKET_INTERFACE,
             OMP_NUM_THREADS="1",
             PYTHONUNBUFFERED="1",
         )
@@ -211,8 +218,17 @@ class Runtime:
             "label": f"placement {job.placement + 1}",
             "instanceType": "rehearsal",
         }
-        request: dict[str, Any] = _load(self.checkout / RESUBMIT).resubmission(described, target)
-        return request
+        # The fallback's function as EventBridge invokes it, on the cancelled job's event; its Batch calls go
+        # to a stand-in that keeps the SubmitJob request.
+        resubmit = _load(self.checkout / RESUBMIT)
+        queue = f"rehearsal-{spec.fleet}-queue-{job.placement}"
+        detail = {**described, "jobQueue": queue, "status": "FAILED", "statusReason": resubmit.CAPACITY_CANCEL}
+        routes = {queue: {"fleet": spec.fleet, "placement": job.placement, "label": "rehearsal", "next": [target]}}
+        batch = _SubmitRecorder(detail)
+        decision = resubmit.handle(detail, routes, batch, datetime.now(UTC))
+        if decision.get("action") != "resubmitted" or batch.request is None:
+            raise TrainctlError(f"the capacity fallback did not resubmit the job: {json.dumps(decision)[:150]}")
+        return batch.request
 
     def spec_from_request(self, spec: JobSpec, request: dict[str, Any]) -> JobSpec:
         """The job a SubmitJob request describes, on top of the job definition it names."""
@@ -239,5 +255,19 @@ class Runtime:
         )
 
 
-def default_python() -> str:
-    return sys.executable
+class _SubmitRecorder:
+    """Batch as the fallback's function sees it: the cancelled job, and a SubmitJob that is kept."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+        self.request: dict[str, Any] | None = None
+
+    def describe_jobs(self, jobs: list[str]) -> dict[str, Any]:
+        return {"jobs": [self.job] if self.job["jobId"] in jobs else []}
+
+    def submit_job(self, **request: Any) -> dict[str, str]:
+        self.request = request
+        return {"jobId": "successor"}
+
+    def tag_resource(self, **_: Any) -> None:
+        pass

@@ -71,12 +71,16 @@ def check_options(task: Task, options: Options) -> tuple[Task, list[Fault]]:
     return task, [parse_fault(spec) for spec in options.faults]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: stopped like Ctrl-C, and said as such (exit 143)."""
+
+
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM (a CI runner's stop, `timeout`) unwinds like Ctrl-C, so every node is stopped."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
@@ -100,11 +104,16 @@ def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
         fault_node(fault, nodes=spec.nodes, main=spec.main_node)
     if importlib.util.find_spec("torch") is None and task.launcher:
         raise TrainctlError(f"the launcher runs torchrun with {sys.executable}, which has no torch: `make bootstrap`")
-    scratch = Path(tempfile.mkdtemp(prefix="rehearsal-")) if options.keep is None else options.keep
-    scratch.mkdir(parents=True, exist_ok=True)
+    if options.keep is not None and options.keep.exists() and any(options.keep.iterdir()):
+        raise TrainctlError(f"--keep {options.keep}: not empty; give a new folder (hosts' state must start clean)")
+    command = spec.command[0] if spec.command else ""
+    if not (command.startswith("/opt/training/") or shutil.which(command) or (root_dir / command).is_file()):
+        raise TrainctlError(f"command {command!r}: not found on this machine (PATH, or this checkout)")
     s3 = LocalS3()
-    s3.start()
+    scratch = Path(tempfile.mkdtemp(prefix="rehearsal-")) if options.keep is None else options.keep
     try:
+        scratch.mkdir(parents=True, exist_ok=True)
+        s3.start()
         with _terminate_as_interrupt():
             runtime = Runtime(checkout=root_dir, s3=s3, python=sys.executable, procs=options.procs)
             spec = runtime.prepare(spec)
@@ -118,6 +127,8 @@ def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
             )
             outcome = engine.rehearse(spec)
             return report.build(outcome, left_out=runtime.left_out, expect=options.expect)
+    except RuntimeError as error:  # no free ports or loopback addresses left
+        raise TrainctlError(f"cannot rehearse on this machine: {error}") from None
     finally:
         s3.stop()
         if options.keep is None:
