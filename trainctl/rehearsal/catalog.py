@@ -33,8 +33,13 @@ TASK = Path("examples/rehearsal/task.yaml")
 CHECKPOINT_EVERY = 10
 # What a child's failure may cost before the main node ends the attempt (issue: "within 60 s, however it fails").
 CHILD_FAILURE_SECONDS = 60.0
+# The hang entry's HANG_SECONDS is 30, but the launcher never judges sooner than twice the slowest step it
+# saw, and a step (with its checkpoint save) reached 30-60 s on a loaded two-core machine: three minutes is
+# still "caught in minutes" (the issue), where PyTorch's own timeout is 10 and a wedge lasts until the
+# attempt's timeout.
+HANG_BOUND_SECONDS = 180.0
 # A catalog entry that has not ended by then has hung.
-DEADLINE_SECONDS = 180.0
+DEADLINE_SECONDS = 240.0
 
 Report = dict[str, Any]
 
@@ -179,7 +184,8 @@ CATALOG: tuple[Entry, ...] = (
           (host_taken_out(1), resumed_from_newest(2))),
     Entry("hang", "a child's ranks stop (SIGSTOP) after checkpoint 1: a hang, with HANG_SECONDS=30",
           ("stop-rank:1@checkpoint:1",), "succeeded",
-          (ended_within(90), evidence_uploaded(), attempts(2), resumed_from_newest(1)), {"HANG_SECONDS": "30"}),
+          (ended_within(HANG_BOUND_SECONDS), evidence_uploaded(), attempts(2), resumed_from_newest(1)),
+          {"HANG_SECONDS": "30"}),
     Entry("host-lost-mid-upload", "the node uploading checkpoint 2 loses its instance mid-upload",
           ("kill-upload@checkpoint:1",), "succeeded", (attempts(2), resumed_from_newest(1))),
     Entry("s3-slowdown", "S3 answers 503 SlowDown for 20 s after checkpoint 1", ("s3-slowdown=20@checkpoint:1",),

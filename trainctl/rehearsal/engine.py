@@ -178,6 +178,9 @@ class Engine:
             time.sleep(TICK_SECONDS)
         attempt.ended = time.monotonic()
         attempt.checkpoints_at_end = self.runtime.checkpoints(job)
+        # A file that landed after the last poll (the final upload, just before the main node exited).
+        for name in attempt.checkpoints_at_end:
+            job.checkpoint_seen.setdefault(name, attempt.ended)
         job.evidence = self.runtime.evidence(job)
         return attempt
 
