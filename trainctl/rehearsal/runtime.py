@@ -9,8 +9,10 @@ ranks of the reference size (1 by default) instead of one per GPU.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
+import io
 import json
 import os
 import socket
@@ -225,7 +227,8 @@ class Runtime:
         detail = {**described, "jobQueue": queue, "status": "FAILED", "statusReason": resubmit.CAPACITY_CANCEL}
         routes = {queue: {"fleet": spec.fleet, "placement": job.placement, "label": "rehearsal", "next": [target]}}
         batch = _SubmitRecorder(detail)
-        decision = resubmit.handle(detail, routes, batch, datetime.now(UTC))
+        with contextlib.redirect_stdout(io.StringIO()):  # its decision log line: the report says it instead
+            decision = resubmit.handle(detail, routes, batch, datetime.now(UTC))
         if decision.get("action") != "resubmitted" or batch.request is None:
             raise TrainctlError(f"the capacity fallback did not resubmit the job: {json.dumps(decision)[:150]}")
         return batch.request
