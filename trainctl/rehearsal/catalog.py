@@ -111,6 +111,14 @@ def host_taken_out(node: int) -> Check:
     return Check(f"node {node}'s first host asked to be taken out (the launcher's marker)", test)
 
 
+def first_exit(code: int) -> Check:
+    return Check(f"attempt 1 ended with exit {code}", lambda r: _attempts(r)[0]["exit_code"] == code)
+
+
+def no_host_taken_out() -> Check:
+    return Check("no host asked to be taken out", lambda r: not any(h["taken_out"] for h in r["hosts"]))
+
+
 def attempt_ended(number: int, *, within: float, names: int) -> Check:
     """Attempt `number` ended within `within` seconds of its start, its main node naming node `names`."""
 
@@ -153,6 +161,7 @@ class Entry:
     expect: str
     holds: tuple[Check, ...]
     env: dict[str, str] = field(default_factory=dict)
+    fleet: str = "gpu"
 
 
 STEPS = 60
@@ -182,6 +191,9 @@ CATALOG: tuple[Entry, ...] = (
     Entry("xid-on-child", "a child's GPU logs a reset-class Xid; the main node's host is lost before the child "
           "judges itself", ("xid:1@checkpoint:1", "lose-host:0@checkpoint:2"), "succeeded",
           (host_taken_out(1), resumed_from_newest(2))),
+    Entry("neuron-tool-fails", "on a Trainium fleet, a child's neuron-ls fails while every /dev/neuron* device is "
+          "there: the image's or driver's fault, which every node shares", ("neuron-tool-fail:1@start",), "failed",
+          (attempts(1), first_exit(78), no_host_taken_out(), why_says("shares")), fleet="trainium"),
     Entry("hang", "a child's ranks stop (SIGSTOP) after checkpoint 1: a hang, with HANG_SECONDS=30",
           ("stop-rank:1@checkpoint:1",), "succeeded",
           (ended_within(HANG_BOUND_SECONDS), evidence_uploaded(), attempts(2), resumed_from_newest(1)),
@@ -206,7 +218,7 @@ def entry(name: str) -> Entry:
 
 def run_entry(item: Entry, *, assembly: Path) -> Report:
     task = load_task(checkout() / TASK)
-    task = task.model_copy(update={"env": {**task.env, **item.env}, "command": [
+    task = task.model_copy(update={"fleet": item.fleet, "env": {**task.env, **item.env}, "command": [
         "examples/rehearsal/train.py", "--steps", str(STEPS), "--checkpoint-every", str(CHECKPOINT_EVERY),
         "--step-seconds", "0.1"]})  # fmt: skip
     options = Options(faults=item.faults, nodes=2, expect=item.expect, deadline_seconds=DEADLINE_SECONDS)

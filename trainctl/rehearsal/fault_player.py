@@ -53,6 +53,9 @@ class FaultPlayer:
         if fault.kind == "preflight-fail" and host is not None:
             lost = host.lose_device()
             self._event(None, f"fault {fault.spec}: {host.describe()} of node {node} lost {lost}")
+        elif fault.kind == "neuron-tool-fail" and host is not None:
+            host.break_neuron_tool()
+            self._event(None, f"fault {fault.spec}: {host.describe()}'s neuron-ls fails, its devices present")
         elif fault.kind == "slow-preflight" and host is not None:
             host.slow_tools(fault.value or 0)
             self._event(None, f"fault {fault.spec}: {host.describe()}'s device tools answer after {fault.value:g} s")

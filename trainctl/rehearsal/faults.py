@@ -31,6 +31,7 @@ KINDS: dict[str, tuple[str, str | None]] = {
         None,
     ),
     "slow-preflight": ("the node's device tools answer after VALUE seconds (default 20): a slow preflight", "main"),
+    "neuron-tool-fail": ("the node's neuron-ls fails (exit 1) while its Neuron devices are present", "child"),
 }
 TRIGGERS = ("start", "attempt:K", "seconds:S", "checkpoint:K")
 _SPEC = re.compile(

@@ -54,6 +54,7 @@ class Host:
         self.efa_dir = self.folder / "dev" / "infiniband"
         self.neuron_dir = self.folder / "dev"
         self.slow_tools_file = self.folder / "slow-tools"
+        self.broken_tools_file = self.folder / "broken-tools"
         for folder in (self.state_dir, self.bin_dir, self.efa_dir):
             folder.mkdir(parents=True, exist_ok=True)
         for n in range(devices.efa):
@@ -68,6 +69,10 @@ class Host:
     def _tools(self, devices: Devices) -> None:
         # Every tool waits as long as slow-tools says: a slow preflight (GPU fleets take minutes).
         wait = f'[ -s "{self.slow_tools_file}" ] && sleep "$(cat "{self.slow_tools_file}")"\n'
+        # neuron-ls fails while broken-tools exists: the Neuron runtime's tool, not the devices.
+        broken = (
+            f'[ -e "{self.broken_tools_file}" ] && {{ echo "neuron-ls: rehearsal: the tool fails" >&2; exit 1; }}\n'
+        )
         _script(
             self.bin_dir / "hostname",
             f'case "$1" in -I) echo "{self.address} ";; *) echo "{self.name}";; esac\n',
@@ -83,7 +88,7 @@ class Host:
         if devices.neuron:
             _script(
                 self.bin_dir / "neuron-ls",
-                wait + f'n=$(ls {shlex.quote(str(self.neuron_dir))} | grep -c "^neuron[0-9]*$")\n'
+                wait + broken + f'n=$(ls {shlex.quote(str(self.neuron_dir))} | grep -c "^neuron[0-9]*$")\n'
                 'printf "["; i=0; while [ $i -lt $n ]; do [ $i -gt 0 ] && printf ","; '
                 'printf "{\\"neuron_device\\": %d, \\"nc_count\\": 2}" $i; i=$((i+1)); done; echo "]"\n',
             )
@@ -124,6 +129,9 @@ class Host:
         line = f"{when:.3f} {code} NVRM: Xid (PCI:0000:{self.number:02x}:00): {code}, rehearsal fault\n"
         with (self.state_dir / XID_FAULTS).open("a") as out:
             out.write(line)
+
+    def break_neuron_tool(self) -> None:
+        self.broken_tools_file.touch()
 
     def slow_tools(self, seconds: float) -> None:
         self.slow_tools_file.write_text(f"{seconds:g}\n")
