@@ -115,8 +115,8 @@ def test_several_fleets_with_their_own_prices_and_a_running_job_forecast() -> No
     assert llama.accruing == pytest.approx(80)
     assert llama.rate == pytest.approx(40)
     assert llama.remaining == pytest.approx(1000 - 359.6096)
-    # Ten days (240 h) left in November at $40 an hour: 359.6096 + 9600.
-    assert llama.forecast == pytest.approx(9959.6096)
+    # Eleven days left in November (Nov 20 00:00 to Dec 1 00:00, 264 h) at $40 an hour: 359.6096 + 10,560.
+    assert llama.forecast == pytest.approx(10919.6096)
     assert spends["vision"].spent == 100 and spends["vision"].remaining == -50
 
 
