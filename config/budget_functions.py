@@ -33,6 +33,8 @@ except ModuleNotFoundError:  # in Lambda the two files sit side by side at the a
 BUDGETS_ENV = "BUDGETS"
 TOPIC_ENV = "ALERT_TOPIC_ARN"
 ENFORCE_MINUTES = 5
+# How long an ended job's closed entry stays in RUNNING (DynamoDB time to live: deleted within days after).
+TOMBSTONE_DAYS = 7
 # The dashboard's spend-against-budget widget reads this (CloudWatch embedded metric format).
 METRIC_NAMESPACE = "Training"
 SPENT_METRIC = "BudgetSpentUsd"
@@ -71,20 +73,21 @@ def nodes_of(detail: Mapping[str, Any]) -> int:
 
 
 def record(table: Any, entry: ledger.Entry, now: int) -> None:
-    """Write the entry into every month it touches, and into RUNNING while an attempt runs; an event older
-    than what the table holds changes nothing."""
+    """Write the entry into every month it touches and into RUNNING; an event older than what the table
+    holds changes nothing. An ended job stays in RUNNING, closed, until the table's time to live removes it
+    (TOMBSTONE_DAYS): a late event of its running attempt (EventBridge promises no order) finds it there
+    instead of reopening the job."""
     newer = {
         "ConditionExpression": "attribute_not_exists(progress) OR progress <= :p",
         "ExpressionAttributeValues": {":p": entry.progress},
     }
     errors = table.meta.client.exceptions
-    months = ledger.months_touched(entry.spans, now) + ([ledger.RUNNING] if entry.running else [])
-    for month in months:
+    for month in [*ledger.months_touched(entry.spans, now), ledger.RUNNING]:
+        item = entry.item(month)
+        if month == ledger.RUNNING and not entry.running:
+            item[ledger.EXPIRES] = now // 1000 + TOMBSTONE_DAYS * 86400
         with contextlib.suppress(errors.ConditionalCheckFailedException):
-            table.put_item(Item=entry.item(month), **newer)
-    if not entry.running:
-        with contextlib.suppress(errors.ConditionalCheckFailedException):
-            table.delete_item(Key={"month": ledger.RUNNING, "job": f"{entry.team}#{entry.job_id}"}, **newer)
+            table.put_item(Item=item, **newer)
 
 
 def estimate_of(detail: Mapping[str, Any], budgets: ledger.Budgets) -> ledger.Estimate | None:

@@ -11,7 +11,8 @@ lists past attempts in `attempts` (AttemptDetail startedAt/stoppedAt); the runni
 job's own `startedAt` (API JobDetail). Child nodes start a little after the main node: counting every
 node from the main node's start overstates a job by that delay, never understates it.
 
-Table: partition key `month` ("2026-11", or RUNNING for jobs running now), sort key `job`
+Table: partition key `month` ("2026-11", or RUNNING for jobs running now and, closed until their time to
+live ends, those that ended lately), sort key `job`
 ("<team>#<job id>"). A job is written into every month its attempts touch, each item holding all its
 spans (the arithmetic clips them to the month), so a job across midnight at a month's end counts in both
 months by the hour. Alert and stop markers share the month partition under sort keys starting with "!".
@@ -27,6 +28,8 @@ from typing import Any
 
 MS_PER_HOUR = 3_600_000
 RUNNING = "RUNNING"
+# The time-to-live attribute (epoch seconds) of ended jobs' entries in RUNNING.
+EXPIRES = "expires"
 # The tag that names a job's team on FIFO queues (trainctl sets it from --team).
 TEAM_TAG = "trainctl:team"
 # The hours trainctl's estimate used (--hours), so that the arrival check judges the job as trainctl did.
@@ -260,9 +263,12 @@ def team_spends(
             continue
         closed = [s for s in entry.spans if s[1] is not None]
         opened = [s for s in entry.spans if s[1] is None]
-        cost = {"nodes": entry.nodes, "usd_per_hour": entry.usd_per_hour, "window": window, "now": now}
-        totals[entry.team][0] += dollars(closed, **cost)
-        totals[entry.team][1] += dollars(opened, **cost)
+        totals[entry.team][0] += dollars(
+            closed, nodes=entry.nodes, usd_per_hour=entry.usd_per_hour, window=window, now=now
+        )
+        totals[entry.team][1] += dollars(
+            opened, nodes=entry.nodes, usd_per_hour=entry.usd_per_hour, window=window, now=now
+        )
         if opened and window[0] <= now < window[1]:
             totals[entry.team][2] += entry.nodes * entry.usd_per_hour
     return {

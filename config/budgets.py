@@ -74,10 +74,10 @@ def read_budgets(
             raise fail("budgetDefaultTeam", default_team, "not a team of budgets", "one of " + ", ".join(budgets))
     names = {fleet.name for fleet in fleets}
     given: dict[str, float] = {}
-    for fleet, usd in (prices or {}).items():
-        if fleet not in names:
-            raise fail(f"budgetPrices.{fleet}", usd, "no such fleet", "one of " + ", ".join(sorted(names)))
-        given[fleet] = _amount(f"budgetPrices.{fleet}", usd, MAX_USD_PER_HOUR, "US dollars per instance-hour")
+    for name, usd in (prices or {}).items():
+        if name not in names:
+            raise fail(f"budgetPrices.{name}", usd, "no such fleet", "one of " + ", ".join(sorted(names)))
+        given[name] = _amount(f"budgetPrices.{name}", usd, MAX_USD_PER_HOUR, "US dollars per instance-hour")
     table: dict[tuple[str, str], float] = {}
     for fleet in fleets:
         for placement in fleet.placements:

@@ -46,8 +46,8 @@ def entry(team: str, job: str, spans: list[tuple[str, str | None]], *, nodes: in
 
 
 def test_month_bounds_are_utc_and_december_rolls_into_the_next_year() -> None:
-    assert NOVEMBER == (ms("2026-11-01T00:00:00"), ms("2026-12-01T00:00:00"))
-    assert DECEMBER == (ms("2026-12-01T00:00:00"), ms("2027-01-01T00:00:00"))
+    assert (ms("2026-11-01T00:00:00"), ms("2026-12-01T00:00:00")) == NOVEMBER
+    assert (ms("2026-12-01T00:00:00"), ms("2027-01-01T00:00:00")) == DECEMBER
     # 30 days of 24 hours.
     assert (NOVEMBER[1] - NOVEMBER[0]) / 3_600_000 == 720
 
