@@ -36,7 +36,7 @@ ENFORCE_MINUTES = 5
 # How long an ended job's closed entry stays in RUNNING (DynamoDB time to live: deleted within days after).
 TOMBSTONE_DAYS = 7
 # The dashboard's spend-against-budget widget reads this (CloudWatch embedded metric format).
-METRIC_NAMESPACE = "Training"
+METRIC_NAMESPACE = "TrainingPlatform"  # config/metrics.py NAMESPACE (a test pins it)
 SPENT_METRIC = "BudgetSpentUsd"
 TEAM_DIMENSION = "Team"
 # SNS: a subject of at most 100 characters (SNS API, Publish).

@@ -112,6 +112,9 @@ RESERVED_CONSTRUCT_IDS = frozenset(
         "DashboardUrl",
         # Capacity fallback (the jobs stack).
         "CapacityFallback",
+        # Team budgets (the jobs stack) and their output.
+        "TeamBudgets",
+        "Budgets",
     }
 )
 
