@@ -54,6 +54,10 @@ YesOption = Annotated[
 ]
 
 
+def on_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
 @dataclass(frozen=True, kw_only=True)
 class PreSubmit:
     """What trainctl knows before submitting: the estimate (None: no price for the type), the team and
@@ -98,6 +102,8 @@ def _estimate(
     )
     if hours is None:
         seconds = (request.get("timeout") or definition.get("timeout") or {}).get("attemptDurationSeconds")
+        # As the arrival check judges it (config/budget_functions.py): the deployment's job timeout.
+        seconds = seconds or (budgets.timeout_seconds if budgets else None)
         if seconds is None:
             return "the job has no timeout, so the most it may cost has no bound (pass --hours to estimate)"
         hours = int(seconds) / 3600
@@ -149,7 +155,7 @@ def before_submit(
     if refused:
         raise TrainctlError(refused)
     note(checked.line())
-    ask = estimate is not None and estimate.most > ASK_ABOVE_USD and not yes and sys.stdin.isatty()
+    ask = estimate is not None and estimate.most > ASK_ABOVE_USD and not yes and on_terminal()
     if ask and estimate and not typer.confirm(f"This may cost up to {money(estimate.most)}. Submit?"):
         raise typer.Exit(int(ExitCode.USAGE))
     return checked
