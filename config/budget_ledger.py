@@ -313,6 +313,29 @@ class QueuePrice:
     usd_per_hour: float
 
 
+def document(
+    *,
+    table: str,
+    teams: Mapping[str, float],
+    default_team: str | None,
+    fair_share: bool,
+    queues: Iterable[QueuePrice],
+    timeout_seconds: int,
+) -> dict[str, Any]:
+    """The budgets document as Budgets.parse reads it (the construct fills it with deploy-time tokens)."""
+    return {
+        "table": table,
+        "teams": dict(teams),
+        **({"defaultTeam": default_team} if default_team else {}),
+        "fairShare": fair_share,
+        "queues": [
+            {"queue": q.queue, "fleet": q.fleet, "instanceType": q.instance_type, "usdPerHour": q.usd_per_hour}
+            for q in queues
+        ],
+        "timeoutSeconds": timeout_seconds,
+    }
+
+
 @dataclass(frozen=True, kw_only=True)
 class Budgets:
     """The deployment's budgets document: the functions' BUDGETS variable and the `Budgets` output."""

@@ -8,13 +8,16 @@ reservation's or a negotiated price); a type without a published price is refuse
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from config.budget_ledger import QueuePrice, document
 from config.context_keys import TEAM_PATTERN
 from config.key_refusals import fail
+from config.placements import LAMBDA_ENVIRONMENT_BYTES, QUEUE_ARN_CHARS
 from config.prices import PRICES
 from config.settings import BudgetSettings, FleetSettings, Share, TeamBudget
 
@@ -22,6 +25,10 @@ from config.settings import BudgetSettings, FleetSettings, Share, TeamBudget
 MAX_MONTHLY_USD = 10_000_000_000
 # An instance-hour above this is a typo: the dearest type in config/prices.py is about $142.
 MAX_USD_PER_HOUR = 10_000
+# CloudFormation's generated table name (<stack>-<construct path>-<suffix>) and an SNS topic's ARN, at
+# most about this long.
+TABLE_NAME_CHARS = 80
+TOPIC_ARN_CHARS = 120
 
 
 def _amount(path: str, value: Any, ceiling: float, unit: str) -> float:
@@ -46,6 +53,25 @@ def _team(path: str, team: str, usd: Any, shares: tuple[Share, ...]) -> str:
     return team
 
 
+def _environment_bytes(
+    teams: tuple[TeamBudget, ...], default_team: str | None, queues: list[tuple[str, str, float]], timeout: int
+) -> int:
+    """An estimate of the functions' environment (BUDGETS and the topic's ARN), with deploy-time names at
+    their longest likely length (config/placements.py: Lambda's 4 KB for all variables together)."""
+    shape = document(
+        table="x" * TABLE_NAME_CHARS,
+        teams={t.team: t.monthly_usd for t in teams},
+        default_team=default_team,
+        fair_share=True,
+        queues=[
+            QueuePrice(queue="x" * QUEUE_ARN_CHARS, fleet=fleet, instance_type=kind, usd_per_hour=usd)
+            for fleet, kind, usd in queues
+        ],
+        timeout_seconds=timeout,
+    )
+    return len("BUDGETS" + json.dumps(shape, separators=(",", ":"))) + len("ALERT_TOPIC_ARN") + TOPIC_ARN_CHARS
+
+
 def read_budgets(
     budgets: Mapping[str, Any] | None,
     prices: Mapping[str, Any] | None,
@@ -53,6 +79,7 @@ def read_budgets(
     *,
     fleets: tuple[FleetSettings, ...],
     shares: tuple[Share, ...],
+    timeout_seconds: int,
 ) -> BudgetSettings | None:
     """BudgetSettings, or None without budgets (then budgetPrices and budgetDefaultTeam are refused)."""
     if not budgets:
@@ -79,6 +106,8 @@ def read_budgets(
             raise fail(f"budgetPrices.{name}", usd, "no such fleet", "one of " + ", ".join(sorted(names)))
         given[name] = _amount(f"budgetPrices.{name}", usd, MAX_USD_PER_HOUR, "US dollars per instance-hour")
     table: dict[tuple[str, str], float] = {}
+    # One queue per placement (training_constructs/jobs/training_jobs.py), each in the budgets document.
+    queues: list[tuple[str, str, float]] = []
     for fleet in fleets:
         for placement in fleet.placements:
             kind = placement.instance.name
@@ -93,6 +122,11 @@ def read_budgets(
                     f'budgetPrices {{"{fleet.name}": USD per instance-hour}}',
                 )
             table[(fleet.name, kind)] = usd
+            queues.append((fleet.name, kind, usd))
+    size = _environment_bytes(teams, default_team, queues, timeout_seconds)
+    if size > LAMBDA_ENVIRONMENT_BYTES:
+        problem = f"the budgets document takes about {size} bytes of Lambda's 4 KB environment ({len(queues)} queues)"
+        raise fail("budgets", f"{len(teams)} team(s)", problem, "fewer teams, fleets or fallback placements")
     return BudgetSettings(
         teams=teams,
         prices=tuple((fleet, kind, usd) for (fleet, kind), usd in table.items()),

@@ -451,7 +451,14 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None, now:
     cluster = _parallel_cluster(ctx)
     managed = _pcs(ctx)
     shares = _shares(ctx.shares)
-    budgets = read_budgets(ctx.budgets, ctx.budget_prices, ctx.budget_default_team, fleets=fleets, shares=shares)
+    budgets = read_budgets(
+        ctx.budgets,
+        ctx.budget_prices,
+        ctx.budget_default_team,
+        fleets=fleets,
+        shares=shares,
+        timeout_seconds=ctx.job_timeout_seconds,
+    )
     if ctx.ngc_secret and ctx.image_build != "cloud":
         raise fail("ngcSecret", ctx.ngc_secret, "only the cloud build reads it; add -c imageBuild=cloud")
     return AppSettings(

@@ -180,6 +180,14 @@ def test_budgets_are_read_with_each_fleets_price() -> None:
     assert read_settings({}).jobs.budgets is None
 
 
+def test_budgets_that_would_not_fit_lambdas_environment_are_refused() -> None:
+    # Lambda takes 4 KB of environment per function; each placement's queue ARN is in the document.
+    fleets = json.dumps({f"f{i}": {"instanceType": "g6.12xlarge"} for i in range(20)})
+    assert "of Lambda's 4 KB environment (20 queues)" in refused(fleets=fleets, budgets='{"llama": 1}')
+    twelve = json.dumps({f"f{i}": {"instanceType": "g6.12xlarge"} for i in range(12)})
+    assert read_settings({"fleets": twelve, "budgets": '{"llama": 1}'}).jobs.budgets is not None
+
+
 @pytest.mark.parametrize(
     ("context", "says"),
     [

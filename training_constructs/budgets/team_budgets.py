@@ -89,22 +89,22 @@ class TeamBudgets(Construct):
             removal_policy=RemovalPolicy.RETAIN,
         )
         self.document = stack.to_json_string(
-            {
-                "table": self.table.table_name,
-                "teams": {t.team: t.monthly_usd for t in settings.teams},
-                "defaultTeam": settings.default_team,
-                "fairShare": settings.fair_share,
-                "queues": [
-                    {
-                        "queue": q.queue.job_queue_arn,
-                        "fleet": q.fleet,
-                        "instanceType": q.instance_type,
-                        "usdPerHour": q.usd_per_hour,
-                    }
+            budget_ledger.document(
+                table=self.table.table_name,
+                teams={t.team: t.monthly_usd for t in settings.teams},
+                default_team=settings.default_team,
+                fair_share=settings.fair_share,
+                queues=[
+                    budget_ledger.QueuePrice(
+                        queue=q.queue.job_queue_arn,
+                        fleet=q.fleet,
+                        instance_type=q.instance_type,
+                        usd_per_hour=q.usd_per_hour,
+                    )
                     for q in queues
                 ],
-                "timeoutSeconds": timeout_seconds,
-            }
+                timeout_seconds=timeout_seconds,
+            )
         )
         queue_arns = [q.queue.job_queue_arn for q in queues]
         job_arns = stack.format_arn(service="batch", resource="job", resource_name="*")
