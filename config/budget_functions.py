@@ -77,6 +77,8 @@ def record(table: Any, entry: ledger.Entry, now: int) -> None:
     holds changes nothing. An ended job stays in RUNNING, closed, until the table's time to live removes it
     (TOMBSTONE_DAYS): a late event of its running attempt (EventBridge promises no order) finds it there
     instead of reopening the job."""
+    if not entry.spans:
+        return  # never ran: nothing to count, and no running attempt a late event could reopen
     newer = {
         "ConditionExpression": "attribute_not_exists(progress) OR progress <= :p",
         "ExpressionAttributeValues": {":p": entry.progress},

@@ -92,6 +92,10 @@ def test_the_ledger_keeps_the_newest_event_of_a_job(env: dict[str, Any]) -> None
     ended = {**running, "status": "SUCCEEDED", "stoppedAt": now - 1_800_000}
     ended["attempts"] = [{"startedAt": running["startedAt"], "stoppedAt": ended["stoppedAt"]}]
 
+    queued = {**running, "status": "RUNNABLE", "startedAt": None}
+    functions.on_job_event({"detail": queued}, None)
+    # A job that never ran leaves nothing in the ledger.
+    assert "Item" not in table.get_item(Key={"month": ledger.RUNNING, "job": "vision#job-1"})
     functions.on_job_event({"detail": running}, None)
     running_item = table.get_item(Key={"month": ledger.RUNNING, "job": "vision#job-1"}).get("Item")
     assert running_item is not None and running_item["spans"][0][1] == 0
