@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -96,13 +97,14 @@ def estimate_of(detail: Mapping[str, Any], budgets: ledger.Budgets) -> ledger.Es
     price = budgets.price_of(str(detail.get("jobQueue", "")))
     if price is None:
         return None
-    tagged = (detail.get("tags") or {}).get(ledger.HOURS_TAG)
     seconds = (detail.get("timeout") or {}).get("attemptDurationSeconds") or budgets.timeout_seconds
+    hours = int(seconds) / 3600
+    tagged = str((detail.get("tags") or {}).get(ledger.HOURS_TAG, ""))
+    # The hours trainctl estimated with; a tag anyone could have set is taken only as a number of hours.
+    if re.fullmatch(r"\d+(\.\d+)?", tagged) and float(tagged) > 0:
+        hours = float(tagged)
     return ledger.Estimate(
-        nodes=nodes_of(detail),
-        instance_type=price.instance_type,
-        usd_per_hour=price.usd_per_hour,
-        hours=float(tagged) if tagged else int(seconds) / 3600,
+        nodes=nodes_of(detail), instance_type=price.instance_type, usd_per_hour=price.usd_per_hour, hours=hours
     )
 
 

@@ -39,7 +39,8 @@ class JobsStack(Stack):
     """Per fleet: a job queue (FIFO, or fair share when shares are given), the training and
     all-reduce job definitions and their log group; one job role for all, allowed to read datasets,
     write checkpoints and describe jobs (the main node watches its children); alerts for failed jobs
-    (not those `trainctl cancel` ended) and resumed ones.
+    (not those `trainctl cancel` ended) and resumed ones; with budgets, the team budgets' ledger and
+    enforcement (output `Budgets`).
 
     Attribute `fleets`: fleet name -> TrainingJobs.
     """

@@ -139,6 +139,13 @@ def test_a_job_submitted_around_trainctl_that_cannot_fit_is_cancelled_on_arrival
         timeout={"attemptDurationSeconds": 72000},
     )  # fmt: skip
     assert functions.on_job_event({"detail": detail_of(world, estimated, "PENDING")}, None)["cancelled"] is None
+    # A tag that is not a number of hours counts for nothing: the 20 h timeout decides.
+    garbled = world.submit(
+        "gpu", name="garbled", tags={ledger.TEAM_TAG: "llama", ledger.HOURS_TAG: "one"},
+        timeout={"attemptDurationSeconds": 72000},
+    )  # fmt: skip
+    world.set_job(garbled, "RUNNABLE")
+    assert functions.on_job_event({"detail": detail_of(world, garbled, "RUNNABLE")}, None)["cancelled"]
 
 
 def test_80_percent_alerts_once_and_100_percent_stops_exactly_that_teams_jobs(env: dict[str, Any]) -> None:

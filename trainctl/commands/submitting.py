@@ -202,7 +202,7 @@ def sweep(
         typer.Option(
             "--yes", "-y", help=f"Submit without asking (over {SWEEP_CAP} jobs, or over ${ASK_ABOVE_USD:,.0f} at most)."
         ),
-    ] = (False),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the SubmitJob requests and submit nothing.")
     ] = False,
