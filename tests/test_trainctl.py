@@ -575,7 +575,9 @@ def test_a_job_that_is_not_ours(world: World, trainctl: Any) -> None:
     # One command that reads and one that acts; every job command goes through the same check.
     for command in ("why", "cancel"):
         line = one_error_line(trainctl(command, theirs), ExitCode.USAGE)
-        assert "not in a queue of this deployment (fleets gpu, spare, trainium)" in line
+        assert "in queue someone-elses-queue, not one of this deployment's (fleets gpu, spare, trainium)" in line
+        # The queue by its name, not its ARN: the line stays short (it was 217 characters).
+        assert "arn:" not in line and len(line) <= 200
     assert "no job 'no-such-job'" in one_error_line(trainctl("why", "no-such-job"), ExitCode.USAGE)
 
 
