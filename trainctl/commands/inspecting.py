@@ -20,7 +20,8 @@ from trainctl.commands.base import POLL_SECONDS, PollOption, app, console, note,
 from trainctl.compute import fleet_compute
 from trainctl.cost import price_per_hour, usage_of
 from trainctl.display import human_duration, human_size, parse_since, styled_state, when
-from trainctl.jobs import DONE, describe_jobs, num_nodes, owned_job
+from trainctl.handles import JOB_HELP, owned
+from trainctl.jobs import DONE, describe_jobs, num_nodes
 from trainctl.lineage import follow, lineage_lines
 from trainctl.listing import JobFilter, list_jobs, parse_states
 from trainctl.logs import LogLine, StreamReader, interleave, node_streams, parse_nodes
@@ -91,12 +92,12 @@ app.command(name="ps", help="Same as `jobs`.")(jobs)
 # ----------------------------------------------------------------------------------------------- show
 @app.command()
 @reports_errors
-def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")]) -> None:
+def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)]) -> None:
     """Everything about one job: each node's instance, AZ, state, exit code and reason per attempt, its log
     streams, its checkpoints, its cost, and the jobs the capacity fallback resubmitted it as (its lineage)."""
     state = state_of(ctx)
     deployment = state.deployment()
-    job, fleet = owned_job(state.batch, deployment, job_id)
+    job_id, job, fleet = owned(state.batch, deployment, job_id)
     compute = fleet_compute(state.batch, fleet)
     cluster = (compute.environment or {}).get("ecsClusterArn")
     nodes = node_rows(state.batch, state.aws.client("ecs"), job, cluster, note)
@@ -166,7 +167,7 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
 @reports_errors
 def logs(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")],
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)],
     node: Annotated[str, typer.Option(metavar="all|0,2", help="Which nodes' streams.")] = "all",
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
     timestamps: Annotated[bool, typer.Option("--timestamps", "-t", help="Each line with its UTC time.")] = False,
@@ -174,7 +175,7 @@ def logs(
 ) -> None:
     """Every node's log stream, interleaved in time, each line prefixed [n0], [n1], ..."""
     state = state_of(ctx)
-    job, fleet = owned_job(state.batch, state.deployment(), job_id)
+    job_id, job, fleet = owned(state.batch, state.deployment(), job_id)
     chosen = parse_nodes(node, num_nodes(job))
     logs_client = state.aws.client("logs")
     readers = {s.node: StreamReader(logs_client, s) for s in node_streams(state.batch, job, chosen, fleet.log_group)}
@@ -207,10 +208,10 @@ def logs(
 # ----------------------------------------------------------------------------------------------- why
 @app.command()
 @reports_errors
-def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")]) -> None:
+def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)]) -> None:
     """Why a job is not running, in plain words; a job the capacity fallback resubmitted names its successor."""
     state = state_of(ctx)
-    job, fleet = owned_job(state.batch, state.deployment(), job_id)
+    job_id, job, fleet = owned(state.batch, state.deployment(), job_id)
     compute = fleet_compute(state.batch, fleet)
     explanation = explain(
         job,
@@ -244,7 +245,7 @@ def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB",
 @reports_errors
 def checkpoints(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")],
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)],
     download: Annotated[
         Path | None,
         typer.Option(metavar="DIR", help="Copy the versions the manifests name into DIR/node-<i>/.", file_okay=False),
@@ -254,7 +255,7 @@ def checkpoints(
     for a job and the jobs the capacity fallback resubmitted it as)."""
     state = state_of(ctx)
     deployment = state.deployment()
-    job, fleet = owned_job(state.batch, deployment, job_id)
+    job_id, job, fleet = owned(state.batch, deployment, job_id)
     bucket, prefix = checkpoint_location(job, fleet, deployment)
     s3 = state.aws.client("s3")
     files = list_checkpoints(s3, bucket, prefix)

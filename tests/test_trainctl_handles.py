@@ -1,0 +1,203 @@
+"""Short job handles (an id prefix, a name) in every command that takes JOB, and `cancel --all` / `--name`,
+on moto's AWS APIs on 127.0.0.1 (tests/trainctl_world.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from config.job_events import TRAINCTL_CANCEL_REASON
+from tests.test_trainctl import ok_json, one_error_line  # fixtures
+from tests.test_trainctl import trainctl as trainctl
+from tests.test_trainctl import world as world
+from tests.trainctl_world import World, moto_environment
+from trainctl.cli import app
+from trainctl import handles
+from trainctl.capacity import SUCCESSOR_TAG
+from trainctl.errors import ExitCode
+
+UNFINISHED = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
+
+
+def counted_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The queues ListJobs is asked about while resolving handles, in order."""
+    asked: list[str] = []
+    real = handles.list_job_ids
+
+    def list_job_ids(batch: Any, queue: str, **kwargs: Any) -> Any:
+        asked.append(queue)
+        return real(batch, queue, **kwargs)
+
+    monkeypatch.setattr(handles, "list_job_ids", list_job_ids)
+    return asked
+
+
+# ----------------------------------------------------------------------------------------------- handles
+def test_an_id_prefix_and_a_name_stand_for_the_job_in_every_job_command(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = world.submit("gpu", name="handle-solo")
+    world.set_job(job_id, "RUNNABLE")
+    prefix = job_id[:8]
+
+    for handle in (prefix, "handle-solo", job_id[:13]):
+        assert ok_json(trainctl("--json", "show", handle))["jobId"] == job_id
+        assert ok_json(trainctl("--json", "why", handle))["jobId"] == job_id
+    logs = trainctl("logs", prefix)
+    assert logs.exit_code == 0 and f"no node of job {job_id} has a log stream yet" in logs.stderr, logs.output
+    checkpoints = trainctl("--json", "checkpoints", "handle-solo")
+    assert checkpoints.exit_code == 0, checkpoints.output
+    monkeypatch.setattr("trainctl.commands.control.shutil.which", lambda _name: "/opt/bin/session-manager-plugin")
+    # exec found the job (whole id in its refusal) and refused it only for not running.
+    refusal = one_error_line(trainctl("exec", prefix), ExitCode.USAGE)
+    assert job_id in refusal and "RUNNING" in refusal
+
+    cancelled = ok_json(trainctl("--json", "cancel", "handle-solo"))
+    assert cancelled["jobId"] == job_id and cancelled["terminated"]
+    assert world.job(job_id).job_stopped_reason == TRAINCTL_CANCEL_REASON
+
+
+def test_a_full_id_is_described_without_listing_and_a_prefix_lists_each_queue_once(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = world.submit("gpu", name="listed-a"), world.submit("trainium", name="listed-b")
+    for job_id in (first, second):
+        world.set_job(job_id, "RUNNING")
+    asked = counted_listings(monkeypatch)
+
+    assert ok_json(trainctl("--json", "why", first))["jobId"] == first
+    assert asked == []
+
+    # Two prefixes in one command: the recent jobs of each of the three queues are listed once.
+    result = ok_json(trainctl("--json", "cancel", first[:10], second[:10]))
+    assert [r["jobId"] for r in result] == [first, second]
+    assert sorted(asked) == sorted(world.queues.values())
+
+
+def test_an_ambiguous_name_is_one_line_naming_the_candidates(world: World, trainctl: Any) -> None:
+    older, newer = world.submit("gpu", name="twin"), world.submit("trainium", name="twin")
+    world.set_job(newer, "RUNNING")
+
+    line = one_error_line(trainctl("show", "twin"), ExitCode.USAGE)
+
+    assert "'twin' is ambiguous: 2 jobs match" in line and "longer id prefix" in line
+    # Newest first, each by a short id that a later command takes.
+    assert line.index(newer[:8]) < line.index(older[:8]) and "RUNNING" in line
+    assert len(line) <= 200
+    assert ok_json(trainctl("--json", "show", newer[:8]))["jobId"] == newer
+
+
+def test_a_name_shared_along_a_capacity_fallback_lineage_stands_for_its_latest_job(world: World, trainctl: Any) -> None:
+    successor = world.submit("gpu", name="moved-on")
+    original = world.submit("gpu", name="moved-on", tags={SUCCESSOR_TAG: successor})
+    world.set_job(original, "FAILED")
+    world.set_job(successor, "RUNNING")
+
+    assert ok_json(trainctl("--json", "why", "moved-on"))["jobId"] == successor
+
+
+@pytest.mark.parametrize("handle", ["no-such-job", "0123abcd", "abc", "bad name!"])
+def test_an_unknown_handle_is_one_line(trainctl: Any, handle: str) -> None:
+    line = one_error_line(trainctl("why", handle), ExitCode.USAGE)
+    assert line.startswith(f"trainctl: no job {handle!r} in us-east-1") and "8+ characters" in line
+    assert len(line) <= 200
+
+
+def test_a_job_of_another_queue_is_found_by_its_full_id_only(world: World, trainctl: Any) -> None:
+    theirs = world.client("batch").submit_job(
+        jobName="foreign-handle", jobQueue=world.foreign_queue, jobDefinition=world.training["gpu"]
+    )["jobId"]
+    assert "no job 'foreign-handle'" in one_error_line(trainctl("why", "foreign-handle"), ExitCode.USAGE)
+    assert f"no job {theirs[:8]!r}" in one_error_line(trainctl("why", theirs[:8]), ExitCode.USAGE)
+    assert "queue someone-elses-queue" in one_error_line(trainctl("why", theirs), ExitCode.USAGE)
+
+
+def test_short_ids_grow_past_eight_characters_only_where_two_ids_share_them() -> None:
+    shared = "0123abcd-1111-4000-8000-000000000000"
+    near = "0123abcd-1122-4000-8000-000000000000"
+    alone = "fedcba98-0000-4000-8000-000000000000"
+    assert handles.short_ids([shared, near, alone]) == {
+        shared: "0123abcd-111",
+        near: "0123abcd-112",
+        alone: "fedcba98",
+    }
+
+
+# ----------------------------------------------------------------------------------------------- cancel --all, --name
+def answering(world: World, answer: str, *args: str) -> Any:
+    """`trainctl ARGS` with `answer` typed at its prompt."""
+    return CliRunner().invoke(app, list(args), input=answer, env=moto_environment(world.endpoint))
+
+
+def our_unfinished(world: World) -> set[str]:
+    batch = world.client("batch")
+    return {
+        str(s["jobId"])
+        for queue in world.queues.values()
+        for status in UNFINISHED
+        for s in batch.list_jobs(jobQueue=queue, jobStatus=status)["jobSummaryList"]
+    }
+
+
+def test_cancel_all_stops_only_this_deployments_queued_and_running_jobs(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queued, running = world.submit("gpu", name="all-queued"), world.submit("trainium", name="all-running")
+    world.set_job(queued, "RUNNABLE")
+    world.set_job(running, "RUNNING")
+    finished = world.submit("gpu", name="all-finished")
+    world.set_job(finished, "SUCCEEDED")
+    theirs = str(
+        world.client("batch").submit_job(
+            jobName="all-theirs", jobQueue=world.foreign_queue, jobDefinition=world.training["gpu"]
+        )["jobId"]
+    )
+    world.set_job(theirs, "RUNNING")
+
+    # Without a terminal to ask on, --all needs --yes.
+    line = one_error_line(trainctl("cancel", "--all"), ExitCode.USAGE)
+    assert "pass --yes" in line
+    assert {queued, running} <= our_unfinished(world)
+    # On a terminal it lists the jobs and asks; "no" stops nothing.
+    monkeypatch.setattr("trainctl.commands.control._terminal", lambda: True)
+    declined = answering(world, "n\n", "cancel", "--all")
+    assert declined.exit_code == ExitCode.USAGE and queued[:8] in declined.stderr and "all-running" in declined.stderr
+    assert {queued, running} <= our_unfinished(world)
+
+    expected = our_unfinished(world)
+    confirmed = answering(world, "y\n", "--json", "cancel", "--all")
+    # click's test runner echoes the typed answer on stdout's first line, where a terminal shows it.
+    echoed, _, printed = confirmed.stdout.partition("\n")
+    assert confirmed.exit_code == 0 and echoed.strip() == "y", confirmed.output
+    result = json.loads(printed)
+
+    assert {r["jobId"] for r in result} == expected
+    assert all(world.job(job_id).job_stopped_reason == TRAINCTL_CANCEL_REASON for job_id in expected)
+    assert world.job(theirs).job_stopped_reason is None and world.job(finished).job_stopped_reason is None
+    # moto leaves a terminated job's state where it was: end them as Batch would.
+    for job_id in expected:
+        world.set_job(job_id, "FAILED", reason=TRAINCTL_CANCEL_REASON)
+    assert "no queued or running job" in trainctl("cancel", "--all", "--yes").stderr
+
+
+def test_cancel_all_refuses_other_selections(trainctl: Any) -> None:
+    assert "--all takes no JOB" in one_error_line(trainctl("cancel", "--all", "--name", "x"), ExitCode.USAGE)
+
+
+def test_cancel_by_name_stops_every_unfinished_job_with_exactly_that_name(world: World, trainctl: Any) -> None:
+    first, second = world.submit("gpu", name="by-name"), world.submit("trainium", name="by-name")
+    world.set_job(first, "RUNNABLE")
+    world.set_job(second, "RUNNING")
+    ended = world.submit("gpu", name="by-name")
+    world.set_job(ended, "FAILED")
+    other = world.submit("gpu", name="by-name-2")
+    world.set_job(other, "RUNNING")
+
+    result = ok_json(trainctl("--json", "cancel", "--name", "by-name"))
+
+    assert sorted(r["jobId"] for r in result) == sorted([first, second])
+    assert world.job(other).job_stopped_reason is None and world.job(ended).job_stopped_reason is None
+    assert "no queued or running job" in trainctl("cancel", "--name", "by-nobody").stderr
