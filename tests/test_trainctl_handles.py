@@ -1,12 +1,15 @@
-"""Short job handles (an id prefix, a name) in every command that takes JOB, and `cancel --all` / `--name`,
-on moto's AWS APIs on 127.0.0.1 (tests/trainctl_world.py)."""
+"""Short job handles (an id prefix, a name) in every command that takes JOB, `cancel --all` / `--name`, and
+the `jobs` table that fits 80 columns without cutting a cell, on moto's AWS APIs on 127.0.0.1
+(tests/trainctl_world.py)."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from config.job_events import TRAINCTL_CANCEL_REASON
@@ -14,10 +17,11 @@ from tests.test_trainctl import ok_json, one_error_line  # fixtures
 from tests.test_trainctl import trainctl as trainctl
 from tests.test_trainctl import world as world
 from tests.trainctl_world import World, moto_environment
-from trainctl.cli import app
 from trainctl import handles
 from trainctl.capacity import SUCCESSOR_TAG
+from trainctl.cli import app
 from trainctl.errors import ExitCode
+from trainctl.requests import SWEEP_TAG
 
 UNFINISHED = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 
@@ -201,3 +205,66 @@ def test_cancel_by_name_stops_every_unfinished_job_with_exactly_that_name(world:
     assert sorted(r["jobId"] for r in result) == sorted([first, second])
     assert world.job(other).job_stopped_reason is None and world.job(ended).job_stopped_reason is None
     assert "no queued or running job" in trainctl("cancel", "--name", "by-nobody").stderr
+
+
+# ----------------------------------------------------------------------------------------------- jobs table
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def terminal_of(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    """`jobs` prints to a colour terminal `width` columns wide."""
+    monkeypatch.setattr(
+        "trainctl.commands.inspecting.console",
+        lambda: Console(width=width, force_terminal=True, color_system="standard", soft_wrap=True, highlight=False),
+    )
+
+
+def test_jobs_at_80_columns_keeps_every_default_column_whole(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Names as long as the docs' own examples, on the fleet with the longest name, in the widest state.
+    done = world.submit("trainium", name="w80-h1-flat-lr-0.001-seed-3", tags={SWEEP_TAG: "sweep-20261126-0900"})
+    world.set_job(done, "SUCCEEDED")
+    queued = world.submit("gpu", name="w80-llama-8b-pretrain")
+    world.set_job(queued, "RUNNABLE")
+    terminal_of(monkeypatch, 80)
+
+    result = trainctl("jobs", "--name", "w80-")
+
+    assert result.exit_code == 0, result.output
+    assert "\x1b[" in result.stdout  # coloured: it was printed as to a terminal
+    lines = ANSI.sub("", result.stdout).splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0].split() == ["ID", "NAME", "FLEET", "STATE", "NODES", "AGE"]
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[1:]]
+    assert [row[:5] for row in rows] == [
+        [queued[:8], "w80-llama-8b-pretrain", "gpu", "RUNNABLE", "2"],
+        [done[:8], "w80-h1-flat-lr-0.001-seed-3", "trainium", "SUCCEEDED", "2"],
+    ]
+    assert all(re.fullmatch(r"\d+[smhd]", row[5]) for row in rows), rows
+
+
+def test_no_cell_to_copy_is_ever_cut_on_a_narrow_terminal_or_piped(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "w-long-" + "x" * 113  # Batch's longest name: 128 characters
+    sweep = "sweep-" + "y" * 60
+    job_id = world.submit("gpu", name=name, tags={SWEEP_TAG: sweep})
+
+    piped = trainctl("jobs", "--name", "w-long-", "--wide")
+    assert piped.exit_code == 0, piped.output
+    assert job_id in piped.stdout and name in piped.stdout and sweep in piped.stdout
+    assert "…" not in piped.stdout
+
+    terminal_of(monkeypatch, 80)
+    narrow = ANSI.sub("", trainctl("jobs", "--name", "w-long-", "-o", "id,name,sweep").stdout)
+    assert f"{job_id[:8]}  {name}  {sweep}" in narrow
+
+
+def test_jobs_columns_are_chosen_by_name(world: World, trainctl: Any) -> None:
+    job_id = world.submit("gpu", name="w-chosen")
+    lines = trainctl("jobs", "--name", "w-chosen", "-o", "job-id,tries").stdout.splitlines()
+    assert lines[0].split() == ["JOB", "ID", "TRIES"] and lines[1].split() == [job_id, "1"]
+    line = one_error_line(trainctl("jobs", "-o", "id,colour"), ExitCode.USAGE)
+    assert "-o 'id,colour': the columns are id, job-id, name, fleet, state, nodes, age" in line
+    assert "pass one of them" in one_error_line(trainctl("jobs", "--wide", "-o", "id"), ExitCode.USAGE)

@@ -19,11 +19,11 @@ from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, app, console, note, reports_errors, state_of
 from trainctl.compute import fleet_compute
 from trainctl.cost import price_per_hour, usage_of
-from trainctl.display import human_duration, human_size, parse_since, styled_state, when
+from trainctl.display import human_size, parse_since, styled_state, when
 from trainctl.handles import JOB_HELP, owned
 from trainctl.jobs import DONE, describe_jobs, num_nodes
 from trainctl.lineage import follow, lineage_lines
-from trainctl.listing import JobFilter, list_jobs, parse_states
+from trainctl.listing import COLUMN_NAMES, JobFilter, list_jobs, parse_columns, parse_states, table_lines
 from trainctl.logs import LogLine, StreamReader, interleave, node_streams, parse_nodes
 from trainctl.recovery import log_tail
 from trainctl.showing import node_rows
@@ -48,9 +48,17 @@ def jobs(
     sweep: Annotated[str | None, typer.Option(metavar="TAG", help="Only the jobs of this sweep.")] = None,
     name: Annotated[str | None, typer.Option(metavar="PREFIX", help="Only jobs whose name starts so.")] = None,
     limit: Annotated[int, typer.Option(min=0, help="At most this many, newest first (0: all).")] = 50,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column: full id, started, duration, tries, ...")] = False,
+    chosen: Annotated[
+        str | None, typer.Option("--columns", "-o", metavar="COL,COL", help="These columns: " + ", ".join(COLUMN_NAMES))
+    ] = None,
 ) -> None:
-    """The deployment's jobs, newest first: state, nodes, start, duration, attempts, share, sweep, cost."""
+    """The deployment's jobs, newest first: short id, name, fleet, state, nodes, age (--wide: every column).
+
+    No cell is ever cut, on a terminal or piped: the id, name and sweep columns can be copied into the next command.
+    """
     state = state_of(ctx)
+    shown = parse_columns(chosen, wide=wide)
     wanted = JobFilter(
         since=parse_since(since, default=DEFAULT_SINCE),
         fleet=fleet,
@@ -59,29 +67,14 @@ def jobs(
         name_prefix=name,
         limit=limit,
     )
-    rows = list_jobs(state.batch, state.deployment(), wanted, now_ms=int(time.time() * 1000))
+    now_ms = int(time.time() * 1000)
+    rows = list_jobs(state.batch, state.deployment(), wanted, now_ms=now_ms)
     if state.json:
         state.out(rows)
         return
-    table = Table(title=f"Jobs created since {wanted.since:%Y-%m-%d %H:%M} UTC, newest first")
-    for column in ("job id", "name", "fleet", "state", "nodes", "started", "duration", "tries", "share", "sweep"):
-        table.add_column(column, no_wrap=column in ("job id", "state", "started"))
-    table.add_column("USD (est.)", justify="right")
-    for row in rows:
-        table.add_row(
-            str(row["jobId"]),
-            str(row["name"]),
-            row["fleet"],
-            styled_state(row["state"]),
-            str(row["nodes"]),
-            when(row["startedAt"]),
-            human_duration(row["duration_ms"]) if row["duration_ms"] is not None else "-",
-            str(row["attempts"]),
-            row["share"] or "-",
-            row["sweep"] or "-",
-            f"{row['usd_estimate']:,.2f}" if row["usd_estimate"] is not None else "-",
-        )
-    console().print(table)
+    out = console()
+    for line in table_lines(rows, shown, now_ms=now_ms):
+        out.print(line, soft_wrap=True, overflow="ignore", crop=False)
     if not rows:
         note("no jobs match: widen --since (default 7d) or drop a filter")
 
