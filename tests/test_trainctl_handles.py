@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from config.job_events import TRAINCTL_CANCEL_REASON
+from tests.harness import ROOT
 from tests.test_trainctl import ok_json, one_error_line  # fixtures
 from tests.test_trainctl import trainctl as trainctl
 from tests.test_trainctl import world as world
@@ -23,6 +26,7 @@ from trainctl.cli import app
 from trainctl.errors import ExitCode
 from trainctl.requests import SWEEP_TAG
 
+STUB = ROOT / "tests" / "fixtures" / "rehearsal_node.sh"
 UNFINISHED = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 
 
@@ -268,3 +272,71 @@ def test_jobs_columns_are_chosen_by_name(world: World, trainctl: Any) -> None:
     line = one_error_line(trainctl("jobs", "-o", "id,colour"), ExitCode.USAGE)
     assert "-o 'id,colour': the columns are id, job-id, name, fleet, state, nodes, age" in line
     assert "pass one of them" in one_error_line(trainctl("jobs", "--wide", "-o", "id"), ExitCode.USAGE)
+
+
+# ----------------------------------------------------------------------------------------------- --json style
+CAMEL = re.compile(r"^[a-z][a-zA-Z0-9]*$")
+# Maps whose keys are data, not trainctl's names: tags, jobs by Batch state, environment names left out.
+DATA_MAPS = {"tags", "jobs", "notRehearsed"}
+
+
+def snake_keys(value: Any, where: str = "") -> list[str]:
+    """Every key of `value`, at any depth, that is not camelCase (with where it is)."""
+    if isinstance(value, list):
+        return [bad for i, item in enumerate(value) for bad in snake_keys(item, f"{where}[{i}]")]
+    if not isinstance(value, dict):
+        return []
+    bad = [f"{where}.{k}" for k in value if not CAMEL.match(k)]
+    return bad + [b for k, v in value.items() if not (k in DATA_MAPS and isinstance(v, dict))
+                  for b in snake_keys(v, f"{where}.{k}")]  # fmt: skip
+
+
+def test_every_commands_json_names_its_keys_in_camel_case(world: World, trainctl: Any, tmp_path: Path) -> None:
+    done = world.submit("gpu", name="json-style", tags={SWEEP_TAG: "sweep-json"})
+    world.set_job(done, "SUCCEEDED", started=datetime(2026, 3, 2, 8), stopped=datetime(2026, 3, 2, 9))
+    world.add_node_streams(done, "gpu", {0: [(1_000, "hello")], 1: []})
+    running = world.submit("gpu", name="json-running")
+    world.set_job(running, "RUNNING")
+    task = tmp_path / "task.yaml"
+    task.write_text("fleet: gpu\nnodes: 2\nname: json-task\n")
+    outputs = {
+        " ".join(args): ok_json(trainctl("--json", *args))
+        for args in (
+            ("status",), ("jobs", "--since", "3000d"), ("show", done), ("why", done), ("checkpoints", done),
+            ("cost", "--since", "2026-03-01"), ("submit", "gpu", "--dry-run"), ("run", str(task), "--dry-run"),
+            ("sweep", "gpu", "--grid", "LR=1,2", "--dry-run"), ("cancel", running),
+        )
+    }  # fmt: skip
+    outputs["logs"] = [json.loads(line) for line in trainctl("--json", "logs", done).stdout.splitlines()]
+    verdict = {"verdict": "healthy", "busbw_gbps": 30.0, "failing_nodes": [], "degraded_nodes": []}
+    with world.benchmark_prints("gpu", [json.dumps(verdict)]):
+        outputs["check"] = ok_json(trainctl("--json", "check", "gpu", "--poll-seconds", "0"))
+
+    # The outputs hold what these keys name (an empty list would check nothing).
+    listed = {row["jobId"]: row for row in outputs["jobs --since 3000d"]}
+    assert outputs["status"][0]["instanceType"] and listed[done]["durationMs"] == 3_600_000
+    assert outputs["show " + done]["usdEstimate"] is not None and outputs["cost --since 2026-03-01"]["rows"]
+    assert outputs["check"]["result"]["busbwGbps"] == 30.0 and outputs["logs"]
+    assert {k: snake_keys(v) for k, v in outputs.items() if snake_keys(v)} == {}
+
+
+def test_a_rehearsals_json_names_its_keys_in_camel_case(trainctl: Any, tmp_path: Path) -> None:
+    records = tmp_path / "records"
+    records.mkdir()
+    task = tmp_path / "task.yaml"
+    task.write_text(json.dumps({"fleet": "gpu", "nodes": 2, "command": ["sh", str(STUB)], "launcher": False,
+                                "env": {"STUB_DIR": str(records)}}))  # fmt: skip
+    app_dir = tmp_path / "cdk.out"
+    app_dir.mkdir()
+    container = {"Command": ["false"], "Environment": [{"Name": "NCCL_DEBUG", "Value": "INFO"}]}
+    template = {"Resources": {"Job": {"Type": "AWS::Batch::JobDefinition", "Properties": {"NodeProperties": {
+        "NumNodes": 2, "MainNode": 0, "NodeRangeProperties": [{"TargetNodes": "0:", "Container": container}]}}}},
+        "Outputs": {key: {"Value": {"Ref": "Job"}} for key in (
+            "GpuTrainingJobDefinition", "GpuBenchmarkJobDefinition", "GpuJobQueue", "GpuLogGroup")}}  # fmt: skip
+    (app_dir / "TrainingJobs.template.json").write_text(json.dumps(template))
+
+    report = ok_json(trainctl("--json", "rehearse", str(task), "--app", str(app_dir), "--deadline", "60"))
+
+    assert report["asExpected"] is True and report["jobs"][0]["attempts"][0]["exitCode"] == 0
+    assert "detectSeconds" in report and report["notRehearsed"]
+    assert snake_keys(report) == []

@@ -114,8 +114,8 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
         "nodes": nodes,
         "checkpoints": {"uri": f"s3://{bucket}/{prefix}", "files": len(files), "bytes": sum(f.size for f in files)},
         "lineage": {"id": lineage_id(job), "jobs": lineage.summary(), "latest": lineage.latest.get("jobId")},
-        "node_hours": round(usage.node_hours, 4) if usage else None,
-        "usd_estimate": round(usage.node_hours * price, 2) if usage and price is not None and job.get("status") in DONE
+        "nodeHours": round(usage.node_hours, 4) if usage else None,
+        "usdEstimate": round(usage.node_hours * price, 2) if usage and price is not None and job.get("status") in DONE
         else None,
     }  # fmt: skip
     if state.json:
@@ -151,7 +151,7 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
     checkpoints = result["checkpoints"]
     out.print(f"checkpoints: {checkpoints['files']} files, {human_size(checkpoints['bytes'])} in {checkpoints['uri']}")
     if usage is not None:
-        usd = f"~{result['usd_estimate']:,.2f} USD" if result["usd_estimate"] is not None else "no price"
+        usd = f"~{result['usdEstimate']:,.2f} USD" if result["usdEstimate"] is not None else "no price"
         out.print(f"cost: {usage.node_hours:.2f} node-hours of {usage.instance_type}, {usd} (estimate)")
 
 
@@ -271,13 +271,13 @@ def checkpoints(
             "file": f.name,
             "bytes": f.size,
             "modified": datetime.fromtimestamp(f.mtime_ns / 1e9, UTC).isoformat(timespec="seconds"),
-            "version_id": f.version_id,
+            "versionId": f.version_id,
         }
         for f in files
     ]
     if state.json:
         copied_to = str(download) if download else None
-        state.out({"uri": f"s3://{bucket}/{prefix}", "files": rows, "downloaded_to": copied_to})
+        state.out({"uri": f"s3://{bucket}/{prefix}", "files": rows, "downloadedTo": copied_to})
         return
     table = Table(title=f"s3://{bucket}/{prefix} (what each node's manifest names)")
     for column in ("node", "file", "size", "modified", "version"):
@@ -288,7 +288,7 @@ def checkpoints(
             str(row["file"]),
             human_size(int(row["bytes"])),
             str(row["modified"]),
-            str(row["version_id"] or "-"),
+            str(row["versionId"] or "-"),
         )
     console().print(table)
     if download is not None:
