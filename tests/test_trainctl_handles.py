@@ -276,8 +276,9 @@ def test_jobs_columns_are_chosen_by_name(world: World, trainctl: Any) -> None:
 
 # ----------------------------------------------------------------------------------------------- --json style
 CAMEL = re.compile(r"^[a-z][a-zA-Z0-9]*$")
-# Maps whose keys are data, not trainctl's names: tags, jobs by Batch state, environment names left out.
-DATA_MAPS = {"tags", "jobs", "notRehearsed"}
+# Maps whose keys are data, not trainctl's names: tags, jobs by Batch state, environment names left out,
+# the benchmark's verdict line as it printed it (check's `result`).
+DATA_MAPS = {"tags", "jobs", "notRehearsed", "result"}
 
 
 def snake_keys(value: Any, where: str = "") -> list[str]:
@@ -316,7 +317,7 @@ def test_every_commands_json_names_its_keys_in_camel_case(world: World, trainctl
     listed = {row["jobId"]: row for row in outputs["jobs --since 3000d"]}
     assert outputs["status"][0]["instanceType"] and listed[done]["durationMs"] == 3_600_000
     assert outputs["show " + done]["usdEstimate"] is not None and outputs["cost --since 2026-03-01"]["rows"]
-    assert outputs["check"]["result"]["busbwGbps"] == 30.0 and outputs["logs"]
+    assert outputs["check"]["busbwGbps"] == 30.0 and outputs["check"]["result"] == verdict and outputs["logs"]
     assert {k: snake_keys(v) for k, v in outputs.items() if snake_keys(v)} == {}
 
 

@@ -1,6 +1,6 @@
 """One naming style for every `--json` output: camelCase keys, as the AWS APIs trainctl sits on (jobId,
-statusReason). Where a report is built with Python's names (the rehearsal's, the benchmark's verdict
-line), its keys are turned at the output."""
+statusReason). Where a report is built with Python's names (the rehearsal's), its keys are turned at the
+output."""
 
 from __future__ import annotations
 

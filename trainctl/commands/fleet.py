@@ -16,7 +16,6 @@ from trainctl.cost import GROUPINGS, finished_usages, parse_prices, parse_since,
 from trainctl.errors import ExitCode
 from trainctl.jobs import main_node
 from trainctl.logs import StreamReader, node_streams
-from trainctl.naming import camel_keys
 from trainctl.requests import submit_request
 from trainctl.status import fleet_status
 from trainctl.verdict import HEALTHY, last_verdict, verdict_summary
@@ -160,8 +159,8 @@ def check(
         busbwGbps=verdict.get("busbw_gbps"),
         failingNodes=list(verdict.get("failing_nodes") or []),
         degradedNodes=list(verdict.get("degraded_nodes") or []),
-        # The benchmark's own verdict line (container/allreduce_bench.py), its keys in --json's style.
-        result=camel_keys(verdict),
+        # The benchmark's verdict line verbatim, named as docs/checkpoints.md lists its fields (data, as tags are).
+        result=verdict,
     )
     summary = f"fleet {fleet.name}: {verdict_summary(verdict)}" + (
         f"; benchmark job {job_id} FAILED: {job.get('statusReason')}" if failed else ""
