@@ -31,7 +31,7 @@ RECENT = timedelta(days=30)
 RECENT_TEXT = "30d"
 UNFINISHED = tuple(s for s in STATES if s not in DONE)
 # The JOB argument's help, in every command that takes one.
-JOB_HELP = f"Job id, a unique prefix of one ({MIN_PREFIX}+ characters), or the name of one recent job."
+JOB_HELP = f"Job id, a unique prefix of it ({MIN_PREFIX}+ characters), or the name of one recent job."
 # Candidates an ambiguous handle's refusal names, so that it stays one short line.
 SHOWN_CANDIDATES = 3
 

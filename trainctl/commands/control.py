@@ -142,7 +142,7 @@ def _confirmed(jobs: list[dict[str, Any]], *, yes: bool) -> list[str]:
 @reports_errors
 def exec_(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="A RUNNING job: " + JOB_HELP)],
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP + " It must be RUNNING.")],
     command: Annotated[
         list[str] | None, typer.Argument(metavar="[-- CMD...]", help="Command to run (default: an interactive bash).")
     ] = None,
