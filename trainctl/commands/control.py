@@ -47,12 +47,12 @@ def cancel(
     """
     if not job_ids and not (sweep or name or all_jobs):
         raise TrainctlError("cancel needs job ids (or prefixes, or names), --name NAME, --sweep TAG or --all")
+    if all_jobs and (job_ids or sweep or name):
+        raise TrainctlError("cancel --all takes no JOB, --sweep or --name: it already means every job")
     state = state_of(ctx)
     handles = Handles(state.batch, state.deployment(), now_ms=int(time.time() * 1000))
     ids = [handles.job_id(handle) for handle in job_ids or []]
     if all_jobs:
-        if ids or sweep or name:
-            raise TrainctlError("cancel --all takes no JOB, --sweep or --name: it already means every job")
         ids = _confirmed(unfinished_jobs(state.batch, state.deployment()), yes=yes)
     if name:
         found = [str(s["jobId"]) for s in unfinished_jobs(state.batch, state.deployment(), name=name)]

@@ -72,11 +72,12 @@ def jobs(
     if state.json:
         state.out(rows)
         return
+    if not rows:
+        note("no jobs match: widen --since (default 7d) or drop a filter")
+        return
     out = console()
     for line in table_lines(rows, shown, now_ms=now_ms):
         out.print(line, soft_wrap=True, overflow="ignore", crop=False)
-    if not rows:
-        note("no jobs match: widen --since (default 7d) or drop a filter")
 
 
 app.command(name="ps", help="Same as `jobs`.")(jobs)
