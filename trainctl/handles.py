@@ -42,13 +42,17 @@ def deployment_queues(deployment: Deployment) -> list[str]:
 
 
 def short_ids(job_ids: Iterable[str]) -> dict[str, str]:
-    """Each id cut to the shortest prefix, MIN_PREFIX characters or more, that no other id of the set shares."""
-    ids = list(dict.fromkeys(job_ids))
+    """Each id cut to the shortest prefix, MIN_PREFIX characters or more, that no other id of the set shares
+    (in sorted order an id shares the longest prefix with a neighbour)."""
+    ordered = sorted(set(job_ids))
+
+    def shared(a: str, b: str) -> int:
+        return next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
     short = {}
-    for job_id in ids:
-        length = MIN_PREFIX
-        while length < len(job_id) and any(o != job_id and o.startswith(job_id[:length]) for o in ids):
-            length += 1
+    for i, job_id in enumerate(ordered):
+        neighbours = ordered[max(0, i - 1) : i] + ordered[i + 1 : i + 2]
+        length = max([MIN_PREFIX - 1] + [shared(job_id, other) for other in neighbours]) + 1
         short[job_id] = job_id[:length]
     return short
 
