@@ -52,6 +52,15 @@ def human_duration(milliseconds: int) -> str:
     return f"{seconds}s"
 
 
+def age(milliseconds: int) -> str:
+    """How long ago, in its largest unit: 40s, 12m, 5h, 3d."""
+    seconds = max(0, milliseconds // 1000)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def when(milliseconds: int | None) -> str:
     if not milliseconds:
         return "-"

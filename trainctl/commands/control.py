@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from datetime import timedelta
 from typing import Annotated, Any
@@ -18,20 +19,25 @@ from trainctl.commands.base import app, note, reports_errors, state_of
 from trainctl.compute import fleet_compute
 from trainctl.display import parse_since
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.jobs import DONE, STATES, owned_job
+from trainctl.handles import JOB_HELP, RECENT_TEXT, UNFINISHED, Handles, owned, short_ids, unfinished_jobs
+from trainctl.jobs import DONE, owned_job
 from trainctl.lineage import follow
 from trainctl.listing import JobFilter, list_jobs
-
-# How far back `cancel --sweep` looks for the sweep's jobs.
-SWEEP_LOOKBACK = "30d"
 
 
 @app.command()
 @reports_errors
 def cancel(
     ctx: typer.Context,
-    job_ids: Annotated[list[str] | None, typer.Argument(metavar="JOB...", help="Job ids.")] = None,
+    job_ids: Annotated[list[str] | None, typer.Argument(metavar="JOB...", help=JOB_HELP)] = None,
     sweep: Annotated[str | None, typer.Option(metavar="TAG", help="Every unfinished job of this sweep.")] = None,
+    name: Annotated[
+        str | None, typer.Option(metavar="NAME", help="Every queued or running job with exactly this name.")
+    ] = None,
+    all_jobs: Annotated[
+        bool, typer.Option("--all", help="Every queued or running job of this deployment (asks first on a terminal).")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Cancel --all without asking.")] = False,
 ) -> None:
     """Stop jobs in any state (TerminateJob: queued jobs are cancelled, running ones stopped).
 
@@ -39,18 +45,28 @@ def cancel(
     lineage's live job. The job-alert rule ignores jobs ended this way: their reason says trainctl
     cancelled them.
     """
+    if not job_ids and not (sweep or name or all_jobs):
+        raise TrainctlError("cancel needs job ids (or prefixes, or names), --name NAME, --sweep TAG or --all")
+    if all_jobs and (job_ids or sweep or name):
+        raise TrainctlError("cancel --all takes no JOB, --sweep or --name: it already means every job")
     state = state_of(ctx)
-    ids = list(job_ids or [])
+    handles = Handles(state.batch, state.deployment(), now_ms=int(time.time() * 1000))
+    ids = [handles.job_id(handle) for handle in job_ids or []]
+    if all_jobs:
+        ids = _confirmed(unfinished_jobs(state.batch, state.deployment()), yes=yes)
+    if name:
+        found = [str(s["jobId"]) for s in unfinished_jobs(state.batch, state.deployment(), name=name)]
+        if not found:
+            note(f"--name {name}: no queued or running job of this deployment has this name")
+        ids += found
     if sweep:
-        running = frozenset(s for s in STATES if s not in DONE)
-        wanted = JobFilter(since=parse_since(SWEEP_LOOKBACK, default=timedelta(0)), sweep=sweep, states=running)
+        running = frozenset(UNFINISHED)
+        wanted = JobFilter(since=parse_since(RECENT_TEXT, default=timedelta(0)), sweep=sweep, states=running)
         now_ms = int(time.time() * 1000)
         found = [str(r["jobId"]) for r in list_jobs(state.batch, state.deployment(), wanted, now_ms=now_ms)]
         if not found:
-            note(f"--sweep {sweep}: no unfinished job created in the last {SWEEP_LOOKBACK} has this sweep tag")
+            note(f"--sweep {sweep}: no unfinished job created in the last {RECENT_TEXT} has this sweep tag")
         ids += found
-    if not ids and not sweep:
-        raise TrainctlError("cancel needs job ids, or --sweep TAG")
     results = []
     stopped: set[str] = set()
     for job_id in dict.fromkeys(ids):
@@ -98,14 +114,35 @@ def cancel(
         if not state.json:
             typer.echo(message)
     if state.json:
-        state.out(results[0] if len(results) == 1 and not sweep and len(ids) == 1 else results)
+        one_job = len(job_ids or []) == 1 and not (sweep or name or all_jobs)
+        state.out(results[0] if one_job else results)
+
+
+def _terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def _confirmed(jobs: list[dict[str, Any]], *, yes: bool) -> list[str]:
+    """The ids of `cancel --all`'s jobs once the person at the terminal agreed (or passed --yes)."""
+    if not jobs:
+        note("--all: no queued or running job in this deployment's queues")
+        return []
+    if not yes:
+        if not _terminal():
+            raise TrainctlError(f"cancel --all would stop {len(jobs)} jobs: pass --yes to confirm (no terminal to ask)")
+        short = short_ids(str(s["jobId"]) for s in jobs)
+        for s in jobs:
+            note(f"  {short[str(s['jobId'])]}  {s.get('status')}  {s.get('jobName')}")
+        if not typer.confirm(f"Cancel these {len(jobs)} jobs of this deployment?", err=True):
+            raise typer.Exit(int(ExitCode.USAGE))
+    return [str(s["jobId"]) for s in jobs]
 
 
 @app.command(name="exec")
 @reports_errors
 def exec_(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="A RUNNING job's id.")],
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP + " It must be RUNNING.")],
     command: Annotated[
         list[str] | None, typer.Argument(metavar="[-- CMD...]", help="Command to run (default: an interactive bash).")
     ] = None,
@@ -116,7 +153,7 @@ def exec_(
     plugin = shutil.which(ecs_exec.PLUGIN)
     if plugin is None:
         raise TrainctlError(ecs_exec.INSTALL_PLUGIN, ExitCode.USAGE)
-    job, fleet = owned_job(state.batch, state.deployment(), job_id)
+    job_id, job, fleet = owned(state.batch, state.deployment(), job_id)
     environment = fleet_compute(state.batch, fleet).environment or {}
     ecs = state.aws.client("ecs")
     target = ecs_exec.resolve(state.batch, ecs, job, node, cluster=environment.get("ecsClusterArn"))
