@@ -126,7 +126,8 @@ def catalog_page() -> str:
 
 
 def _commands(command: Any, ctx: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
-    """Every command under `command` (a typer click group or command), depth first, in definition order."""
+    """Every command under `command` (a typer click group or command), depth first, in the group's order
+    (trainctl's: the order of work, trainctl/commands/base.py)."""
     for name in command.list_commands(ctx):
         sub = command.get_command(ctx, name)
         if sub is None or getattr(sub, "hidden", False):
@@ -161,7 +162,10 @@ def cli_page(cli: typer.Typer = app) -> str:
         "Getting it on the PATH, and a first job: [Running jobs](../jobs.md#trainctl). Exit statuses:",
         "[trainctl exit status](../jobs.md#trainctl-exit-status).",
         "",
-        "## Options before the command",
+        "## Global options",
+        "",
+        "Before or after the command: `trainctl --region us-west-2 jobs` and `trainctl jobs --region us-west-2`",
+        "are the same. The commands follow, in the order of work (as `trainctl --help` lists them).",
         *_options_table(group, ctx),
     ]
     for path, command, sub_ctx in _commands(group, ctx, "trainctl"):
