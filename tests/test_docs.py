@@ -9,11 +9,10 @@ import subprocess
 import sys
 
 import typer
-import yaml
 
 from config.context import KEYS
-from tests.docs_text import DOCS, ROOT, all_pages, headings, nav_pages, page, slug
-from tools import docs_reference
+from tests.docs_text import DOCS, ROOT, all_pages, headings, mkdocs_config, nav_pages, page, slug
+from tools import architecture, docs_reference
 
 README = ROOT / "README.md"
 
@@ -33,7 +32,7 @@ def test_site_builds_strictly(tmp_path):
 
 
 def test_strict_mode_covers_links_anchors_and_the_nav():
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    config = mkdocs_config()
     assert config["strict"] is True
     validation = config["validation"]
     assert validation["nav"]["omitted_files"] == "warn" and validation["nav"]["not_found"] == "warn"
@@ -45,14 +44,24 @@ def test_reference_pages_are_current():
     assert {f"reference/{name}" for name in docs_reference.PAGES} <= set(nav_pages())
 
 
-def test_a_stale_or_missing_reference_page_is_named(tmp_path, monkeypatch):
-    monkeypatch.setattr(docs_reference, "REFERENCE", tmp_path)
+def test_a_stale_or_missing_reference_page_is_named(tmp_path, monkeypatch, capsys):
+    # The diagram's own synth and content: tests/test_architecture.py; here, that main() writes and checks it.
+    index = tmp_path / "index.md"
+    index.write_text(f"# Home\n\n{architecture.BEGIN}\nold\n{architecture.END}\n\nAfter.\n")
+    monkeypatch.setattr(architecture, "INDEX", index)
+    monkeypatch.setattr(docs_reference, "architecture_block", lambda: f"{architecture.BEGIN}\nnew\n{architecture.END}")
+    monkeypatch.setattr(docs_reference, "REFERENCE", tmp_path / "reference")
     assert docs_reference.main([]) == 0
-    assert docs_reference.stale() == []
-    (tmp_path / "catalog.md").write_text(page("reference/catalog.md").replace("| 3200 |", "| 3100 |", 1))
-    (tmp_path / "cli.md").unlink()
+    assert index.read_text() == f"# Home\n\n{architecture.BEGIN}\nnew\n{architecture.END}\n\nAfter.\n"
+    assert docs_reference.stale() == [] and docs_reference.main(["--check"]) == 0
+    reference = tmp_path / "reference"
+    (reference / "catalog.md").write_text(page("reference/catalog.md").replace("| 3200 |", "| 3100 |", 1))
+    (reference / "cli.md").unlink()
+    index.write_text(index.read_text().replace("new", "older"))
     assert docs_reference.stale() == ["catalog.md", "cli.md"]
+    capsys.readouterr()
     assert docs_reference.main(["--check"]) == 1
+    assert "docs/index.md's architecture diagram is stale" in capsys.readouterr().err
 
 
 def test_context_key_page_lists_every_key_with_its_default():
