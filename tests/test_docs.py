@@ -142,3 +142,35 @@ def test_readme_first_job_uses_the_commands_trainctl_has():
 
 def test_docs_text_still_reads_every_page():
     assert "## What it builds" in all_pages() and len(nav_pages()) == len(list(DOCS.rglob("*.md")))
+
+
+def nav_titles() -> dict[str, str]:
+    """Page -> its title in mkdocs.yml's nav."""
+
+    def walk(items: list) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for item in items:
+            title, value = next(iter(item.items()))
+            found.update(walk(value) if isinstance(value, list) else {value: title})
+        return found
+
+    return walk(mkdocs_config()["nav"])
+
+
+def test_no_page_repeats_its_title_as_another_heading():
+    def plain(text: str) -> str:
+        return text.replace("`", "").strip().lower()
+
+    for name, title in nav_titles().items():
+        found = headings(page(name))
+        assert found and found[0][0] == 1, name
+        later = {plain(text) for _, text in found[1:]}
+        assert plain(found[0][1]) not in later and plain(title) not in later, name
+
+
+def test_running_jobs_opens_with_the_walkthrough_and_task_files_have_a_heading():
+    found = headings(page("jobs.md"))
+    assert found[1] == (2, "From `make deploy` to a running job")
+    assert (3, "Task files") in found
+    internals = [text for _, text in found].index("What a job definition asks for")
+    assert internals > [text for _, text in found].index("trainctl exit status")
