@@ -28,7 +28,17 @@ def test_site_builds_strictly(tmp_path):
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert (tmp_path / "site" / "reference" / "cli" / "index.html").exists()
+    site = tmp_path / "site"
+    cli = (site / "reference" / "cli" / "index.html").read_text()
+    # A pipe inside a code span in a table shows as itself, not as `\|`.
+    assert "<code>--since SPAN|DATE</code>" in cli and "\\|" not in cli
+    # The home page's diagram reaches the theme as a Mermaid block, not as code; the stylesheet is linked.
+    home = (site / "index.html").read_text()
+    assert '<pre class="mermaid"><code>flowchart LR' in home and "stylesheets/extra.css" in home
+    # Long allowed-value lists are folded on the context-key page.
+    keys = (site / "reference" / "context-keys" / "index.html").read_text()
+    assert re.search(r'<div class="names">\s*<table>\s*<thead>\s*<tr>\s*<th>key</th>', keys)
+    assert re.search(r"<details><summary>none, or EFA-capable NVIDIA GPU types \(\d+\)</summary>g4dn", keys)
 
 
 def test_strict_mode_covers_links_anchors_and_the_nav():
@@ -62,6 +72,29 @@ def test_a_stale_or_missing_reference_page_is_named(tmp_path, monkeypatch, capsy
     capsys.readouterr()
     assert docs_reference.main(["--check"]) == 1
     assert "docs/index.md's architecture diagram is stale" in capsys.readouterr().err
+
+
+def test_key_names_never_break_and_long_lists_fold():
+    css = (DOCS / "stylesheets" / "extra.css").read_text()
+    assert re.search(r"td code \{\s*word-break: normal;\s*overflow-wrap: normal;", css)
+    assert re.search(r"\.names table:not\(\[class\]\) td:first-child code \{\s*white-space: nowrap;", css)
+    assert (
+        "stylesheets/extra.css" in mkdocs_config()["extra_css"]
+        and "md_in_html" in mkdocs_config()["markdown_extensions"]
+    )
+    for name in docs_reference.PAGES:  # every generated table sits in the names block, and only tables do
+        blocks = re.findall(r'<div class="names" markdown>\n\n(.*?)\n\n</div>', page(f"reference/{name}"), re.S)
+        assert blocks and all(all(line.startswith("|") for line in block.splitlines()) for block in blocks), name
+        assert len(blocks) == len(re.findall(r"^\|---", page(f"reference/{name}"), re.M)), name
+    text = page("reference/context-keys.md")
+    assert text.startswith("---\nhide:\n  - toc\n---\n")  # the table gets the contents' width
+    rows = {row.split(" | ")[0][3:-1]: row.split(" | ")[2] for row in text.splitlines() if row.startswith("| `")}
+    for key in KEYS.values():
+        if len(key.allowed) > docs_reference.FOLD_OVER:
+            assert rows[key.name].startswith("<details><summary>") and rows[key.name].endswith("</details>"), key.name
+        else:
+            assert "<details>" not in rows[key.name], key.name
+    assert rows["gpuInstanceType"].count("<details>") == 1
 
 
 def test_context_key_page_lists_every_key_with_its_default():
@@ -214,3 +247,20 @@ def test_no_code_block_is_wider_than_the_text_column():
         if len(line.rstrip()) > CODE_COLUMNS
     ]
     assert too_wide == [], "\n".join(too_wide)
+
+
+def test_troubleshooting_quotes_trainctls_own_messages():
+    # Each message as the page quotes it, "..." for the part that names the user's value: every other piece
+    # must be in trainctl's source, so a reworded message fails here until the page follows.
+    from trainctl.aws import NO_REGION
+    from trainctl.ecs_exec import INSTALL_PLUGIN
+
+    section = page("troubleshooting.md").split("## trainctl's messages")[1].split("\n## ")[0]
+    messages = re.findall(r"^\| (`+) ?(.+?) ?\1 \|", section, re.M)
+    assert len(messages) >= 15
+    source = "\n".join(path.read_text() for path in (ROOT / "trainctl").rglob("*.py"))
+    for _, message in messages:
+        pieces = [piece for piece in message.split("...") if len(piece.strip()) > 4]
+        assert pieces and all(piece in source for piece in pieces), message
+    quoted = [message for _, message in messages]
+    assert NO_REGION in quoted and INSTALL_PLUGIN.split(":")[0] in quoted

@@ -254,13 +254,27 @@ PAGES: dict[str, Callable[[], str]] = {
 }
 
 
+def names_tables(text: str) -> str:
+    """Every table of a page inside `<div class="names">`: its first column holds names users copy (keys,
+    options, types, entries), which docs/stylesheets/extra.css keeps from breaking (mkdocs.yml: md_in_html)."""
+    out: list[str] = []
+    lines = text.split("\n")
+    for number, line in enumerate(lines):
+        starts = line.startswith("|") and (number == 0 or not lines[number - 1].startswith("|"))
+        ends = line.startswith("|") and (number + 1 == len(lines) or not lines[number + 1].startswith("|"))
+        out += ['<div class="names" markdown>', ""] if starts else []
+        out.append(line)
+        out += ["", "</div>"] if ends else []
+    return "\n".join(out)
+
+
+def render(name: str) -> str:
+    return names_tables(PAGES[name]())
+
+
 def stale() -> list[str]:
     """The reference pages whose file differs from what the code generates now."""
-    return [
-        name
-        for name, render in PAGES.items()
-        if not (REFERENCE / name).exists() or (REFERENCE / name).read_text() != render()
-    ]
+    return [name for name in PAGES if not (REFERENCE / name).exists() or (REFERENCE / name).read_text() != render(name)]
 
 
 def architecture_block() -> str:
@@ -281,8 +295,8 @@ def main(argv: list[str]) -> int:
             print(f"{name} is stale: run `make docs-gen`", file=sys.stderr)
         return 1 if names else 0
     REFERENCE.mkdir(parents=True, exist_ok=True)
-    for name, render in PAGES.items():
-        (REFERENCE / name).write_text(render())
+    for name in PAGES:
+        (REFERENCE / name).write_text(render(name))
     architecture.INDEX.write_text(architecture.with_block(architecture.INDEX.read_text(), diagram))
     return 0
 
