@@ -3,6 +3,7 @@ old README's sections all have a home."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -266,3 +267,15 @@ def test_troubleshooting_quotes_trainctls_own_messages():
         assert pieces and all(piece in source for piece in pieces), message
     quoted = [message for _, message in messages]
     assert NO_REGION in quoted and INSTALL_PLUGIN.split(":")[0] in quoted
+
+
+def test_list_items_continue_with_four_spaces():
+    # Python-Markdown takes a paragraph or a fence after a blank line into a list item only when it is indented
+    # four spaces: at three, the item ends there, its code falls out and the next step is numbered 1. again.
+    stray = [
+        f"{path.relative_to(DOCS)}:{number + 2}"
+        for path in sorted(DOCS.rglob("*.md"))
+        for number, (before, line) in enumerate(itertools.pairwise(path.read_text().splitlines()))
+        if not before.strip() and re.match(r" {1,3}\S", line) and not re.match(r" {1,3}([-*]|\d+\.) ", line)
+    ]
+    assert stray == []
