@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,11 +52,11 @@ PARTS: dict[str, str] = {
     "AWS::Logs::LogGroup": "logs",
     "AWS::FSx::FileSystem": "FSx for Lustre",
 }
-_SUB_NAME = re.compile(r"\$\{([A-Za-z0-9]+)(?:\.[A-Za-z0-9.]+)?\}")
 
 
 def _references(value: Any) -> Iterator[tuple[str, str]]:
-    """("local", logical id) and ("import", export name) for every reference inside a template value."""
+    """("local", logical id) for each Ref and Fn::GetAtt inside a template value, ("import", export name) for each
+    Fn::ImportValue."""
     if isinstance(value, dict):
         if "Ref" in value and isinstance(value["Ref"], str):
             yield "local", value["Ref"]
@@ -66,9 +65,6 @@ def _references(value: Any) -> Iterator[tuple[str, str]]:
             yield "local", target[0] if isinstance(target, list) else str(target).split(".")[0]
         if "Fn::ImportValue" in value and isinstance(value["Fn::ImportValue"], str):
             yield "import", value["Fn::ImportValue"]
-        if "Fn::Sub" in value:
-            text = value["Fn::Sub"][0] if isinstance(value["Fn::Sub"], list) else value["Fn::Sub"]
-            yield from (("local", name) for name in _SUB_NAME.findall(str(text)))
         for item in value.values():
             yield from _references(item)
     elif isinstance(value, list):
