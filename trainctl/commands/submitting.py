@@ -115,10 +115,10 @@ def submit(
     ] = (JobKind.training),
     nodes: Annotated[int | None, typer.Option(min=1, help="Nodes (default: the job definition's).")] = None,
     env: Annotated[
-        list[str] | None, typer.Option(metavar="K=V", help="Environment variable on every node; repeatable.")
+        list[str] | None, typer.Option(metavar="NAME=VALUE", help="Environment variable on every node; repeatable.")
     ] = None,
     timeout: Annotated[
-        int | None, typer.Option(metavar="S", help="Seconds an attempt may run (60 to 2147483647).")
+        int | None, typer.Option(metavar="SECONDS", help="Seconds an attempt may run (60 to 2147483647).")
     ] = None,
     share: Annotated[str | None, typer.Option(metavar="ID", help="Fair-share identifier (fair-share queues).")] = None,
     name: Annotated[str | None, typer.Option(help="Job name (default: <fleet>-<job>-<UTC time>).")] = None,
@@ -184,7 +184,7 @@ def sweep(
     ctx: typer.Context,
     fleet_name: Annotated[str, typer.Argument(metavar="FLEET", help="Fleet to run on.")],
     grid: Annotated[
-        list[str], typer.Option(metavar="K=v1,v2", help="An environment variable and its values; repeatable.")
+        list[str], typer.Option(metavar="NAME=V1,V2", help="An environment variable and its values; repeatable.")
     ],
     share: Annotated[str | None, typer.Option(metavar="ID", help="Fair-share identifier for every job.")] = None,
     new_share: NewShareOption = False,
