@@ -12,6 +12,8 @@ from trainctl.errors import TrainctlError
 # SubmitJob jobName: up to 128 letters, numbers, hyphens and underscores, the first alphanumeric
 # (API SubmitJob, jobName).
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+# The same rule in words: submit's --name and a task file's `name:` both say it.
+JOB_NAME_RULE = "a job name is 1-128 letters, digits, '-' or '_', starting with a letter or digit"
 # JobTimeout.attemptDurationSeconds: "The minimum value for the timeout is 60 seconds" (API JobTimeout).
 MIN_TIMEOUT_SECONDS = 60
 # attemptDurationSeconds is an Integer (API JobTimeout), a signed 32-bit value: Batch refuses more.
@@ -73,9 +75,7 @@ def point_name(prefix: str, point: dict[str, str]) -> str:
 
 def check_job_name(name: str) -> str:
     if not JOB_NAME.match(name):
-        raise TrainctlError(
-            f"--name {name!r}: a job name is 1-128 letters, digits, '-' or '_', starting with a letter or digit"
-        )
+        raise TrainctlError(f"--name {name!r}: {JOB_NAME_RULE}")
     return name
 
 

@@ -1,0 +1,69 @@
+"""The small things that each cost a newcomer minutes (issue 43, Why 6), and `exec --port`, on moto's
+AWS APIs on 127.0.0.1: a job name explained in words, refusals that name what `run` takes, duplicated
+keys, an empty command, `logs -f` on a finished job, a --since in the future, --new-share alone, exec's
+order of checks, --env-file, and port forwarding through Session Manager."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_trainctl import ok_json, one_error_line  # fixtures
+from tests.test_trainctl import trainctl as trainctl
+from tests.test_trainctl import world as world
+from trainctl.errors import ExitCode
+from trainctl.requests import JOB_NAME_RULE
+from trainctl.taskfile import LAUNCHER, load_task
+
+ROOT = Path(__file__).resolve().parents[1]
+# Nothing listens on port 9: a command that asked AWS first would exit 3, not 2.
+OFFLINE = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+
+
+def task_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "task.yaml"
+    path.write_text(text)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- job names
+def test_the_docs_task_file_loads_and_a_bad_name_is_explained_in_words_in_both(trainctl: Any, tmp_path: Path) -> None:
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "jobs.md").read_text(), re.S)
+    (documented,) = [b for b in blocks if b.startswith("fleet: gpu")]
+    assert load_task(task_file(tmp_path, documented)).name  # the page's own example is a valid task
+
+    line = one_error_line(
+        trainctl("run", str(task_file(tmp_path, "fleet: gpu\nname: h1-lr-0.1\n")), env=OFFLINE), ExitCode.USAGE
+    )
+    assert JOB_NAME_RULE in line and "field name" in line and "pattern" not in line
+    flag = one_error_line(trainctl("submit", "gpu", "--name", "h1-lr-0.1", env=OFFLINE), ExitCode.USAGE)
+    assert JOB_NAME_RULE in flag and "--name 'h1-lr-0.1'" in flag
+
+
+# ----------------------------------------------------------------------------------------------- task files
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("fleet: gpu\nnodes: 2\nname: a\nnodes: 4\n", "field nodes is given twice (lines 2 and 4): keep one"),
+        ("fleet: gpu\nenv:\n  LR: 1\n  LR: 2\n", "field env.LR is given twice (lines 3 and 4)"),
+        ("fleet: gpu\ncommand: ''\n", "field command: empty: give the script and its arguments"),
+        ("fleet: gpu\ncommand: []\n", "field command: empty"),
+    ],
+)
+def test_a_repeated_key_or_an_empty_command_in_a_task_file_is_one_line(
+    trainctl: Any, tmp_path: Path, text: str, says: str
+) -> None:
+    line = one_error_line(trainctl("run", str(task_file(tmp_path, text)), env=OFFLINE), ExitCode.USAGE)
+    assert says in line and len(line) <= 200
+
+
+def test_submit_refuses_an_empty_command(trainctl: Any) -> None:
+    for command in ("", "   "):
+        line = one_error_line(trainctl("submit", "gpu", "--command", command, env=OFFLINE), ExitCode.USAGE)
+        assert "--command: empty" in line
+    planned = ok_json(trainctl("submit", "gpu", "--command", "python train.py", "--dry-run"))
+    (override,) = planned["nodeOverrides"]["nodePropertyOverrides"]
+    assert override["containerOverrides"]["command"] == [LAUNCHER, "python", "train.py"]
