@@ -14,6 +14,7 @@ import pytest
 from tests.test_trainctl import ok_json, one_error_line  # fixtures
 from tests.test_trainctl import trainctl as trainctl
 from tests.test_trainctl import world as world
+from tests.trainctl_world import World
 from trainctl.errors import ExitCode
 from trainctl.requests import JOB_NAME_RULE
 from trainctl.taskfile import LAUNCHER, load_task
@@ -41,6 +42,34 @@ def test_the_docs_task_file_loads_and_a_bad_name_is_explained_in_words_in_both(t
     assert JOB_NAME_RULE in line and "field name" in line and "pattern" not in line
     flag = one_error_line(trainctl("submit", "gpu", "--name", "h1-lr-0.1", env=OFFLINE), ExitCode.USAGE)
     assert JOB_NAME_RULE in flag and "--name 'h1-lr-0.1'" in flag
+
+
+# ----------------------------------------------------------------------------------------------- run's refusals
+def test_runs_refusals_name_the_task_files_field_not_a_flag(world: World, trainctl: Any, tmp_path: Path) -> None:
+    too_many = task_file(tmp_path, "fleet: gpu\nnodes: 1000\n")
+    line = one_error_line(trainctl("run", str(too_many)), ExitCode.USAGE)
+    # The gpu fleet holds 2 nodes.
+    assert f"set nodes: 2 or fewer in {too_many}" in line and "--nodes" not in line
+
+    fifo = one_error_line(trainctl("run", str(task_file(tmp_path, "fleet: gpu\nshare: llama\n"))), ExitCode.USAGE)
+    assert "remove share: from" in fifo and "--share" not in fifo
+    missing = one_error_line(trainctl("run", str(task_file(tmp_path, "fleet: trainium\n"))), ExitCode.USAGE)
+    assert "fair share: set share: ID in" in missing and "--share" not in missing
+    unknown = one_error_line(
+        trainctl("run", str(task_file(tmp_path, "fleet: trainium\nshare: lama\n"))), ExitCode.USAGE
+    )
+    assert "task.yaml: share: lama" in unknown and "set share: one of them in" in unknown
+    # submit has the flags, and says so.
+    assert "pass --nodes 2 or fewer" in one_error_line(trainctl("submit", "gpu", "--nodes", "9"), ExitCode.USAGE)
+
+
+def test_new_share_without_a_share_is_refused(trainctl: Any, tmp_path: Path) -> None:
+    flag = one_error_line(trainctl("submit", "trainium", "--new-share", "--dry-run"), ExitCode.USAGE)
+    assert "--new-share without a share: pass --share ID" in flag
+    task = task_file(tmp_path, "fleet: trainium\n")
+    line = one_error_line(trainctl("run", str(task), "--new-share", "--dry-run"), ExitCode.USAGE)
+    assert f"--new-share without a share: set share: ID in {task}" in line
+    assert "--new-share" in one_error_line(trainctl("sweep", "gpu", "--grid", "A=1", "--new-share"), ExitCode.USAGE)
 
 
 # ----------------------------------------------------------------------------------------------- task files

@@ -19,9 +19,25 @@ from trainctl.compute import fleet_compute
 from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.jobs import watch as watch_job
-from trainctl.preflight import capacity, check_nodes, describe_definition, retry_with_attempts, with_image
+from trainctl.preflight import (
+    FLAGS,
+    Inputs,
+    capacity,
+    check_nodes,
+    describe_definition,
+    retry_with_attempts,
+    with_image,
+)
 from trainctl.preflight import check_share as check_share_of
-from trainctl.requests import SWEEP_TAG, check_flags, grid_points, parse_env, parse_grid, point_name, submit_request
+from trainctl.requests import (
+    SWEEP_TAG,
+    check_flags,
+    grid_points,
+    parse_env,
+    parse_grid,
+    point_name,
+    submit_request,
+)
 from trainctl.taskfile import MAX_ATTEMPTS, Task, load_task, make_task
 
 # sweep asks before submitting more jobs than this (each one is a whole multi-node job).
@@ -57,17 +73,20 @@ def follow(state: State, job_id: str, poll_seconds: float) -> dict[str, Any]:
         return watch_job(state.batch, job_id, on_state=on_state, poll_seconds=poll_seconds)
 
 
-def build_request(state: State, task: Task, *, new_share: bool, dry_run: bool) -> tuple[Fleet, dict[str, Any]]:
+def build_request(
+    state: State, task: Task, *, new_share: bool, dry_run: bool, inputs: Inputs = FLAGS
+) -> tuple[Fleet, dict[str, Any]]:
     """The SubmitJob request for a task, after every refusal that needs no submission: the fleet's
-    capacity, the share, and (for another image) the job definition revision it needs."""
+    capacity, the share, and (for another image) the job definition revision it needs. `inputs` says
+    whether the task came from options or a task file, for the refusals to name the right one."""
     check_flags(name=task.name, timeout_seconds=task.timeout)
     fleet = state.deployment().fleet(task.fleet)
     deployed = fleet.training_definition if task.job == "training" else fleet.benchmark_definition
     definition = describe_definition(state.batch, deployed)
     compute = fleet_compute(state.batch, fleet)
     nodes = task.nodes or int(definition.get("nodeProperties", {}).get("numNodes") or 1)
-    check_nodes(fleet, nodes, capacity(compute, definition))
-    check_share_of(state.batch, fleet, compute.queue or {}, task.share, new_share=new_share)
+    check_nodes(fleet, nodes, capacity(compute, definition), inputs=inputs)
+    check_share_of(state.batch, fleet, compute.queue or {}, task.share, new_share=new_share, inputs=inputs)
     if task.image:
         deployed = with_image(state.batch, definition, task.image, register=not dry_run)
     request = submit_request(
@@ -171,7 +190,10 @@ def run(
     """Submit the job a task file describes: fleet (required), job, nodes, name, command, launcher, image,
     env, share, timeout, attempts (docs/jobs.md)."""
     state = state_of(ctx)
-    fleet, request = build_request(state, load_task(task_file), new_share=new_share, dry_run=dry_run)
+    task = load_task(task_file)
+    fleet, request = build_request(
+        state, task, new_share=new_share, dry_run=dry_run, inputs=Inputs(task_file=str(task_file))
+    )
     if dry_run:
         state.out(request)
         return
