@@ -96,3 +96,10 @@ def test_submit_refuses_an_empty_command(trainctl: Any) -> None:
     planned = ok_json(trainctl("submit", "gpu", "--command", "python train.py", "--dry-run"))
     (override,) = planned["nodeOverrides"]["nodePropertyOverrides"]
     assert override["containerOverrides"]["command"] == [LAUNCHER, "python", "train.py"]
+
+
+# ----------------------------------------------------------------------------------------------- --since
+def test_a_since_in_the_future_is_refused(trainctl: Any) -> None:
+    for command in ("cost", "jobs"):
+        line = one_error_line(trainctl(command, "--since", "2031-01-01", env=OFFLINE), ExitCode.USAGE)
+        assert "--since 2031-01-01: that is after now" in line and "7d" in line
