@@ -98,6 +98,34 @@ def test_submit_refuses_an_empty_command(trainctl: Any) -> None:
     assert override["containerOverrides"]["command"] == [LAUNCHER, "python", "train.py"]
 
 
+# ----------------------------------------------------------------------------------------------- logs -f
+def test_logs_follow_on_a_finished_job_prints_its_logs_and_exits_with_its_outcome(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = world.submit("gpu", name="done-before")
+    world.add_node_streams(done, "gpu", {0: [(1_000, "epoch 1"), (2_000, "saved")], 1: [(1_500, "joined")]})
+    world.set_job(done, "SUCCEEDED")
+    result = trainctl("logs", done, "-f")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["[n0] epoch 1", "[n1] joined", "[n0] saved"]
+    assert f"job {done} already ended SUCCEEDED: its logs are above" in result.stderr
+
+    silent = world.submit("gpu", name="failed-silent")
+    world.add_node_streams(silent, "gpu", {0: [], 1: []})
+    world.set_job(silent, "FAILED", reason="Essential container in task exited")
+    failed = trainctl("logs", silent, "--follow")
+    assert failed.exit_code == ExitCode.JOB_FAILED and failed.stdout == ""
+    assert f"job {silent} already ended FAILED: its nodes wrote no log lines" in failed.stderr
+
+    # Followed to its end, a job that fails sets the exit status too.
+    running = world.submit("gpu", name="fails-later")
+    world.add_node_streams(running, "gpu", {0: [(1_000, "step 1")], 1: []})
+    world.set_job(running, "RUNNING")
+    monkeypatch.setattr("trainctl.commands.base.sleep", lambda _s: world.set_job(running, "FAILED"))
+    followed = trainctl("logs", running, "-f")
+    assert followed.exit_code == ExitCode.JOB_FAILED and followed.stdout.splitlines() == ["[n0] step 1"]
+
+
 # ----------------------------------------------------------------------------------------------- --since
 def test_a_since_in_the_future_is_refused(trainctl: Any) -> None:
     for command in ("cost", "jobs"):
