@@ -131,3 +131,51 @@ def test_a_since_in_the_future_is_refused(trainctl: Any) -> None:
     for command in ("cost", "jobs"):
         line = one_error_line(trainctl(command, "--since", "2031-01-01", env=OFFLINE), ExitCode.USAGE)
         assert "--since 2031-01-01: that is after now" in line and "7d" in line
+
+
+# ----------------------------------------------------------------------------------------------- --env-file
+def test_env_file_on_submit_run_and_sweep(trainctl: Any, tmp_path: Path) -> None:
+    env_file = tmp_path / "job.env"
+    env_file.write_text('# shared settings\n\nDATA=s3://bucket/set\nLR=0.1\nNOTE="two words"\nEMPTY=\n')
+
+    planned = ok_json(trainctl("submit", "gpu", "--env-file", str(env_file), "--env", "LR=0.2", "--dry-run"))
+    (override,) = planned["nodeOverrides"]["nodePropertyOverrides"]
+    environment = {e["name"]: e["value"] for e in override["containerOverrides"]["environment"]}
+    # --env wins over the file; comments and blank lines are skipped; one pair of quotes is dropped.
+    assert environment == {"DATA": "s3://bucket/set", "LR": "0.2", "NOTE": "two words", "EMPTY": ""}
+
+    task = task_file(tmp_path, "fleet: gpu\nenv:\n  LR: 0.3\n")
+    (override,) = ok_json(trainctl("run", str(task), "--env-file", str(env_file), "--dry-run"))["nodeOverrides"][
+        "nodePropertyOverrides"
+    ]
+    environment = {e["name"]: e["value"] for e in override["containerOverrides"]["environment"]}
+    assert environment["LR"] == "0.3" and environment["DATA"] == "s3://bucket/set"
+
+    requests = ok_json(trainctl("sweep", "gpu", "--grid", "LR=1,2", "--env-file", str(env_file), "--dry-run"))
+    swept = [{e["name"]: e["value"] for e in r["nodeOverrides"]["nodePropertyOverrides"][0]["containerOverrides"][
+        "environment"]} for r in requests]  # fmt: skip
+    assert [(e["LR"], e["DATA"]) for e in swept] == [("1", "s3://bucket/set"), ("2", "s3://bucket/set")]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("A=1\n# fine\nnot a pair\n", "line 3: 'not a pair' is not NAME=VALUE"),
+        ("\n1BAD=x\n", "line 2: '1BAD=x' is not NAME=VALUE"),
+        ("AWS_BATCH_JOB_ID=x\n", "line 1: AWS_BATCH_JOB_ID: names starting with AWS_BATCH are reserved"),
+    ],
+)
+def test_a_bad_env_file_line_is_refused_with_its_number(trainctl: Any, tmp_path: Path, text: str, says: str) -> None:
+    env_file = tmp_path / "bad.env"
+    env_file.write_text(text)
+    for command in (
+        ("submit", "gpu"),
+        ("run", str(task_file(tmp_path, "fleet: gpu\n"))),
+        ("sweep", "gpu", "--grid", "A=1"),
+    ):
+        line = one_error_line(trainctl(*command, "--env-file", str(env_file), env=OFFLINE), ExitCode.USAGE)
+        assert f"--env-file {env_file} {says}" in line, command
+    missing = one_error_line(
+        trainctl("submit", "gpu", "--env-file", str(tmp_path / "none.env"), env=OFFLINE), ExitCode.USAGE
+    )
+    assert "none.env: cannot read it" in missing

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from trainctl.errors import TrainctlError
@@ -38,6 +39,36 @@ def parse_env(pairs: Iterable[str]) -> dict[str, str]:
             raise TrainctlError(f"--env {pair!r} is not NAME=VALUE with NAME a shell variable name (TASK=Isaac-...)")
         if name.startswith(RESERVED_ENV_PREFIX):
             raise TrainctlError(f"--env {name}: names starting with {RESERVED_ENV_PREFIX} are reserved for Batch")
+        environment[name] = value
+    return environment
+
+
+def parse_env_file(path: Path) -> dict[str, str]:
+    """`--env-file`: NAME=VALUE lines; blank lines and lines starting with # are skipped; a value in one pair
+    of matching quotes loses them; nothing else is interpreted (no $ expansion)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise TrainctlError(f"--env-file {path}: cannot read it ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise TrainctlError(f"--env-file {path}: not UTF-8 text") from None
+    environment: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        name, sep, value = stripped.partition("=")
+        if not sep or not ENV_NAME.match(name):
+            raise TrainctlError(
+                f"--env-file {path} line {number}: {stripped[:40]!r} is not NAME=VALUE with NAME a shell variable "
+                "name (comments start with #)"
+            )
+        if name.startswith(RESERVED_ENV_PREFIX):
+            raise TrainctlError(
+                f"--env-file {path} line {number}: {name}: names starting with {RESERVED_ENV_PREFIX} are reserved"
+            )
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
         environment[name] = value
     return environment
 

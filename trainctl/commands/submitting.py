@@ -34,6 +34,7 @@ from trainctl.requests import (
     check_flags,
     grid_points,
     parse_env,
+    parse_env_file,
     parse_grid,
     point_name,
     submit_request,
@@ -119,6 +120,12 @@ def _submit_and_report(state: State, fleet: Fleet, request: dict[str, Any], *, w
 
 WatchOption = Annotated[bool, typer.Option("--watch", help="Follow the job's states; exit with its outcome.")]
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the exact SubmitJob request; submit nothing.")]
+EnvFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--env-file", metavar="FILE", help="NAME=VALUE lines for every node (# comments); the job's own env wins."
+    ),
+]
 NewShareOption = Annotated[
     bool, typer.Option("--new-share", help="Allow a share identifier the queue's fair-share policy does not list.")
 ]
@@ -136,6 +143,7 @@ def submit(
     env: Annotated[
         list[str] | None, typer.Option(metavar="K=V", help="Environment variable on every node; repeatable.")
     ] = None,
+    env_file: EnvFileOption = None,
     timeout: Annotated[
         int | None, typer.Option(metavar="S", help="Seconds an attempt may run (60 to 2147483647).")
     ] = None,
@@ -159,7 +167,7 @@ def submit(
     """Submit one multi-node job to a fleet's queue."""
     state = state_of(ctx)
     # The flags first: a typo is reported before any AWS call.
-    environment = parse_env(env or [])
+    environment = (parse_env_file(env_file) if env_file else {}) | parse_env(env or [])
     check_flags(name=name, timeout_seconds=timeout)
     task = _task(
         fleet=fleet_name, job=job.value, nodes=nodes, name=name, command=command, launcher=not no_launcher,
@@ -182,6 +190,7 @@ def _task(**fields: Any) -> Task:
 def run(
     ctx: typer.Context,
     task_file: Annotated[Path, typer.Argument(metavar="TASK.yaml", help="The job, described in a YAML file.")],
+    env_file: EnvFileOption = None,
     new_share: NewShareOption = False,
     watch: WatchOption = False,
     dry_run: DryRunOption = False,
@@ -191,6 +200,8 @@ def run(
     env, share, timeout, attempts (docs/jobs.md)."""
     state = state_of(ctx)
     task = load_task(task_file)
+    if env_file:
+        task = task.model_copy(update={"env": parse_env_file(env_file) | task.env})
     fleet, request = build_request(
         state, task, new_share=new_share, dry_run=dry_run, inputs=Inputs(task_file=str(task_file))
     )
@@ -209,6 +220,7 @@ def sweep(
         list[str], typer.Option(metavar="K=v1,v2", help="An environment variable and its values; repeatable.")
     ],
     share: Annotated[str | None, typer.Option(metavar="ID", help="Fair-share identifier for every job.")] = None,
+    env_file: EnvFileOption = None,
     new_share: NewShareOption = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help=f"Submit more than {SWEEP_CAP} jobs without asking.")] = (
         False
@@ -223,6 +235,7 @@ def sweep(
     """
     state = state_of(ctx)
     points = grid_points(parse_grid(grid))
+    common = parse_env_file(env_file) if env_file else {}
     fleet, template = build_request(
         state, make_task({"fleet": fleet_name, "share": share}, where="--"), new_share=new_share, dry_run=dry_run
     )
@@ -232,7 +245,7 @@ def sweep(
             name=point_name(fleet.name, point),
             queue=fleet.job_queue,
             definition=template["jobDefinition"],
-            environment=point,
+            environment=common | point,
             share=share,
             tags={SWEEP_TAG: sweep_id},
         )
