@@ -5,17 +5,23 @@ order of checks, --env-file, and port forwarding through Session Manager."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
 from tests.test_trainctl import ok_json, one_error_line  # fixtures
 from tests.test_trainctl import trainctl as trainctl
 from tests.test_trainctl import world as world
-from tests.trainctl_world import World
-from trainctl.errors import ExitCode
+from tests.test_trainctl_daily import CLUSTER, CLUSTER_ARN, running_job_with_a_task
+from tests.trainctl_world import REGION, World
+from trainctl.aws import Aws
+from trainctl.ecs_exec import PortForward, parse_ports
+from trainctl.errors import ExitCode, TrainctlError
 from trainctl.requests import JOB_NAME_RULE
 from trainctl.taskfile import LAUNCHER, load_task
 
@@ -179,3 +185,116 @@ def test_a_bad_env_file_line_is_refused_with_its_number(trainctl: Any, tmp_path:
         trainctl("submit", "gpu", "--env-file", str(tmp_path / "none.env"), env=OFFLINE), ExitCode.USAGE
     )
     assert "none.env: cannot read it" in missing
+
+
+# ----------------------------------------------------------------------------------------------- exec
+def test_exec_says_the_job_ended_before_asking_for_the_plugin(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    ended = world.submit("gpu", name="exec-ended")
+    world.set_job(ended, "SUCCEEDED")
+    line = one_error_line(trainctl("exec", ended), ExitCode.USAGE)
+    assert "is SUCCEEDED: exec needs a RUNNING job" in line and "plugin" not in line
+    job_id, _ = running_job_with_a_task(world)
+    assert "has nodes 0..1" in one_error_line(trainctl("exec", job_id, "--node", "5", "--port", "6006"), ExitCode.USAGE)
+    # A running node: now the plugin is what is missing.
+    assert "brew install" in one_error_line(trainctl("exec", job_id, "--port", "6006"), ExitCode.USAGE)
+
+
+def test_port_specs() -> None:
+    assert parse_ports(["6006", "16888:8888", " 7000 "]) == [
+        PortForward(6006, 6006), PortForward(16888, 8888), PortForward(7000, 7000),
+    ]  # fmt: skip
+    for bad in ("", "tb", "0", "65536", "6006:", ":6006", "1:2:3", "-1", "6006/tcp", "١٢٣"):
+        with pytest.raises(TrainctlError) as refused:
+            parse_ports([bad])
+        message = refused.value.message
+        assert message.startswith(f"--port {bad!r}: give PORT or LOCAL:CONTAINER, each 1-65535") and len(message) < 200
+    with pytest.raises(TrainctlError, match="local port 6006 is already forwarded"):
+        parse_ports(["6006", "6006:7007"])
+
+
+def stubbed_clients(monkeypatch: pytest.MonkeyPatch, world: World, *services: str) -> dict[str, Stubber]:
+    """Clients with scripted answers for these services (moto runs no ECS task and no Session Manager)."""
+    clients = {
+        s: boto3.client(s, region_name=REGION, endpoint_url=world.endpoint, aws_access_key_id="t",
+                        aws_secret_access_key="t")  # noqa: S106
+        for s in services
+    }  # fmt: skip
+    original = Aws.client
+    monkeypatch.setattr(Aws, "client", lambda self, service: clients.get(service) or original(self, service))
+    stubbers = {s: Stubber(c) for s, c in clients.items()}
+    for stubber in stubbers.values():
+        stubber.activate()
+    return stubbers
+
+
+def test_exec_port_forwards_each_port_through_session_manager(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id, task = running_job_with_a_task(world)
+    stubbers = stubbed_clients(monkeypatch, world, "ecs", "ssm")
+    stubbers["ecs"].add_response(
+        "describe_tasks",
+        {"tasks": [{"taskArn": task, "clusterArn": CLUSTER_ARN, "enableExecuteCommand": True,
+                    "containers": [{"name": "default", "runtimeId": "0123abcd-rt"}]}]},
+        {"cluster": CLUSTER, "tasks": [task]},
+    )  # fmt: skip
+    target = f"ecs:{CLUSTER}_0123abcd_0123abcd-rt"
+    requests = [
+        {"Target": target, "DocumentName": "AWS-StartPortForwardingSession",
+         "Parameters": {"portNumber": [container], "localPortNumber": [local]}}
+        for local, container in (("6006", "6006"), ("18888", "8888"))
+    ]  # fmt: skip
+    sessions = []
+    for number, request in enumerate(requests):
+        session = {"SessionId": f"s-{number}", "TokenValue": f"token-{number}", "StreamUrl": f"wss://ssm/{number}"}
+        stubbers["ssm"].add_response("start_session", session, request)
+        sessions.append(session)
+    monkeypatch.setattr("trainctl.commands.control.shutil.which", lambda _name: "/opt/bin/session-manager-plugin")
+    calls: list[list[list[str]]] = []
+    monkeypatch.setattr("trainctl.commands.control.run_plugins", lambda argvs: calls.append(argvs) or 0)
+
+    result = trainctl("exec", job_id, "--node", "1", "--port", "6006", "--port", "18888:8888")
+
+    assert result.exit_code == 0, result.output
+    for stubber in stubbers.values():
+        stubber.assert_no_pending_responses()
+    # What the AWS CLI's `ssm start-session` passes the plugin: the session, the region, the request.
+    assert calls == [
+        [
+            ["/opt/bin/session-manager-plugin", json.dumps(session), REGION, "StartSession", "", json.dumps(request),
+             world.endpoint]
+            for session, request in zip(sessions, requests, strict=True)
+        ]
+    ]  # fmt: skip
+    assert "localhost:18888 -> container port 8888" in result.stderr
+
+    # A session that cannot start ends those already started, as the AWS CLI does.
+    stubbers["ecs"].add_response(
+        "describe_tasks",
+        {"tasks": [{"taskArn": task, "clusterArn": CLUSTER_ARN, "enableExecuteCommand": True,
+                    "containers": [{"name": "default", "runtimeId": "0123abcd-rt"}]}]},
+        {"cluster": CLUSTER, "tasks": [task]},
+    )  # fmt: skip
+    stubbers["ssm"].add_response("start_session", sessions[0], requests[0])
+    stubbers["ssm"].add_client_error("start_session", "AccessDeniedException", "not allowed to start a session")
+    stubbers["ssm"].add_response("terminate_session", {"SessionId": "s-0"}, {"SessionId": "s-0"})
+    denied = trainctl("exec", job_id, "--node", "1", "--port", "6006", "--port", "18888:8888")
+    assert "not allowed to start a session" in one_error_line(denied, ExitCode.AWS)
+    stubbers["ssm"].assert_no_pending_responses()
+    assert len(calls) == 1  # no plugin ran
+
+    line = one_error_line(trainctl("exec", job_id, "--port", "6006", "--", "nvidia-smi"), ExitCode.USAGE)
+    assert "--port forwards ports and runs no command" in line
+    assert "give PORT or LOCAL:CONTAINER" in one_error_line(
+        trainctl("exec", job_id, "--port", "tb", env=OFFLINE), ExitCode.USAGE
+    )
+
+
+def test_run_plugins_waits_for_every_plugin_and_reports_the_first_failure() -> None:
+    from trainctl.commands.control import run_plugins
+
+    assert run_plugins([["true"], ["true"]]) == 0
+    assert run_plugins([["true"], ["sh", "-c", "exit 7"]]) == 7
