@@ -51,20 +51,25 @@ def test_the_docs_task_file_loads_and_a_bad_name_is_explained_in_words_in_both(t
 
 
 # ----------------------------------------------------------------------------------------------- run's refusals
-def test_runs_refusals_name_the_task_files_field_not_a_flag(world: World, trainctl: Any, tmp_path: Path) -> None:
-    too_many = task_file(tmp_path, "fleet: gpu\nnodes: 1000\n")
-    line = one_error_line(trainctl("run", str(too_many)), ExitCode.USAGE)
-    # The gpu fleet holds 2 nodes.
-    assert f"set nodes: 2 or fewer in {too_many}" in line and "--nodes" not in line
+def test_runs_refusals_name_the_task_files_field_not_a_flag(
+    world: World, trainctl: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the file as a user names it, relative
 
-    fifo = one_error_line(trainctl("run", str(task_file(tmp_path, "fleet: gpu\nshare: llama\n"))), ExitCode.USAGE)
-    assert "remove share: from" in fifo and "--share" not in fifo
-    missing = one_error_line(trainctl("run", str(task_file(tmp_path, "fleet: trainium\n"))), ExitCode.USAGE)
-    assert "fair share: set share: ID in" in missing and "--share" not in missing
-    unknown = one_error_line(
-        trainctl("run", str(task_file(tmp_path, "fleet: trainium\nshare: lama\n"))), ExitCode.USAGE
-    )
-    assert "task.yaml: share: lama" in unknown and "set share: one of them in" in unknown
+    def refused(text: str) -> str:
+        task_file(tmp_path, text)
+        line = one_error_line(trainctl("run", "task.yaml"), ExitCode.USAGE)
+        assert len(line) <= 200 and "--nodes" not in line and "--share" not in line
+        return line
+
+    # The gpu fleet holds 2 nodes.
+    too_many = refused("fleet: gpu\nnodes: 1000\n")
+    assert too_many.startswith("trainctl: nodes: 1000: fleet gpu holds at most 2 nodes")
+    assert "set nodes: 2 or fewer in task.yaml" in too_many
+    assert "first in, first out: remove share: from task.yaml" in refused("fleet: gpu\nshare: llama\n")
+    assert "fair share: set share: ID in task.yaml" in refused("fleet: trainium\n")
+    unknown = refused("fleet: trainium\nshare: lama\n")
+    assert "share: lama: fleet trainium's fair-share policy lists llama; set share: one of them in task.yaml" in unknown
     # submit has the flags, and says so.
     assert "pass --nodes 2 or fewer" in one_error_line(trainctl("submit", "gpu", "--nodes", "9"), ExitCode.USAGE)
 
@@ -180,7 +185,7 @@ def test_a_bad_env_file_line_is_refused_with_its_number(trainctl: Any, tmp_path:
         ("sweep", "gpu", "--grid", "A=1"),
     ):
         line = one_error_line(trainctl(*command, "--env-file", str(env_file), env=OFFLINE), ExitCode.USAGE)
-        assert f"--env-file {env_file} {says}" in line, command
+        assert f"--env-file {env_file} {says}" in line and len(line) <= 200, command
     missing = one_error_line(
         trainctl("submit", "gpu", "--env-file", str(tmp_path / "none.env"), env=OFFLINE), ExitCode.USAGE
     )

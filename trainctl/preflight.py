@@ -36,7 +36,8 @@ class Inputs:
     task_file: str | None = None
 
     def name(self, field: str) -> str:
-        return f"--{field}" if self.task_file is None else f"{self.task_file}: {field}:"
+        # The file is named once, in what to change.
+        return f"--{field}" if self.task_file is None else f"{field}:"
 
     def set_to(self, field: str, value: str) -> str:
         return f"pass --{field} {value}" if self.task_file is None else f"set {field}: {value} in {self.task_file}"

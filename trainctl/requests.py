@@ -60,8 +60,8 @@ def parse_env_file(path: Path) -> dict[str, str]:
         name, sep, value = stripped.partition("=")
         if not sep or not ENV_NAME.match(name):
             raise TrainctlError(
-                f"--env-file {path} line {number}: {stripped[:40]!r} is not NAME=VALUE with NAME a shell variable "
-                "name (comments start with #)"
+                f"--env-file {path} line {number}: {stripped[:40]!r} is not NAME=VALUE (NAME: letters, digits, _; "
+                "# starts a comment)"
             )
         if name.startswith(RESERVED_ENV_PREFIX):
             raise TrainctlError(
