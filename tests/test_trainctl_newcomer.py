@@ -94,10 +94,12 @@ def test_new_share_without_a_share_is_refused(trainctl: Any, tmp_path: Path) -> 
     ],
 )
 def test_a_repeated_key_or_an_empty_command_in_a_task_file_is_one_line(
-    trainctl: Any, tmp_path: Path, text: str, says: str
+    trainctl: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, says: str
 ) -> None:
-    line = one_error_line(trainctl("run", str(task_file(tmp_path, text)), env=OFFLINE), ExitCode.USAGE)
-    assert says in line and len(line) <= 200
+    monkeypatch.chdir(tmp_path)
+    task_file(tmp_path, text)
+    line = one_error_line(trainctl("run", "task.yaml", env=OFFLINE), ExitCode.USAGE)
+    assert line.startswith("trainctl: task.yaml: ") and says in line and len(line) <= 200
 
 
 def test_submit_refuses_an_empty_command(trainctl: Any) -> None:
@@ -176,20 +178,17 @@ def test_env_file_on_submit_run_and_sweep(trainctl: Any, tmp_path: Path) -> None
         ("AWS_BATCH_JOB_ID=x\n", "line 1: AWS_BATCH_JOB_ID: names starting with AWS_BATCH are reserved"),
     ],
 )
-def test_a_bad_env_file_line_is_refused_with_its_number(trainctl: Any, tmp_path: Path, text: str, says: str) -> None:
-    env_file = tmp_path / "bad.env"
-    env_file.write_text(text)
-    for command in (
-        ("submit", "gpu"),
-        ("run", str(task_file(tmp_path, "fleet: gpu\n"))),
-        ("sweep", "gpu", "--grid", "A=1"),
-    ):
-        line = one_error_line(trainctl(*command, "--env-file", str(env_file), env=OFFLINE), ExitCode.USAGE)
-        assert f"--env-file {env_file} {says}" in line and len(line) <= 200, command
-    missing = one_error_line(
-        trainctl("submit", "gpu", "--env-file", str(tmp_path / "none.env"), env=OFFLINE), ExitCode.USAGE
-    )
-    assert "none.env: cannot read it" in missing
+def test_a_bad_env_file_line_is_refused_with_its_number(
+    trainctl: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, says: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.env").write_text(text)
+    task_file(tmp_path, "fleet: gpu\n")
+    for command in (("submit", "gpu"), ("run", "task.yaml"), ("sweep", "gpu", "--grid", "A=1")):
+        line = one_error_line(trainctl(*command, "--env-file", "bad.env", env=OFFLINE), ExitCode.USAGE)
+        assert f"--env-file bad.env {says}" in line and len(line) <= 200, command
+    missing = one_error_line(trainctl("submit", "gpu", "--env-file", "none.env", env=OFFLINE), ExitCode.USAGE)
+    assert "--env-file none.env: cannot read it" in missing
 
 
 # ----------------------------------------------------------------------------------------------- exec

@@ -64,7 +64,7 @@ class Task(BaseModel):
             value = shlex.split(value)
         if isinstance(value, list) and not value:
             # The launcher alone exits with its usage on every node.
-            raise ValueError("empty: give the script and its arguments (python train.py --lr 0.1), or leave it out")
+            raise ValueError("empty: give the script and its arguments (python train.py), or leave it out")
         return value
 
     @field_validator("env", mode="before")
