@@ -81,4 +81,10 @@ def parse_since(text: str | None, *, default: timedelta, now: datetime | None = 
         raise TrainctlError(
             f"--since {text!r}: give a span back from now (30m, 12h, 7d, 2w) or a date YYYY-MM-DD"
         ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if moment > now:
+        # Nothing was created after a moment still to come: an empty table would only hide the typo.
+        raise TrainctlError(
+            f"--since {text}: that is after now ({now:%Y-%m-%d %H:%M} UTC); give a past date or a span (7d)"
+        )
+    return moment

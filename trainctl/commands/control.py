@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import typer
 from config.job_events import TRAINCTL_CANCEL_REASON
 from trainctl import ecs_exec
 from trainctl.capacity import CAPACITY_CANCEL
-from trainctl.commands.base import app, note, reports_errors, state_of
+from trainctl.commands.base import State, app, note, reports_errors, state_of
 from trainctl.compute import fleet_compute
 from trainctl.display import parse_since
 from trainctl.errors import ExitCode, TrainctlError
@@ -147,22 +148,70 @@ def exec_(
         list[str] | None, typer.Argument(metavar="[-- CMD...]", help="Command to run (default: an interactive bash).")
     ] = None,
     node: Annotated[int, typer.Option(min=0, help="Which node (0 is the main node).")] = 0,
+    port: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="PORT|LOCAL:CONTAINER",
+            help="Forward a port of the node's container to this machine (TensorBoard: 6006); repeatable.",
+        ),
+    ] = None,
 ) -> None:
-    """A shell (or a command) in one node's container, through ECS Exec and the Session Manager plugin."""
+    """A shell (or a command) in one node's container, or its ports forwarded here with --port, through ECS
+    Exec and the Session Manager plugin."""
     state = state_of(ctx)
+    forwards = ecs_exec.parse_ports(port or [])
+    if forwards and command:
+        raise TrainctlError("--port forwards ports and runs no command: drop the command after --, or exec it apart")
+    job_id, job, fleet = owned(state.batch, state.deployment(), job_id)
+    # The job and node first: a job that has ended is said before the plugin is asked for.
+    task = ecs_exec.running_task(state.batch, job, node)
     plugin = shutil.which(ecs_exec.PLUGIN)
     if plugin is None:
         raise TrainctlError(ecs_exec.INSTALL_PLUGIN, ExitCode.USAGE)
-    job_id, job, fleet = owned(state.batch, state.deployment(), job_id)
     environment = fleet_compute(state.batch, fleet).environment or {}
     ecs = state.aws.client("ecs")
-    target = ecs_exec.resolve(state.batch, ecs, job, node, cluster=environment.get("ecsClusterArn"))
+    target = ecs_exec.resolve(ecs, task, node, cluster=environment.get("ecsClusterArn"))
+    if forwards:
+        _forward_ports(state, plugin, target, forwards, where=f"node {node} of job {job_id}")
+        return
     session = ecs_exec.start(ecs, target, shlex.join(command) if command else "/bin/bash")
     argv = ecs_exec.plugin_argv(
-        plugin, session, target, region=state.aws.region, profile=state.aws.profile, endpoint=_endpoint(ecs)
+        plugin,
+        session,
+        {"Target": target.ssm_target},
+        region=state.aws.region,
+        profile=state.aws.profile,
+        endpoint=_endpoint(ecs),
     )
     note(f"node {node} of job {job_id}: {target.task} ({target.container}); exit the shell to end the session")
     code = run_plugin(argv)
+    if code:
+        raise typer.Exit(code)
+
+
+def _forward_ports(
+    state: State, plugin: str, target: ecs_exec.ExecTarget, forwards: list[ecs_exec.PortForward], *, where: str
+) -> None:
+    """One Session Manager port-forwarding session per --port, all open until Ctrl-C."""
+    ssm = state.aws.client("ssm")
+    argvs: list[list[str]] = []
+    for forward in forwards:
+        try:
+            session, request = ecs_exec.start_port_forwarding(ssm, target, forward)
+        except TrainctlError:
+            # As the AWS CLI does when it cannot hand a session on: end those already started.
+            for started in argvs:
+                ssm.terminate_session(SessionId=json.loads(started[1])["SessionId"])
+            raise
+        argvs.append(
+            ecs_exec.plugin_argv(
+                plugin, session, request, region=state.aws.region, profile=state.aws.profile, endpoint=_endpoint(ssm)
+            )
+        )
+    for forward in forwards:
+        note(f"{where}: localhost:{forward.local} -> container port {forward.container}")
+    note("Ctrl-C ends the forwarding")
+    code = run_plugins(argvs)
     if code:
         raise typer.Exit(code)
 
@@ -174,3 +223,15 @@ def _endpoint(client: Any) -> str:
 def run_plugin(argv: list[str]) -> int:
     """The plugin owns the terminal until the session ends (tests stand in for it)."""
     return subprocess.call(argv)  # noqa: S603 - a fixed program found on PATH, no shell
+
+
+def run_plugins(argvs: list[list[str]]) -> int:
+    """Several plugins side by side (one per forwarded port) until all end; Ctrl-C stops them all."""
+    processes = [subprocess.Popen(argv) for argv in argvs]  # noqa: S603 - a fixed program found on PATH, no shell
+    try:
+        codes = [process.wait() for process in processes]
+    except KeyboardInterrupt:
+        for process in processes:
+            process.terminate()
+        return 0
+    return next((code for code in codes if code), 0)

@@ -19,7 +19,8 @@ from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, app, console, note, reports_errors, state_of
 from trainctl.compute import fleet_compute
 from trainctl.cost import price_per_hour, usage_of
-from trainctl.display import human_size, parse_since, styled_state, when
+from trainctl.display import human_duration, human_size, parse_since, styled_state, when
+from trainctl.errors import ExitCode
 from trainctl.handles import JOB_HELP, owned
 from trainctl.jobs import DONE, describe_jobs, num_nodes
 from trainctl.lineage import follow, lineage_lines
@@ -163,7 +164,9 @@ def logs(
     ctx: typer.Context,
     job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)],
     node: Annotated[str, typer.Option(metavar="all|0,2", help="Which nodes' streams.")] = "all",
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the job ends; exit 1 if it ended FAILED.")
+    ] = False,
     timestamps: Annotated[bool, typer.Option("--timestamps", "-t", help="Each line with its UTC time.")] = False,
     poll_seconds: PollOption = POLL_SECONDS / 3,
 ) -> None:
@@ -184,11 +187,16 @@ def logs(
             else:
                 typer.echo(line.render())
 
-    show_lines(interleave(r.read() for r in readers.values()))
+    first = interleave(r.read() for r in readers.values())
+    show_lines(first)
     if not follow:
         if all(r.source.stream is None for r in readers.values()):
             note(f"no node of job {job_id} has a log stream yet (it is {job.get('status')})")
         return
+    if job.get("status") in DONE:
+        # Nothing more will come: say so rather than end in silence.
+        shown = "its logs are above" if first else "its nodes wrote no log lines"
+        note(f"job {job_id} already ended {job.get('status')}: {shown}; nothing more to follow")
     while job.get("status") not in DONE:
         base.sleep(poll_seconds)
         job = describe_jobs(state.batch, [job_id])[0]
@@ -197,6 +205,9 @@ def logs(
             for stream in node_streams(state.batch, job, waiting, fleet.log_group):
                 readers[stream.node] = StreamReader(logs_client, stream)
         show_lines(interleave(r.read() for r in readers.values()))
+    # As submit --watch: the exit status says how the followed job ended.
+    if job.get("status") != "SUCCEEDED":
+        raise typer.Exit(int(ExitCode.JOB_FAILED))
 
 
 # ----------------------------------------------------------------------------------------------- why
