@@ -19,7 +19,7 @@ from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, app, console, note, reports_errors, state_of
 from trainctl.compute import fleet_compute
 from trainctl.cost import price_per_hour, usage_of
-from trainctl.display import human_duration, human_size, parse_since, styled_state, when
+from trainctl.display import human_size, parse_since, styled_state, when
 from trainctl.errors import ExitCode
 from trainctl.handles import JOB_HELP, owned
 from trainctl.jobs import DONE, describe_jobs, num_nodes
