@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator
 
 from trainctl.errors import TrainctlError
 from trainctl.requests import ENV_NAME, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, RESERVED_ENV_PREFIX
@@ -44,6 +44,10 @@ class Task(BaseModel):
     share: str | None = None
     timeout: int | None = Field(None, ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS)
     attempts: int | None = Field(None, ge=1, le=MAX_ATTEMPTS)
+    # A folder every node fetches and runs the command in (docs/workdir.md); in a file, relative to the file.
+    workdir: Path | None = None
+    # A shell command every node runs after the unpack, before training.
+    setup: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
 
     @field_validator("command", mode="before")
     @classmethod
@@ -68,6 +72,13 @@ class Task(BaseModel):
                     for k, v in value.items()}  # fmt: skip
         return value
 
+    @field_validator("workdir", "setup")
+    @classmethod
+    def _needs_the_launcher(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and info.data.get("launcher") is False:
+            raise ValueError("needs the launcher, which fetches the workdir and runs the setup: drop launcher: false")
+        return value
+
     def full_command(self) -> list[str] | None:
         if self.command is None:
             return None
@@ -89,8 +100,13 @@ def load_task(path: Path) -> Task:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise TrainctlError(f"{path}: not valid YAML{where}") from None
     if not isinstance(document, dict):
-        raise TrainctlError(f"{path}: a task file is a mapping of fields ({', '.join(FIELDS)})")
-    return make_task(document, where=f"{path}: field ")
+        raise TrainctlError(
+            f"{path}: a task file is a mapping of fields, such as `fleet: gpu` (all of them: docs/jobs.md)"
+        )
+    task = make_task(document, where=f"{path}: field ")
+    if task.workdir and not task.workdir.is_absolute():
+        return task.model_copy(update={"workdir": path.parent / task.workdir})
+    return task
 
 
 def make_task(fields: dict[str, Any], *, where: str) -> Task:

@@ -23,6 +23,9 @@ from trainctl.preflight import capacity, check_nodes, describe_definition, retry
 from trainctl.preflight import check_share as check_share_of
 from trainctl.requests import SWEEP_TAG, check_flags, grid_points, parse_env, parse_grid, point_name, submit_request
 from trainctl.taskfile import MAX_ATTEMPTS, Task, load_task, make_task
+from trainctl.workdir import environment as workdir_environment
+from trainctl.workdir import prepare as prepare_workdir
+from trainctl.workdir import stage as stage_workdir
 
 # sweep asks before submitting more jobs than this (each one is a whole multi-node job).
 SWEEP_CAP = 20
@@ -61,6 +64,7 @@ def build_request(state: State, task: Task, *, new_share: bool, dry_run: bool) -
     """The SubmitJob request for a task, after every refusal that needs no submission: the fleet's
     capacity, the share, and (for another image) the job definition revision it needs."""
     check_flags(name=task.name, timeout_seconds=task.timeout)
+    packed = prepare_workdir(task)
     fleet = state.deployment().fleet(task.fleet)
     deployed = fleet.training_definition if task.job == "training" else fleet.benchmark_definition
     definition = describe_definition(state.batch, deployed)
@@ -70,12 +74,15 @@ def build_request(state: State, task: Task, *, new_share: bool, dry_run: bool) -
     check_share_of(state.batch, fleet, compute.queue or {}, task.share, new_share=new_share)
     if task.image:
         deployed = with_image(state.batch, definition, task.image, register=not dry_run)
+    bucket = state.deployment().dataset_bucket
+    if packed:
+        note(stage_workdir(packed, bucket=bucket, s3=state.aws.client("s3"), dry_run=dry_run))
     request = submit_request(
         name=task.name or f"{fleet.name}-{task.job}-{base.timestamp()}",
         queue=fleet.job_queue,
         definition=deployed,
         nodes=task.nodes,
-        environment=task.env,
+        environment={**task.env, **workdir_environment(bucket or "", packed, task.setup)},
         timeout_seconds=task.timeout,
         share=task.share,
         command=task.full_command(),
@@ -132,6 +139,14 @@ def submit(
     attempts: Annotated[
         int | None, typer.Option(min=1, max=MAX_ATTEMPTS, help="Attempts (infrastructure failures only).")
     ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="A folder every node fetches and runs --command in (docs/workdir.md)."),
+    ] = None,
+    setup: Annotated[
+        str | None,
+        typer.Option(metavar="CMD", help="A shell command every node runs before training (docs/workdir.md)."),
+    ] = None,
     new_share: NewShareOption = False,
     watch: WatchOption = False,
     dry_run: DryRunOption = False,
@@ -144,7 +159,7 @@ def submit(
     check_flags(name=name, timeout_seconds=timeout)
     task = _task(
         fleet=fleet_name, job=job.value, nodes=nodes, name=name, command=command, launcher=not no_launcher,
-        image=image, env=environment, share=share, timeout=timeout, attempts=attempts,
+        image=image, env=environment, share=share, timeout=timeout, attempts=attempts, workdir=workdir, setup=setup,
     )  # fmt: skip
     fleet, request = build_request(state, task, new_share=new_share, dry_run=dry_run)
     if dry_run:
@@ -169,7 +184,7 @@ def run(
     poll_seconds: PollOption = POLL_SECONDS,
 ) -> None:
     """Submit the job a task file describes: fleet (required), job, nodes, name, command, launcher, image,
-    env, share, timeout, attempts (docs/jobs.md)."""
+    env, share, timeout, attempts, workdir, setup (docs/jobs.md, docs/workdir.md)."""
     state = state_of(ctx)
     fleet, request = build_request(state, load_task(task_file), new_share=new_share, dry_run=dry_run)
     if dry_run:
