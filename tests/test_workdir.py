@@ -15,6 +15,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.stub import Stubber
 
 from tests.harness import ROOT
 from tests.test_rehearsal import definition as rehearsal_definition
@@ -25,7 +26,7 @@ from tests.trainctl_world import DATASET_BUCKET, World
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.rehearsal.session import Options, rehearse
 from trainctl.taskfile import load_task
-from trainctl.workdir import PREFIX, SETUP_ENV, URI_ENV, pack
+from trainctl.workdir import PREFIX, SETUP_ENV, URI_ENV, pack, upload
 
 sys.path.insert(0, str(ROOT / "container"))
 import workdir_fetch  # container/ is on the path only from here
@@ -169,6 +170,20 @@ def test_a_workdir_is_uploaded_once_per_content_hash(world: World, trainctl: Any
     assert second.exit_code == 0, second.output
     assert f"already stored as s3://{DATASET_BUCKET}/{key}: nothing uploaded" in second.stderr
     assert workdir_versions(world) == sorted([*before, key])  # one version: no second PUT
+
+
+def test_credentials_that_cannot_list_the_bucket_are_told_what_they_need(tmp_path: Path) -> None:
+    s3 = boto3.client("s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")  # noqa: S106
+    packed = pack(tree(tmp_path / "code", {"train.py": "pass\n"}))
+    with Stubber(s3) as stub:
+        stub.add_client_error("head_object", service_error_code="403", http_status_code=403)
+        with pytest.raises(TrainctlError) as refused:
+            upload(s3, "datasets", packed)
+    assert refused.value.message == (
+        "S3 refused HeadObject on the workdir (403): your credentials need s3:ListBucket and "
+        "s3:GetObject on datasets, and s3:PutObject on workdirs/*"
+    )
+    assert len(refused.value.message) <= 200
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ import botocore.exceptions
 from pathspec import GitIgnoreSpec
 
 from trainctl.aws import aws_errors
-from trainctl.errors import TrainctlError
+from trainctl.errors import ExitCode, TrainctlError
 from trainctl.taskfile import Task
 
 # Under the dataset bucket, which the job role reads (stacks/jobs_stack.py) and no job writes.
@@ -172,7 +172,16 @@ def upload(s3: Any, bucket: str, packed: Packed) -> bool:
             s3.head_object(Bucket=bucket, Key=packed.key)
             return False
         except botocore.exceptions.ClientError as error:
-            if error.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+            code = str(error.response.get("Error", {}).get("Code", ""))
+            # A missing key answers 404 only to a caller with s3:ListBucket on the bucket, 403 to one without
+            # (S3 API Reference, HeadObject, Permissions).
+            if code == "403":
+                raise TrainctlError(
+                    f"S3 refused HeadObject on the workdir (403): your credentials need s3:ListBucket and "
+                    f"s3:GetObject on {bucket}, and s3:PutObject on {PREFIX}*",
+                    ExitCode.AWS,
+                ) from None
+            if code not in ("404", "NoSuchKey", "NotFound"):
                 raise
         s3.put_object(
             Bucket=bucket,
