@@ -7,8 +7,9 @@ from S3 with the job role, checked against the digest in its name, and unpacked 
 first (a retried attempt on the same host starts clean). WORKDIR_SETUP: a shell command run with bash in DIR
 (in the current folder without WORKDIR_URI) after the unpack; its output is the job's.
 
-Exits 0; 2 with one line when the archive cannot be fetched or unpacked; 1 with one line when the setup fails
-(the application's failure, not retried). Stdlib + boto3, Python 3.10 (the oldest interpreter the images ship).
+Exits 0, or 2 with one line when the archive cannot be fetched or unpacked or the setup fails: the job's own
+problem on every node, which the launcher (and, for a child, the main node) ends the job with, not retried.
+Stdlib + boto3, Python 3.10 (the oldest interpreter the images ship).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         status = subprocess.call(["bash", "-c", setup], cwd=where)  # noqa: S603, S607 - the job's own command
         if status != 0:
             print(f"{NAME}: setup exited {status}: {setup[:120]}", file=sys.stderr)
-            return 1
+            return 2
     return 0
 
 

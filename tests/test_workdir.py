@@ -292,7 +292,7 @@ def test_the_launcher_fetches_unpacks_and_sets_up_the_workdir_before_the_command
 def test_a_failed_setup_stops_the_node_before_the_command(s3_endpoint: str, tmp_path: Path) -> None:
     uri = uploaded(s3_endpoint, tree(tmp_path / "code", {"train.py": TRAIN, "model/net.py": "NET = 1\n"}))
     result = launch(s3_endpoint, tmp_path, WORKDIR_URI=uri, WORKDIR_SETUP="exit 3")
-    assert result.returncode == 1 and "TRAINED" not in result.stdout
+    assert result.returncode == 2 and "TRAINED" not in result.stdout  # 2: the job's problem, not retried
     assert "workdir_fetch.py: setup exited 3: exit 3" in result.stderr
 
 
