@@ -25,8 +25,10 @@ from tests.test_trainctl import world as world
 from tests.trainctl_world import DATASET_BUCKET, World
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.rehearsal.session import Options, rehearse
+from trainctl.taskfile import LAUNCHER as LAUNCHER_IN_IMAGE
 from trainctl.taskfile import load_task
-from trainctl.workdir import PREFIX, SETUP_ENV, URI_ENV, pack, upload
+from trainctl.workdir import PREFIX, SETUP_ENV, URI_ENV, check_definition_script, pack, upload
+from training_constructs.jobs.workloads import ISAACLAB_TRAIN_SCRIPT
 
 sys.path.insert(0, str(ROOT / "container"))
 import workdir_fetch  # container/ is on the path only from here
@@ -208,6 +210,20 @@ def test_a_script_missing_from_the_workdir_is_refused_before_anything_is_submitt
     assert world.client("batch").list_jobs(jobQueue=world.queues["gpu"], filters=named)["jobSummaryList"] == []
 
 
+def test_without_a_command_the_job_definitions_script_must_be_in_the_workdir(tmp_path: Path) -> None:
+    packed = pack(tree(tmp_path / "code", {"train.py": "pass\n"}))
+
+    def definition(*command: str) -> dict[str, Any]:
+        return {"nodeProperties": {"nodeRangeProperties": [{"container": {"command": list(command)}}]}}
+
+    # Isaac Lab's default script is relative to the image's working folder, which a workdir replaces.
+    with pytest.raises(TrainctlError) as refused:
+        check_definition_script(packed, definition(LAUNCHER_IN_IMAGE, ISAACLAB_TRAIN_SCRIPT, "--headless"))
+    assert f"the job definition's script {ISAACLAB_TRAIN_SCRIPT} is not in workdir" in refused.value.message
+    check_definition_script(packed, definition(LAUNCHER_IN_IMAGE, "/opt/training/allreduce_bench.py"))
+    check_definition_script(packed, definition(LAUNCHER_IN_IMAGE, "train.py"))
+
+
 def test_a_workdir_without_the_launcher_is_refused(trainctl: Any, tmp_path: Path) -> None:
     tree(tmp_path / "code", CODE)
     task = tmp_path / "task.yaml"
@@ -287,6 +303,14 @@ def test_the_launcher_fetches_unpacks_and_sets_up_the_workdir_before_the_command
     node = tmp_path / "node"
     assert result.stdout.splitlines() == [f"SETUP in {node}", f"TRAINED in {node} with NET = 1 --lr 1"]
     assert f"2 files from {uri} in {node}" in result.stderr
+
+
+def test_a_setup_without_a_workdir_runs_where_the_command_runs(s3_endpoint: str, tmp_path: Path) -> None:
+    tree(tmp_path, {"train.py": TRAIN, "model/net.py": "NET = 2\n"})
+    result = launch(s3_endpoint, tmp_path, WORKDIR_SETUP="touch setup-done")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"TRAINED in {tmp_path} with NET = 2 --lr 1"]
+    assert not (tmp_path / "node").exists()
 
 
 def test_a_failed_setup_stops_the_node_before_the_command(s3_endpoint: str, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pathspec import GitIgnoreSpec
 
 from trainctl.aws import aws_errors
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.taskfile import Task
+from trainctl.taskfile import LAUNCHER, Task
 
 # Under the dataset bucket, which the job role reads (stacks/jobs_stack.py) and no job writes.
 PREFIX = "workdirs/"
@@ -163,6 +163,20 @@ def check_script(packed: Packed, command: list[str] | None) -> None:
         else f"paths are relative to the workdir; {IGNORE_FILE} may leave it out"
     )
     raise TrainctlError(f"command: {command[0]} is not in workdir {packed.folder} ({hint})"[:200])
+
+
+def check_definition_script(packed: Packed, definition: dict[str, Any]) -> None:
+    """Without `command:`, the job definition's command runs from the workdir: a relative script it gives the
+    launcher must be there too (Isaac Lab's default is relative to the image's /workspace/isaaclab)."""
+    ranges = definition.get("nodeProperties", {}).get("nodeRangeProperties") or [{}]
+    command = [str(word) for word in ranges[0].get("container", {}).get("command", [])]
+    if command[:1] != [LAUNCHER] or len(command) < 2 or command[1].startswith(("-", "/")):
+        return
+    if posixpath.normpath(command[1]) not in packed.files:
+        raise TrainctlError(
+            f"command: the job definition's script {command[1]} is not in workdir {packed.folder}: "
+            "give the command to run from it"
+        )
 
 
 def upload(s3: Any, bucket: str, packed: Packed) -> bool:

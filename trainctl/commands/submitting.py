@@ -23,6 +23,7 @@ from trainctl.preflight import capacity, check_nodes, describe_definition, retry
 from trainctl.preflight import check_share as check_share_of
 from trainctl.requests import SWEEP_TAG, check_flags, grid_points, parse_env, parse_grid, point_name, submit_request
 from trainctl.taskfile import MAX_ATTEMPTS, Task, load_task, make_task
+from trainctl.workdir import check_definition_script
 from trainctl.workdir import environment as workdir_environment
 from trainctl.workdir import prepare as prepare_workdir
 from trainctl.workdir import stage as stage_workdir
@@ -68,6 +69,8 @@ def build_request(state: State, task: Task, *, new_share: bool, dry_run: bool) -
     fleet = state.deployment().fleet(task.fleet)
     deployed = fleet.training_definition if task.job == "training" else fleet.benchmark_definition
     definition = describe_definition(state.batch, deployed)
+    if packed and task.command is None:
+        check_definition_script(packed, definition)
     compute = fleet_compute(state.batch, fleet)
     nodes = task.nodes or int(definition.get("nodeProperties", {}).get("numNodes") or 1)
     check_nodes(fleet, nodes, capacity(compute, definition))

@@ -25,6 +25,7 @@ from trainctl.rehearsal.faults import Fault, fault_node, parse_fault
 from trainctl.rehearsal.local_s3 import LocalS3
 from trainctl.rehearsal.runtime import Runtime
 from trainctl.taskfile import Task, make_task
+from trainctl.workdir import check_definition_script
 from trainctl.workdir import environment as workdir_environment
 from trainctl.workdir import prepare as prepare_workdir
 from trainctl.workdir import upload as upload_workdir
@@ -108,6 +109,8 @@ def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
     spec = job_spec(definition, fleet=task.fleet, source=source, task=task, name=name)
     # The workdir as `run` sends it: packed, its script checked, in the local S3 for every node's launcher.
     packed = prepare_workdir(task)
+    if packed and task.command is None:
+        check_definition_script(packed, definition)
     bucket = spec.environment.get("DATASET_BUCKET") or WORKDIR_BUCKET
     spec = dataclasses.replace(
         spec, environment={**spec.environment, **workdir_environment(bucket, packed, task.setup)}
