@@ -349,13 +349,8 @@ def build_world(endpoint: str) -> World:
     outputs["AlertTopic"] = f"arn:aws:sns:{REGION}:{ACCOUNT}:alerts"
 
     cloudformation = world.client("cloudformation")
-    for stack, stack_outputs in (
-        ("TrainingJobs", outputs),
-        (
-            "TrainingData",
-            {"CheckpointBucket": CHECKPOINT_BUCKET, "DatasetBucket": DATASET_BUCKET},
-        ),
-    ):
+    buckets = {"CheckpointBucket": CHECKPOINT_BUCKET, "DatasetBucket": DATASET_BUCKET}
+    for stack, stack_outputs in (("TrainingJobs", outputs), ("TrainingData", buckets)):
         template = {
             # CloudFormation needs one resource; a wait condition handle costs nothing.
             "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},

@@ -76,7 +76,9 @@ class Task(BaseModel):
     @classmethod
     def _needs_the_launcher(cls, value: Any, info: ValidationInfo) -> Any:
         if value is not None and info.data.get("launcher") is False:
-            raise ValueError("needs the launcher, which fetches the workdir and runs the setup: drop launcher: false")
+            raise ValueError(
+                "needs the launcher, which fetches the workdir and runs the setup: drop launcher: false (--no-launcher)"
+            )
         return value
 
     def full_command(self) -> list[str] | None:

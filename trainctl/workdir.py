@@ -39,7 +39,6 @@ class Packed:
     archive: bytes  # tar.gz
     digest: str  # sha256 of the tar: the same files give the same digest
     files: frozenset[str]  # paths inside the folder, '/'-separated
-    size: int  # the files' bytes
 
     @property
     def key(self) -> str:
@@ -122,7 +121,6 @@ def pack(folder: Path, *, limit: int = MAX_BYTES) -> Packed:
         raise TrainctlError(f"workdir {folder}: not a folder")
     tar_bytes = io.BytesIO()
     files: set[str] = set()
-    total = 0
     with tarfile.open(fileobj=tar_bytes, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for path, file in _entries(folder, limit):
             info = tarfile.TarInfo(path)
@@ -135,7 +133,6 @@ def pack(folder: Path, *, limit: int = MAX_BYTES) -> Packed:
                 data = file.read_bytes()
                 info.size, info.mode = len(data), 0o755 if mode & stat.S_IXUSR else 0o644
                 tar.addfile(info, io.BytesIO(data))
-                total += len(data)
             else:
                 continue  # sockets, fifos: nothing to ship
             files.add(path)
@@ -145,7 +142,6 @@ def pack(folder: Path, *, limit: int = MAX_BYTES) -> Packed:
         archive=gzip.compress(raw, compresslevel=6, mtime=0),
         digest=hashlib.sha256(raw).hexdigest(),
         files=frozenset(files),
-        size=total,
     )
 
 
