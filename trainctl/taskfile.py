@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator
 
 from trainctl.errors import TrainctlError
 from trainctl.requests import (
@@ -49,6 +49,10 @@ class Task(BaseModel):
     share: str | None = None
     timeout: int | None = Field(None, ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS)
     attempts: int | None = Field(None, ge=1, le=MAX_ATTEMPTS)
+    # A folder every node fetches and runs the command in (docs/workdir.md); in a file, relative to the file.
+    workdir: Path | None = None
+    # A shell command every node runs after the unpack, before training.
+    setup: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
 
     @field_validator("name")
     @classmethod
@@ -64,7 +68,7 @@ class Task(BaseModel):
             value = shlex.split(value)
         if isinstance(value, list) and not value:
             # The launcher alone exits with its usage on every node.
-            raise ValueError("empty: give the script and its arguments (python train.py), or leave it out")
+            raise ValueError("empty: give the script and its arguments (train.py --lr 0.1), or leave it out")
         return value
 
     @field_validator("env", mode="before")
@@ -81,6 +85,15 @@ class Task(BaseModel):
             # YAML reads 1000 as a number and true as a boolean; the environment is text.
             return {k: v if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
                     for k, v in value.items()}  # fmt: skip
+        return value
+
+    @field_validator("workdir", "setup")
+    @classmethod
+    def _needs_the_launcher(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and info.data.get("launcher") is False:
+            raise ValueError(
+                "needs the launcher, which fetches the workdir and runs the setup: drop launcher: false (--no-launcher)"
+            )
         return value
 
     def full_command(self) -> list[str] | None:
@@ -110,8 +123,13 @@ def load_task(path: Path) -> Task:
         # YAML loaders keep the last of two equal keys without a word.
         raise TrainctlError(f"{path}: field {key} is given twice (lines {first} and {again}): keep one")
     if not isinstance(document, dict):
-        raise TrainctlError(f"{path}: a task file is a mapping of fields ({', '.join(FIELDS)})")
-    return make_task(document, where=f"{path}: field ")
+        raise TrainctlError(
+            f"{path}: a task file is a mapping of fields, such as `fleet: gpu` (all of them: docs/jobs.md)"
+        )
+    task = make_task(document, where=f"{path}: field ")
+    if task.workdir and not task.workdir.is_absolute():
+        return task.model_copy(update={"workdir": path.parent / task.workdir})
+    return task
 
 
 def _duplicate_key(node: Any, within: str = "") -> tuple[str, int, int] | None:

@@ -40,6 +40,10 @@ from trainctl.requests import (
     submit_request,
 )
 from trainctl.taskfile import MAX_ATTEMPTS, Task, load_task, make_task
+from trainctl.workdir import check_definition_script
+from trainctl.workdir import environment as workdir_environment
+from trainctl.workdir import prepare as prepare_workdir
+from trainctl.workdir import stage as stage_workdir
 
 # sweep asks before submitting more jobs than this (each one is a whole multi-node job).
 SWEEP_CAP = 20
@@ -81,21 +85,27 @@ def build_request(
     capacity, the share, and (for another image) the job definition revision it needs. `inputs` says
     whether the task came from options or a task file, for the refusals to name the right one."""
     check_flags(name=task.name, timeout_seconds=task.timeout)
+    packed = prepare_workdir(task)
     fleet = state.deployment().fleet(task.fleet)
     deployed = fleet.training_definition if task.job == "training" else fleet.benchmark_definition
     definition = describe_definition(state.batch, deployed)
+    if packed and task.command is None:
+        check_definition_script(packed, definition)
     compute = fleet_compute(state.batch, fleet)
     nodes = task.nodes or int(definition.get("nodeProperties", {}).get("numNodes") or 1)
     check_nodes(fleet, nodes, capacity(compute, definition), inputs=inputs)
     check_share_of(state.batch, fleet, compute.queue or {}, task.share, new_share=new_share, inputs=inputs)
     if task.image:
         deployed = with_image(state.batch, definition, task.image, register=not dry_run)
+    bucket = state.deployment().dataset_bucket
+    if packed:
+        note(stage_workdir(packed, bucket=bucket, s3=state.aws.client("s3"), dry_run=dry_run))
     request = submit_request(
         name=task.name or f"{fleet.name}-{task.job}-{base.timestamp()}",
         queue=fleet.job_queue,
         definition=deployed,
         nodes=task.nodes,
-        environment=task.env,
+        environment={**task.env, **workdir_environment(bucket or "", packed, task.setup)},
         timeout_seconds=task.timeout,
         share=task.share,
         command=task.full_command(),
@@ -159,6 +169,14 @@ def submit(
     attempts: Annotated[
         int | None, typer.Option(min=1, max=MAX_ATTEMPTS, help="Attempts (infrastructure failures only).")
     ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="A folder every node fetches and runs --command in (docs/workdir.md)."),
+    ] = None,
+    setup: Annotated[
+        str | None,
+        typer.Option(metavar="CMD", help="A shell command every node runs before training (docs/workdir.md)."),
+    ] = None,
     new_share: NewShareOption = False,
     watch: WatchOption = False,
     dry_run: DryRunOption = False,
@@ -171,7 +189,7 @@ def submit(
     check_flags(name=name, timeout_seconds=timeout)
     task = _task(
         fleet=fleet_name, job=job.value, nodes=nodes, name=name, command=command, launcher=not no_launcher,
-        image=image, env=environment, share=share, timeout=timeout, attempts=attempts,
+        image=image, env=environment, share=share, timeout=timeout, attempts=attempts, workdir=workdir, setup=setup,
     )  # fmt: skip
     fleet, request = build_request(state, task, new_share=new_share, dry_run=dry_run)
     if dry_run:
@@ -197,7 +215,7 @@ def run(
     poll_seconds: PollOption = POLL_SECONDS,
 ) -> None:
     """Submit the job a task file describes: fleet (required), job, nodes, name, command, launcher, image,
-    env, share, timeout, attempts (docs/jobs.md)."""
+    env, share, timeout, attempts, workdir, setup (docs/jobs.md, docs/workdir.md)."""
     state = state_of(ctx)
     task = load_task(task_file)
     if env_file:
