@@ -68,6 +68,8 @@
 # evidence/attempt-<AWS_BATCH_JOB_ATTEMPT>/node-<index>/ and tells the main node; once every node hangs, the
 # main node exits with one line naming the rank and node that stopped first: 75 on the first attempt or
 # with a hardware sign, HANG_EXIT (124, not retried) after.
+# Workdir (workdir_fetch.py beside this file): with WORKDIR_URI, every node unpacks the job's code into WORKDIR_DIR
+# (default /tmp/workdir) after its preflight and runs the script from there; WORKDIR_SETUP runs first.
 # Exits with the training command's status (1 if it succeeded but the last upload failed).
 set -euo pipefail
 launcher_start="${EPOCHREALTIME:-$(date +%s)}"
@@ -366,6 +368,18 @@ if [[ "$preflight_failed" -ne 0 ]]; then
     node_fault mark --line "preflight: ${last_error:-exit $PREFLIGHT_EXIT}" || true
   fi
   exit "$preflight_failed"
+fi
+
+# The job's code (trainctl submit --workdir, docs/workdir.md): every node unpacks WORKDIR_URI into WORKDIR_DIR,
+# runs WORKDIR_SETUP, and runs the script from there; with CHECKPOINT_PYTHON's interpreter (boto3).
+if [[ -n "${WORKDIR_URI:-}${WORKDIR_SETUP:-}" ]]; then
+  export WORKDIR_DIR="${WORKDIR_DIR:-/tmp/workdir}"
+  "${CHECKPOINT_PYTHON:-${PYTHON:-python3}}" "$HERE/workdir_fetch.py" --dir "$WORKDIR_DIR" || {
+    fetch_status=$?
+    last_error="workdir_fetch.py exited $fetch_status (see the line above)"
+    exit "$fetch_status"
+  }
+  [[ -z "${WORKDIR_URI:-}" ]] || cd "$WORKDIR_DIR"
 fi
 
 script=("$@")

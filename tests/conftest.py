@@ -65,6 +65,7 @@ _scratch_folder()
 # Files whose tests call tests.harness.synth() or synth_with().
 SYNTH_FILES = frozenset(
     {
+        "test_architecture.py",
         "test_cfn_lint.py",
         "test_cloud_build.py",
         "test_compute.py",

@@ -11,6 +11,17 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
 
+class _MkdocsLoader(yaml.SafeLoader):
+    """mkdocs.yml as mkdocs reads it, with a `!!python/name:` tag (a function mkdocs imports) kept as its name."""
+
+
+_MkdocsLoader.add_multi_constructor("tag:yaml.org,2002:python/name:", lambda loader, suffix, node: suffix)
+
+
+def mkdocs_config() -> dict:
+    return yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_MkdocsLoader)  # noqa: S506 (a SafeLoader)
+
+
 def nav_pages() -> list[str]:
     """The pages mkdocs.yml's nav lists, in order, relative to docs/."""
 
@@ -21,7 +32,7 @@ def nav_pages() -> list[str]:
             found += walk(value) if isinstance(value, list) else [value]
         return found
 
-    return walk(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+    return walk(mkdocs_config()["nav"])
 
 
 def page(name: str) -> str:

@@ -10,6 +10,7 @@ from config.context import read_settings
 from config.job_events import TRAINCTL_CANCEL_REASON
 from tests.harness import VARIANTS, resources, synth
 from tests.test_jobs import CAPACITY, STACK, container, job_roles, queue_ids
+from trainctl.workdir import PREFIX as WORKDIR_PREFIX
 from training_constructs.jobs.training_jobs import ECS_EXEC_ACTIONS, NODE_WATCH_ACTIONS
 
 
@@ -256,6 +257,21 @@ def allows(action_pattern: str, action: str) -> bool:
 def test_allows_matches_iam_wildcards():
     assert allows("s3:DeleteObject*", "s3:DeleteObjectVersion") and allows("s3:*", "s3:DeleteObjectVersion")
     assert allows("*", "s3:DeleteObjectVersion") and not allows("s3:DeleteObject", "s3:DeleteObjectVersion")
+
+
+def test_job_role_reads_the_workdirs_trainctl_uploads():
+    """Every node's launcher reads <dataset bucket>/workdirs/<digest>.tar.gz with the job role
+    (container/workdir_fetch.py); the test above keeps every write to that bucket away from jobs."""
+    dataset_objects = set()
+    for statement in job_policy_statements("default"):
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if statement.get("Effect", "Allow") != "Allow" or not any(allows(a, "s3:GetObject") for a in actions):
+            continue
+        for resource in statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]:
+            parts = resource.get("Fn::Join", ["", []])[1] if isinstance(resource, dict) else []
+            if parts[:1] == [{"Fn::ImportValue": "TrainingData-DatasetBucketArn"}]:
+                dataset_objects.add("".join(parts[1:]))
+    assert dataset_objects & {"/*", f"/{WORKDIR_PREFIX}*"}, dataset_objects
 
 
 def test_job_role_can_never_delete_a_checkpoint_version():

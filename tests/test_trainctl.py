@@ -63,12 +63,12 @@ def test_status_shows_each_fleet_from_the_outputs(world: World, trainctl: Any) -
 
     assert set(fleets) == {"gpu", "trainium", "spare"}
     spare = fleets["spare"]
-    assert spare["instance_type"] == "g6.12xlarge"
-    assert spare["queue_state"] == "ENABLED/VALID"
-    assert spare["environment_state"] == "ENABLED/VALID"
-    assert (spare["vcpus"], spare["max_vcpus"], spare["instances"]) == (0, 96, 0)
+    assert spare["instanceType"] == "g6.12xlarge"
+    assert spare["queueState"] == "ENABLED/VALID"
+    assert spare["environmentState"] == "ENABLED/VALID"
+    assert (spare["vcpus"], spare["maxvCpus"], spare["instances"]) == (0, 96, 0)
     assert {s: n for s, n in spare["jobs"].items() if n} == {"RUNNABLE": 1, "SUCCEEDED": 1}
-    assert fleets["trainium"]["instance_type"] == "trn1.32xlarge"
+    assert fleets["trainium"]["instanceType"] == "trn1.32xlarge"
 
     table = trainctl("status")
     assert table.exit_code == 0, table.output
@@ -338,7 +338,7 @@ def test_checkpoints_list_and_download_what_each_nodes_manifest_names(
         (0, "params/agent.yaml", 9),
         (1, "model_100.pt", 8),
     ]
-    assert all(f["version_id"] for f in listed["files"])
+    assert all(f["versionId"] for f in listed["files"])
     for node, files in written.items():
         for name, body in files.items():
             target = out / f"node-{node}" / name
@@ -456,8 +456,8 @@ def test_check_names_the_failing_and_degraded_nodes(world: World, trainctl: Any)
         "degraded: node 2 (ip-10-0-2-9))"
     )
     assert result["verdict"] == "broken"
-    assert result["failing_nodes"] == ["node 1 (ip-10-0-1-7)"]
-    assert result["degraded_nodes"] == ["node 2 (ip-10-0-2-9)"]
+    assert result["failingNodes"] == ["node 1 (ip-10-0-1-7)"]
+    assert result["degradedNodes"] == ["node 2 (ip-10-0-2-9)"]
 
 
 def test_check_finds_the_verdict_on_whichever_node_held_rank_zero(world: World, trainctl: Any) -> None:
@@ -491,8 +491,8 @@ def test_check_reads_the_last_verdict_line_among_others(world: World, trainctl: 
     ]
     with world.benchmark_prints("gpu", lines):
         result = ok_json(trainctl("--json", "check", "gpu", "--poll-seconds", "0"))
-    assert (result["verdict"], result["busbw_gbps"]) == ("healthy", 31.5)
-    assert result["failing_nodes"] == result["degraded_nodes"] == []
+    assert (result["verdict"], result["busbwGbps"]) == ("healthy", 31.5)
+    assert result["failingNodes"] == result["degradedNodes"] == []
 
 
 # ----------------------------------------------------------------------------------------------- cost
@@ -526,7 +526,7 @@ def test_cost_is_node_hours_times_the_price(world: World, trainctl: Any) -> None
     by_queue = ok_json(trainctl("--json", "cost", "--since", "2026-03-01", "--by", "queue"))
     trainium = next(r for r in by_queue["rows"] if r["key"] == "trainium")
     # 2 nodes each: (1.5 + 0.25 + 0.5 + 1 + 0.5) h x 2 = 7.5 node-hours of trn1.32xlarge at $21.50.
-    assert trainium["node_hours"] == pytest.approx(7.5)
+    assert trainium["nodeHours"] == pytest.approx(7.5)
     assert trainium["usd"] == pytest.approx(7.5 * 21.50, abs=0.01)
     assert trainium["jobs"] == 4
     assert by_queue["estimate"] is True
@@ -535,7 +535,7 @@ def test_cost_is_node_hours_times_the_price(world: World, trainctl: Any) -> None
         trainctl("--json", "cost", "--since", "2026-03-01", "--by", "share", "--price", "trn1.32xlarge=10")
     )
     shares = {r["key"]: r for r in by_share["rows"]}
-    assert shares["llama"]["node_hours"] == pytest.approx(4.0)
+    assert shares["llama"]["nodeHours"] == pytest.approx(4.0)
     assert shares["llama"]["usd"] == pytest.approx(40.0)
     assert shares["vision"]["usd"] == pytest.approx(5.0 + 30.0)
 
@@ -575,7 +575,9 @@ def test_a_job_that_is_not_ours(world: World, trainctl: Any) -> None:
     # One command that reads and one that acts; every job command goes through the same check.
     for command in ("why", "cancel"):
         line = one_error_line(trainctl(command, theirs), ExitCode.USAGE)
-        assert "not in a queue of this deployment (fleets gpu, spare, trainium)" in line
+        assert "in queue someone-elses-queue, not one of this deployment's (fleets gpu, spare, trainium)" in line
+        # The queue by its name, not its ARN: the line stays short (it was 217 characters).
+        assert "arn:" not in line and len(line) <= 200
     assert "no job 'no-such-job'" in one_error_line(trainctl("why", "no-such-job"), ExitCode.USAGE)
 
 

@@ -150,10 +150,10 @@ def test_jobs_lists_newest_first_with_filters_and_the_cost_of_finished_ones(worl
     assert [r["jobId"] for r in rows] == [waiting, done, old]
     by_id = {r["jobId"]: r for r in rows}
     assert by_id[waiting]["fleet"] == "trainium" and by_id[waiting]["share"] == "llama"
-    assert by_id[waiting]["usd_estimate"] is None
+    assert by_id[waiting]["usdEstimate"] is None
     # Two nodes for one hour at the g6.12xlarge list price.
-    assert by_id[done]["usd_estimate"] == round(2 * PRICES["g6.12xlarge"].usd, 2)
-    assert by_id[done]["duration_ms"] == 3_600_000 and by_id[done]["attempts"] == 1
+    assert by_id[done]["usdEstimate"] == round(2 * PRICES["g6.12xlarge"].usd, 2)
+    assert by_id[done]["durationMs"] == 3_600_000 and by_id[done]["attempts"] == 1
 
     assert [r["jobId"] for r in ok_json(trainctl("--json", "jobs", "--name", "ls-", "--since", "1d"))] == [
         waiting, done,
@@ -162,7 +162,7 @@ def test_jobs_lists_newest_first_with_filters_and_the_cost_of_finished_ones(worl
     assert [r["jobId"] for r in failed] == [done, old]
     assert "RUNNABLE" in one_error_line(trainctl("jobs", "--state", "QUEUED"), ExitCode.USAGE)
 
-    table = trainctl("jobs", "--name", "ls-")
+    table = trainctl("jobs", "--name", "ls-", "--wide")
     assert table.exit_code == 0, table.output
     assert done in table.stdout and "1h 00m" in table.stdout and "FAILED" in table.stdout
 

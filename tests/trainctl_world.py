@@ -27,6 +27,7 @@ import boto3
 ACCOUNT = "123456789012"  # moto's default account
 REGION = "us-east-1"
 CHECKPOINT_BUCKET = "trainctl-world-checkpoints"
+DATASET_BUCKET = "trainctl-world-datasets"
 # What training_constructs/jobs/training_queue.py deploys: cancel after an hour RUNNABLE for these reasons.
 RUNNABLE_LIMIT_SECONDS = 3600
 STUCK_REASONS = (
@@ -281,6 +282,9 @@ def build_world(endpoint: str) -> World:
     batch = world.client("batch")
     logs = world.client("logs")
     world.client("s3").create_bucket(Bucket=CHECKPOINT_BUCKET)
+    # Versioned, as the stack's dataset bucket is: a second upload of a key would show as a second version.
+    world.client("s3").create_bucket(Bucket=DATASET_BUCKET)
+    world.client("s3").put_bucket_versioning(Bucket=DATASET_BUCKET, VersioningConfiguration={"Status": "Enabled"})
 
     def compute_environment(name: str, instance_type: str, max_vcpus: int) -> str:
         environment = ComputeEnvironment(
@@ -345,7 +349,8 @@ def build_world(endpoint: str) -> World:
     outputs["AlertTopic"] = f"arn:aws:sns:{REGION}:{ACCOUNT}:alerts"
 
     cloudformation = world.client("cloudformation")
-    for stack, stack_outputs in (("TrainingJobs", outputs), ("TrainingData", {"CheckpointBucket": CHECKPOINT_BUCKET})):
+    buckets = {"CheckpointBucket": CHECKPOINT_BUCKET, "DatasetBucket": DATASET_BUCKET}
+    for stack, stack_outputs in (("TrainingJobs", outputs), ("TrainingData", buckets)):
         template = {
             # CloudFormation needs one resource; a wait condition handle costs nothing.
             "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},

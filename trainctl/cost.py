@@ -84,10 +84,10 @@ class CostRow:
         return {
             "key": self.key,
             "jobs": self.jobs,
-            "node_hours": round(self.node_hours, 4),
+            "nodeHours": round(self.node_hours, 4),
             "usd": round(self.usd, 2),
-            "unpriced_node_hours": round(self.unpriced_node_hours, 4),
-            "instance_types": sorted(self.instance_types),
+            "unpricedNodeHours": round(self.unpriced_node_hours, 4),
+            "instanceTypes": sorted(self.instance_types),
         }
 
 

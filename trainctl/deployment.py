@@ -70,6 +70,8 @@ class Deployment:
     region: str
     fleets: dict[str, Fleet]
     checkpoint_bucket: str | None
+    # Datasets, and the workdirs trainctl uploads (trainctl/workdir.py).
+    dataset_bucket: str | None = None
 
     def fleet(self, name: str) -> Fleet:
         for fleet in self.fleets.values():
@@ -152,4 +154,5 @@ def load_deployment(cloudformation: Any, region: str) -> Deployment:
         region=region,
         fleets=fleets,
         checkpoint_bucket=data.get("CheckpointBucket"),
+        dataset_bucket=data.get("DatasetBucket"),
     )

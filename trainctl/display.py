@@ -52,6 +52,15 @@ def human_duration(milliseconds: int) -> str:
     return f"{seconds}s"
 
 
+def age(milliseconds: int) -> str:
+    """How long ago, in its largest unit: 40s, 12m, 5h, 3d."""
+    seconds = max(0, milliseconds // 1000)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def when(milliseconds: int | None) -> str:
     if not milliseconds:
         return "-"
@@ -72,4 +81,10 @@ def parse_since(text: str | None, *, default: timedelta, now: datetime | None = 
         raise TrainctlError(
             f"--since {text!r}: give a span back from now (30m, 12h, 7d, 2w) or a date YYYY-MM-DD"
         ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if moment > now:
+        # Nothing was created after a moment still to come: an empty table would only hide the typo.
+        raise TrainctlError(
+            f"--since {text}: that is after now ({now:%Y-%m-%d %H:%M} UTC); give a past date or a span (7d)"
+        )
+    return moment

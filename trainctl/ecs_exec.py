@@ -5,11 +5,19 @@ its task, and the task ARN its cluster (`arn:aws:ecs:<region>:<account>:task/<cl
 ExecuteCommand opens the session and the Session Manager plugin on this machine carries it, with the
 arguments the AWS CLI's `ecs execute-command` gives it: the session, the region, "StartSession", the
 profile, {"Target": "ecs:<cluster>_<task id>_<container runtime id>"} and the ECS endpoint.
+
+`--port` forwards ports instead: Systems Manager StartSession on the same `ecs:` target with the
+AWS-StartPortForwardingSession document (parameters portNumber, localPortNumber: Systems Manager user
+guide, "Start a session", port forwarding), the plugin carrying it as the AWS CLI's `ssm start-session`
+does (the SSM response, the region, "StartSession", the profile, the request, the SSM endpoint). The
+ECS developer guide's ECS Exec page and the AWS containers blog on ECS Exec port forwarding name this
+target for a task's container; only ECS Exec puts the Session Manager agent there.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +30,37 @@ INSTALL_PLUGIN = (
     "the Session Manager plugin is not installed: install it (macOS: brew install --cask session-manager-plugin; "
     "Linux: AWS's .deb/.rpm, Systems Manager user guide, 'Install the Session Manager plugin')"
 )
+
+
+PORT_FORWARDING_DOCUMENT = "AWS-StartPortForwardingSession"
+_PORT_SPEC = re.compile(r"^([0-9]{1,5})(?::([0-9]{1,5}))?$")
+MAX_PORT = 65535
+
+
+@dataclass(frozen=True)
+class PortForward:
+    local: int
+    container: int
+
+    def parameters(self) -> dict[str, list[str]]:
+        return {"portNumber": [str(self.container)], "localPortNumber": [str(self.local)]}
+
+
+def parse_ports(specs: list[str]) -> list[PortForward]:
+    """`--port 6006` (the same port on both ends) or `--port LOCAL:CONTAINER`; each local port once."""
+    forwards: list[PortForward] = []
+    for spec in specs:
+        match = _PORT_SPEC.match(spec.strip())
+        ports = [int(p) for p in match.groups() if p is not None] if match else []
+        if not ports or not all(1 <= p <= MAX_PORT for p in ports):
+            raise TrainctlError(
+                f"--port {spec!r}: give PORT or LOCAL:CONTAINER, each 1-{MAX_PORT} (--port 6006, --port 16006:6006)"
+            )
+        forward = PortForward(ports[0], ports[-1])
+        if any(f.local == forward.local for f in forwards):
+            raise TrainctlError(f"--port {spec}: local port {forward.local} is already forwarded by another --port")
+        forwards.append(forward)
+    return forwards
 
 
 @dataclass(frozen=True)
@@ -45,8 +84,8 @@ def _cluster_of(task_arn: str, fallback: str | None) -> str:
     return cluster
 
 
-def resolve(batch: Any, ecs: Any, job: dict[str, Any], node: int, *, cluster: str | None) -> ExecTarget:
-    """The ECS task, cluster and container of one node of a RUNNING job."""
+def running_task(batch: Any, job: dict[str, Any], node: int) -> str:
+    """The ECS task ARN of one node of a RUNNING job (Batch alone: a job that has ended is said first)."""
     job_id = str(job["jobId"])
     if job.get("status") != "RUNNING":
         raise TrainctlError(f"job {job_id} is {job.get('status')}: exec needs a RUNNING job")
@@ -57,7 +96,12 @@ def resolve(batch: Any, ecs: Any, job: dict[str, Any], node: int, *, cluster: st
     task_arn = (node_job.get("container") or {}).get("taskArn")
     if node_job.get("status") != "RUNNING" or not task_arn:
         raise TrainctlError(f"node {node} of job {job_id} is {node_job.get('status')}: it has no running container")
-    task_cluster = _cluster_of(str(task_arn), cluster)
+    return str(task_arn)
+
+
+def resolve(ecs: Any, task_arn: str, node: int, *, cluster: str | None) -> ExecTarget:
+    """The ECS task, cluster and container of a node's running task."""
+    task_cluster = _cluster_of(task_arn, cluster)
     with aws_errors():
         tasks = ecs.describe_tasks(cluster=task_cluster, tasks=[task_arn]).get("tasks", [])
     if not tasks:
@@ -85,14 +129,21 @@ def start(ecs: Any, target: ExecTarget, command: str) -> dict[str, Any]:
 
 
 def plugin_argv(
-    plugin: str, session: dict[str, Any], target: ExecTarget, *, region: str, profile: str | None, endpoint: str
+    plugin: str, session: dict[str, Any], request: dict[str, Any], *, region: str, profile: str | None, endpoint: str
 ) -> list[str]:
-    return [
-        plugin,
-        json.dumps(session),
-        region,
-        "StartSession",
-        profile or "",
-        json.dumps({"Target": target.ssm_target}),
-        endpoint,
-    ]
+    """The plugin's arguments: for ECS Exec the request is {"Target": ...}; for port forwarding, the
+    StartSession request itself."""
+    return [plugin, json.dumps(session), region, "StartSession", profile or "", json.dumps(request), endpoint]
+
+
+def start_port_forwarding(ssm: Any, target: ExecTarget, forward: PortForward) -> tuple[dict[str, Any], dict[str, Any]]:
+    """SSM StartSession for one forwarded port: the session the plugin needs, and the request it repeats."""
+    request = {
+        "Target": target.ssm_target,
+        "DocumentName": PORT_FORWARDING_DOCUMENT,
+        "Parameters": forward.parameters(),
+    }
+    with aws_errors():
+        response = ssm.start_session(**request)
+    session = {key: response[key] for key in ("SessionId", "TokenValue", "StreamUrl")}
+    return session, request

@@ -9,7 +9,7 @@ class ExitCode(enum.IntEnum):
     """trainctl's exit status (docs/jobs.md, "trainctl exit status")."""
 
     OK = 0
-    # submit --watch, check: the job ended FAILED.
+    # submit --watch, logs -f, check: the job ended FAILED.
     JOB_FAILED = 1
     # Bad input: a flag's value, a fleet that is not deployed, a job that is not ours (click's own
     # usage errors exit 2 as well).

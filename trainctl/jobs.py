@@ -33,9 +33,12 @@ def owned_job(batch: Any, deployment: Deployment, job_id: str) -> tuple[dict[str
     job = jobs[0]
     fleet = deployment.fleet_of_queue(str(job.get("jobQueue", "")))
     if fleet is None:
+        # A queue ARN ends in job-queue/<name> (Batch user guide, "Supported resource-level permissions for AWS
+        # Batch API actions"): the name says enough, and keeps the line short.
+        queue = str(job.get("jobQueue", "")).rsplit("/", 1)[-1]
         raise TrainctlError(
-            f"job {job_id} is in queue {job.get('jobQueue')}, not in a queue of this deployment "
-            f"(fleets {deployment.fleet_names()}): trainctl only handles its own jobs"
+            f"job {job_id} is in queue {queue}, not one of this deployment's (fleets {deployment.fleet_names()}): "
+            "trainctl only handles its own jobs"
         )
     return job, fleet
 

@@ -1,16 +1,25 @@
 """`trainctl jobs`: the deployment's jobs across its queues, newest first, with what a person asks
-first (state, nodes, how long, attempts, share, sweep, cost)."""
+first (state, nodes, how long, attempts, share, sweep, cost), and the table they are shown in.
+
+The table is plain aligned text: the default columns fit 80 terminal columns for usual names, and no
+cell is ever cut (ids, names and sweep ids are copied into later commands), so an unusually long name
+makes a longer line rather than a shorter name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from rich.markup import escape
+
 from trainctl.compute import fleet_compute
 from trainctl.cost import price_per_hour, usage_of
 from trainctl.deployment import Deployment
+from trainctl.display import age, human_duration, styled_state, when
 from trainctl.errors import TrainctlError
+from trainctl.handles import short_ids
 from trainctl.jobs import DONE, STATES, describe_jobs, list_job_ids, num_nodes
 from trainctl.requests import SWEEP_TAG
 
@@ -88,9 +97,85 @@ def job_row(job: dict[str, Any], *, fleet: str, instance_type: str, now_ms: int)
         "nodes": num_nodes(job),
         "createdAt": job.get("createdAt"),
         "startedAt": started,
-        "duration_ms": duration,
+        "durationMs": duration,
         "attempts": len(job.get("attempts") or []),
         "share": job.get("shareIdentifier"),
         "sweep": (job.get("tags") or {}).get(SWEEP_TAG),
-        "usd_estimate": cost,
+        "usdEstimate": cost,
     }
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    cell: Callable[[dict[str, Any]], str]
+    right: bool = False
+
+
+def _or_dash(key: str) -> Callable[[dict[str, Any]], str]:
+    return lambda row: "-" if row[key] is None else str(row[key])
+
+
+def columns(*, now_ms: int) -> dict[str, Column]:
+    """Every column `jobs -o` takes, by name; `id` is filled in per table (the shortest unique prefixes)."""
+    return {
+        "id": Column("ID", lambda row: str(row["shortId"])),
+        "job-id": Column("JOB ID", _or_dash("jobId")),
+        "name": Column("NAME", _or_dash("name")),
+        "fleet": Column("FLEET", _or_dash("fleet")),
+        "state": Column("STATE", _or_dash("state")),
+        "nodes": Column("NODES", _or_dash("nodes"), right=True),
+        "age": Column("AGE", lambda row: age(now_ms - int(row["createdAt"])) if row["createdAt"] else "-", right=True),
+        "created": Column("CREATED", lambda row: when(row["createdAt"])),
+        "started": Column("STARTED", lambda row: when(row["startedAt"])),
+        "duration": Column(
+            "DURATION", lambda row: "-" if row["durationMs"] is None else human_duration(row["durationMs"]), right=True
+        ),
+        "tries": Column("TRIES", _or_dash("attempts"), right=True),
+        "share": Column("SHARE", _or_dash("share")),
+        "sweep": Column("SWEEP", _or_dash("sweep")),
+        "usd": Column(
+            "USD", lambda row: "-" if row["usdEstimate"] is None else f"{row['usdEstimate']:,.2f}", right=True
+        ),
+    }
+
+
+COLUMN_NAMES = tuple(columns(now_ms=0))
+# What a terminal shows by default (fits 80 columns with usual names), and with --wide.
+DEFAULT_COLUMNS = ("id", "name", "fleet", "state", "nodes", "age")
+WIDE_COLUMNS = ("job-id", "name", "fleet", "state", "nodes", "age", "started", "duration", "tries", "share", "sweep",
+                "usd")  # fmt: skip
+GAP = "  "
+
+
+def parse_columns(value: str | None, *, wide: bool) -> tuple[str, ...]:
+    """`-o id,name,...`: each a known column; unknown ones refused with the allowed names."""
+    if value is None:
+        return WIDE_COLUMNS if wide else DEFAULT_COLUMNS
+    if wide:
+        raise TrainctlError("--wide and -o both choose the columns: pass one of them")
+    chosen = tuple(dict.fromkeys(c.strip().lower() for c in value.split(",") if c.strip()))
+    unknown = [c for c in chosen if c not in COLUMN_NAMES]
+    if unknown or not chosen:
+        raise TrainctlError(f"-o {value!r}: the columns are {', '.join(COLUMN_NAMES)}")
+    return chosen
+
+
+def table_lines(rows: list[dict[str, Any]], chosen: tuple[str, ...], *, now_ms: int) -> list[str]:
+    """The header and one line per row, each column as wide as its widest cell, in rich markup (the state
+    in its colour). Nothing is cut."""
+    known = columns(now_ms=now_ms)
+    short = short_ids(str(row["jobId"]) for row in rows)
+    cells = [[known[c].cell({**row, "shortId": short[str(row["jobId"])]}) for c in chosen] for row in rows]
+    widths = [max([len(known[c].header)] + [len(line[i]) for line in cells]) for i, c in enumerate(chosen)]
+
+    def line(values: list[str], *, header: bool) -> str:
+        parts = []
+        for i, (name, value) in enumerate(zip(chosen, values, strict=True)):
+            padding = " " * (widths[i] - len(value))
+            text = styled_state(value) if name == "state" and not header else escape(value)
+            last = i == len(chosen) - 1
+            parts.append(padding + text if known[name].right else text + ("" if last else padding))
+        return GAP.join(parts)
+
+    return [line([known[c].header for c in chosen], header=True)] + [line(values, header=False) for values in cells]

@@ -29,6 +29,27 @@ def describe_definition(batch: Any, arn: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Inputs:
+    """Where a job's settings came from, so that a refusal names what to change: submit's options, or the
+    fields of a task file (`run` has no --nodes or --share)."""
+
+    task_file: str | None = None
+
+    def name(self, field: str) -> str:
+        # The file is named once, in what to change.
+        return f"--{field}" if self.task_file is None else f"{field}:"
+
+    def set_to(self, field: str, value: str) -> str:
+        return f"pass --{field} {value}" if self.task_file is None else f"set {field}: {value} in {self.task_file}"
+
+    def drop(self, field: str) -> str:
+        return f"drop --{field}" if self.task_file is None else f"remove {field}: from {self.task_file}"
+
+
+FLAGS = Inputs()
+
+
+@dataclass(frozen=True)
 class Capacity:
     nodes: int
     max_vcpus: int
@@ -48,12 +69,12 @@ def capacity(compute: FleetCompute, definition: dict[str, Any]) -> Capacity | No
     return Capacity(max_vcpus // per_node, max_vcpus, per_node)
 
 
-def check_nodes(fleet: Fleet, nodes: int, room: Capacity | None, *, flag: str = "--nodes") -> None:
+def check_nodes(fleet: Fleet, nodes: int, room: Capacity | None, *, inputs: Inputs = FLAGS) -> None:
     if room is not None and nodes > room.nodes:
         raise TrainctlError(
-            f"{flag} {nodes}: fleet {fleet.name} holds at most {room.nodes} nodes ({room.max_vcpus} vCPUs, "
-            f"{room.vcpus_per_node} per node), so the job could never start; pass {flag} {room.nodes} or fewer "
-            "or deploy a larger maxNodes"
+            f"{inputs.name('nodes')} {nodes}: fleet {fleet.name} holds at most {room.nodes} nodes ({room.max_vcpus} "
+            f"vCPUs, {room.vcpus_per_node} per node), so the job could never start; "
+            f"{inputs.set_to('nodes', f'{room.nodes} or fewer')} or deploy a larger maxNodes"
         )
 
 
@@ -69,25 +90,38 @@ def known_share(share: str, identifiers: list[str]) -> bool:
     return any(share == i or (i.endswith("*") and share.startswith(i[:-1])) for i in identifiers)
 
 
-def check_share(batch: Any, fleet: Fleet, queue: dict[str, Any], share: str | None, *, new_share: bool) -> None:
+def check_share(
+    batch: Any,
+    fleet: Fleet,
+    queue: dict[str, Any],
+    share: str | None,
+    *,
+    new_share: bool,
+    inputs: Inputs = FLAGS,
+) -> None:
     """A fair-share queue refuses jobs without a share identifier; a FIFO queue takes none; an identifier
     the policy does not list would quietly become a new share (weight 1) unless --new-share says so."""
+    if new_share and share is None:
+        raise TrainctlError(
+            f"--new-share without a share: {inputs.set_to('share', 'ID')} (the new share), or drop --new-share"
+        )
     policy = queue.get("schedulingPolicyArn")
     if policy and share is None:
         raise TrainctlError(
-            f"fleet {fleet.name}'s queue uses fair share: pass --share ID (a deployed share identifier)"
+            f"fleet {fleet.name}'s queue uses fair share: {inputs.set_to('share', 'ID')} (a deployed share identifier)"
         )
     if not policy and share is not None:
         raise TrainctlError(
-            f"fleet {fleet.name}'s queue is first in, first out: drop --share "
+            f"fleet {fleet.name}'s queue is first in, first out: {inputs.drop('share')} "
             "(deploy with -c shares=... for fair share)"
         )
     if policy and share is not None and not new_share:
         identifiers = share_identifiers(batch, str(policy))
         if identifiers and not known_share(share, identifiers):
             raise TrainctlError(
-                f"--share {share}: fleet {fleet.name}'s fair-share policy lists {', '.join(identifiers)}; "
-                "pass one of them, or --new-share to start a new share"
+                f"{inputs.name('share')} {share}: fleet {fleet.name}'s fair-share policy lists "
+                f"{', '.join(identifiers)}; {inputs.set_to('share', 'one of them')}, or pass --new-share to start "
+                "a new share"
             )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from trainctl.errors import TrainctlError
@@ -12,6 +13,8 @@ from trainctl.errors import TrainctlError
 # SubmitJob jobName: up to 128 letters, numbers, hyphens and underscores, the first alphanumeric
 # (API SubmitJob, jobName).
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+# The same rule in words: submit's --name and a task file's `name:` both say it.
+JOB_NAME_RULE = "a job name is 1-128 letters, digits, '-' or '_', starting with a letter or digit"
 # JobTimeout.attemptDurationSeconds: "The minimum value for the timeout is 60 seconds" (API JobTimeout).
 MIN_TIMEOUT_SECONDS = 60
 # attemptDurationSeconds is an Integer (API JobTimeout), a signed 32-bit value: Batch refuses more.
@@ -36,6 +39,36 @@ def parse_env(pairs: Iterable[str]) -> dict[str, str]:
             raise TrainctlError(f"--env {pair!r} is not NAME=VALUE with NAME a shell variable name (TASK=Isaac-...)")
         if name.startswith(RESERVED_ENV_PREFIX):
             raise TrainctlError(f"--env {name}: names starting with {RESERVED_ENV_PREFIX} are reserved for Batch")
+        environment[name] = value
+    return environment
+
+
+def parse_env_file(path: Path) -> dict[str, str]:
+    """`--env-file`: NAME=VALUE lines; blank lines and lines starting with # are skipped; a value in one pair
+    of matching quotes loses them; nothing else is interpreted (no $ expansion)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise TrainctlError(f"--env-file {path}: cannot read it ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise TrainctlError(f"--env-file {path}: not UTF-8 text") from None
+    environment: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        name, sep, value = stripped.partition("=")
+        if not sep or not ENV_NAME.match(name):
+            raise TrainctlError(
+                f"--env-file {path} line {number}: {stripped[:40]!r} is not NAME=VALUE (NAME: letters, digits, _; "
+                "# starts a comment)"
+            )
+        if name.startswith(RESERVED_ENV_PREFIX):
+            raise TrainctlError(
+                f"--env-file {path} line {number}: {name}: names starting with {RESERVED_ENV_PREFIX} are reserved"
+            )
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
         environment[name] = value
     return environment
 
@@ -73,9 +106,7 @@ def point_name(prefix: str, point: dict[str, str]) -> str:
 
 def check_job_name(name: str) -> str:
     if not JOB_NAME.match(name):
-        raise TrainctlError(
-            f"--name {name!r}: a job name is 1-128 letters, digits, '-' or '_', starting with a letter or digit"
-        )
+        raise TrainctlError(f"--name {name!r}: {JOB_NAME_RULE}")
     return name
 
 

@@ -21,13 +21,13 @@ def fleet_status(batch: Any, fleet: Fleet) -> dict[str, Any]:
     capacity = fleet_capacity(batch, fleet)
     return {
         "fleet": fleet.name,
-        "instance_type": compute.instance_type,
-        "queue_state": f"{queue.get('state', '?')}/{queue.get('status', '?')}",
-        "environment_state": f"{environment.get('state', '?')}/{environment.get('status', '?')}",
-        "environment_reason": environment.get("statusReason", ""),
+        "instanceType": compute.instance_type,
+        "queueState": f"{queue.get('state', '?')}/{queue.get('status', '?')}",
+        "environmentState": f"{environment.get('state', '?')}/{environment.get('status', '?')}",
+        "environmentReason": environment.get("statusReason", ""),
         "instances": desired // per_instance if per_instance else None,
         "vcpus": desired,
-        "max_vcpus": int(resources.get("maxvCpus", 0)),
+        "maxvCpus": int(resources.get("maxvCpus", 0)),
         # Jobs of every placement's queue (one queue without fallback).
         "jobs": {
             s: sum(1 for view in fleet.placement_views() for _ in list_job_ids(batch, view.job_queue, jobStatus=s))

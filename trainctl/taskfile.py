@@ -10,10 +10,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator
 
 from trainctl.errors import TrainctlError
-from trainctl.requests import ENV_NAME, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, RESERVED_ENV_PREFIX
+from trainctl.requests import (
+    ENV_NAME,
+    JOB_NAME,
+    JOB_NAME_RULE,
+    MAX_TIMEOUT_SECONDS,
+    MIN_TIMEOUT_SECONDS,
+    RESERVED_ENV_PREFIX,
+)
 
 # The launcher every job definition runs its script through (training_constructs/jobs/workloads.py
 # LAUNCHER; a test keeps the two equal): torchrun / neuron rendezvous across the nodes.
@@ -22,8 +29,6 @@ LAUNCHER = "/opt/training/distributed_run.sh"
 MAX_ATTEMPTS = 10
 # MNP jobs: at most 1,000 nodes (Batch user guide, multi-node parallel jobs).
 MAX_NODES = 1000
-
-Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")]
 
 
 class Task(BaseModel):
@@ -34,7 +39,7 @@ class Task(BaseModel):
     fleet: str
     job: Literal["training", "benchmark"] = "training"
     nodes: int | None = Field(None, ge=1, le=MAX_NODES)
-    name: Name | None = None
+    name: str | None = None
     # A string is split as a shell would; a list is taken as it is.
     command: list[str] | None = None
     # False: the command runs as given, without the launcher in front.
@@ -44,12 +49,26 @@ class Task(BaseModel):
     share: str | None = None
     timeout: int | None = Field(None, ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS)
     attempts: int | None = Field(None, ge=1, le=MAX_ATTEMPTS)
+    # A folder every node fetches and runs the command in (docs/workdir.md); in a file, relative to the file.
+    workdir: Path | None = None
+    # A shell command every node runs after the unpack, before training.
+    setup: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not JOB_NAME.match(value):
+            raise ValueError(JOB_NAME_RULE)
+        return value
 
     @field_validator("command", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return shlex.split(value)
+            value = shlex.split(value)
+        if isinstance(value, list) and not value:
+            # The launcher alone exits with its usage on every node.
+            raise ValueError("empty: give the script and its arguments (train.py --lr 0.1), or leave it out")
         return value
 
     @field_validator("env", mode="before")
@@ -68,6 +87,15 @@ class Task(BaseModel):
                     for k, v in value.items()}  # fmt: skip
         return value
 
+    @field_validator("workdir", "setup")
+    @classmethod
+    def _needs_the_launcher(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and info.data.get("launcher") is False:
+            raise ValueError(
+                "needs the launcher, which fetches the workdir and runs the setup: drop launcher: false (--no-launcher)"
+            )
+        return value
+
     def full_command(self) -> list[str] | None:
         if self.command is None:
             return None
@@ -79,7 +107,9 @@ FIELDS = tuple(Task.model_fields)
 
 def load_task(path: Path) -> Task:
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        twice = _duplicate_key(yaml.compose(text))
+        document = yaml.safe_load(text)
     except OSError as error:
         raise TrainctlError(f"{path}: cannot read it ({error.strerror or error})") from None
     except UnicodeDecodeError:
@@ -88,9 +118,41 @@ def load_task(path: Path) -> Task:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise TrainctlError(f"{path}: not valid YAML{where}") from None
+    if twice is not None:
+        key, first, again = twice
+        # YAML loaders keep the last of two equal keys without a word.
+        raise TrainctlError(f"{path}: field {key} is given twice (lines {first} and {again}): keep one")
     if not isinstance(document, dict):
-        raise TrainctlError(f"{path}: a task file is a mapping of fields ({', '.join(FIELDS)})")
-    return make_task(document, where=f"{path}: field ")
+        raise TrainctlError(
+            f"{path}: a task file is a mapping of fields, such as `fleet: gpu` (all of them: docs/jobs.md)"
+        )
+    task = make_task(document, where=f"{path}: field ")
+    if task.workdir and not task.workdir.is_absolute():
+        return task.model_copy(update={"workdir": path.parent / task.workdir})
+    return task
+
+
+def _duplicate_key(node: Any, within: str = "") -> tuple[str, int, int] | None:
+    """The first key a mapping of the document repeats (`env.LR` inside env), with the lines of its first
+    and second use."""
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key, value in node.value:
+            name = f"{within}{key.value}" if isinstance(key, yaml.ScalarNode) else within
+            if isinstance(key, yaml.ScalarNode):
+                line = key.start_mark.line + 1
+                if name in lines:
+                    return name, lines[name], line
+                lines[name] = line
+            found = _duplicate_key(value, f"{name}.")
+            if found is not None:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            found = _duplicate_key(item, within)
+            if found is not None:
+                return found
+    return None
 
 
 def make_task(fields: dict[str, Any], *, where: str) -> Task:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from trainctl import __version__
 from trainctl.aws import Aws, aws_errors
@@ -21,7 +21,7 @@ from trainctl.deployment import Deployment, load_deployment
 from trainctl.errors import TrainctlError
 
 EXIT_CODES_HELP = (
-    "Exit status: 0 done (check: healthy); 1 the job FAILED (submit --watch, check); 2 bad input (a flag, "
+    "Exit status: 0 done (check: healthy); 1 the job FAILED (submit --watch, logs -f, check); 2 bad input (a flag, "
     "an unknown fleet, a job that is not ours); 3 AWS could not be asked (credentials, region, no stacks); "
     "4 check: the benchmark's verdict is not healthy."
 )
@@ -65,7 +65,74 @@ def hoist_global_options(args: list[str], commands: set[str]) -> list[str]:
     return args[:position] + hoisted + args[position : position + 1] + rest
 
 
+# `--help` and the CLI reference list commands in the order of work: look, start, follow, explain, stop, then the
+# fleet-wide ones. A command not named here (a new one) comes after these, in the order it was defined.
+COMMAND_ORDER = (
+    "status",
+    "jobs",
+    "ps",
+    "submit",
+    "run",
+    "sweep",
+    "logs",
+    "show",
+    "why",
+    "cancel",
+    "exec",
+    "checkpoints",
+    "check",
+    "cost",
+    "budget",
+    "rehearse",
+)
+
+
+def in_order_of_work(names: list[str]) -> list[str]:
+    rank = {name: position for position, name in enumerate(COMMAND_ORDER)}
+    return sorted(names, key=lambda name: rank.get(name, len(COMMAND_ORDER)))
+
+
+class HumanArgument(TyperArgument):
+    """An argument shown by its name alone: `JOB` and `[JOB...]`, not typer's `{JOB}` and `JOB <str>`."""
+
+    def _usage_display_name(self) -> str:
+        name = self.metavar or (self.name or "").upper() + ("..." if self.nargs != 1 else "")
+        return name if self.required or name.startswith("[") else f"[{name}]"
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+class HumanOption(TyperOption):
+    """An option's value shown as a word: `--nodes NODES` and `--job training|benchmark`, not `<int range>`."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        if self.metavar is not None or self.is_flag:
+            return super().display_type_rich(ctx)
+        shown = self.display_type(ctx)[1:-1]  # "<int range>", "<training|benchmark>"
+        word = shown if "|" in shown and "[" not in shown else (self.name or "").upper()
+        return word + ("..." if self.nargs != 1 else "")
+
+
+def human_names(params: list[Any]) -> None:
+    for param in params:
+        if type(param) is TyperArgument:
+            param.__class__ = HumanArgument
+        elif type(param) is TyperOption:
+            param.__class__ = HumanOption
+
+
 class GlobalOptionsGroup(TyperGroup):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # typer makes every parameter itself (no hook for their class): each is given the human rendering here.
+        human_names(self.params)
+        for command in self.commands.values():
+            human_names(command.params)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return in_order_of_work(list(super().list_commands(ctx)))
+
     # ctx: typer's own (vendored) click Context.
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         return super().parse_args(ctx, hoist_global_options(list(args), set(self.commands)))

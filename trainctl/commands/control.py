@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from datetime import timedelta
 from typing import Annotated, Any
@@ -14,24 +16,29 @@ import typer
 from config.job_events import TRAINCTL_CANCEL_REASON
 from trainctl import ecs_exec
 from trainctl.capacity import CAPACITY_CANCEL
-from trainctl.commands.base import app, note, reports_errors, state_of
+from trainctl.commands.base import State, app, note, reports_errors, state_of
 from trainctl.compute import fleet_compute
 from trainctl.display import parse_since
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.jobs import DONE, STATES, owned_job
+from trainctl.handles import JOB_HELP, RECENT_TEXT, UNFINISHED, Handles, owned, short_ids, unfinished_jobs
+from trainctl.jobs import DONE, owned_job
 from trainctl.lineage import follow
 from trainctl.listing import JobFilter, list_jobs
-
-# How far back `cancel --sweep` looks for the sweep's jobs.
-SWEEP_LOOKBACK = "30d"
 
 
 @app.command()
 @reports_errors
 def cancel(
     ctx: typer.Context,
-    job_ids: Annotated[list[str] | None, typer.Argument(metavar="JOB...", help="Job ids.")] = None,
+    job_ids: Annotated[list[str] | None, typer.Argument(metavar="JOB...", help=JOB_HELP)] = None,
     sweep: Annotated[str | None, typer.Option(metavar="TAG", help="Every unfinished job of this sweep.")] = None,
+    name: Annotated[
+        str | None, typer.Option(metavar="NAME", help="Every queued or running job with exactly this name.")
+    ] = None,
+    all_jobs: Annotated[
+        bool, typer.Option("--all", help="Every queued or running job of this deployment (asks first on a terminal).")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Cancel --all without asking.")] = False,
 ) -> None:
     """Stop jobs in any state (TerminateJob: queued jobs are cancelled, running ones stopped).
 
@@ -39,18 +46,28 @@ def cancel(
     lineage's live job. The job-alert rule ignores jobs ended this way: their reason says trainctl
     cancelled them.
     """
+    if not job_ids and not (sweep or name or all_jobs):
+        raise TrainctlError("cancel needs job ids (or prefixes, or names), --name NAME, --sweep TAG or --all")
+    if all_jobs and (job_ids or sweep or name):
+        raise TrainctlError("cancel --all takes no JOB, --sweep or --name: it already means every job")
     state = state_of(ctx)
-    ids = list(job_ids or [])
+    handles = Handles(state.batch, state.deployment(), now_ms=int(time.time() * 1000))
+    ids = [handles.job_id(handle) for handle in job_ids or []]
+    if all_jobs:
+        ids = _confirmed(unfinished_jobs(state.batch, state.deployment()), yes=yes)
+    if name:
+        found = [str(s["jobId"]) for s in unfinished_jobs(state.batch, state.deployment(), name=name)]
+        if not found:
+            note(f"--name {name}: no queued or running job of this deployment has this name")
+        ids += found
     if sweep:
-        running = frozenset(s for s in STATES if s not in DONE)
-        wanted = JobFilter(since=parse_since(SWEEP_LOOKBACK, default=timedelta(0)), sweep=sweep, states=running)
+        running = frozenset(UNFINISHED)
+        wanted = JobFilter(since=parse_since(RECENT_TEXT, default=timedelta(0)), sweep=sweep, states=running)
         now_ms = int(time.time() * 1000)
         found = [str(r["jobId"]) for r in list_jobs(state.batch, state.deployment(), wanted, now_ms=now_ms)]
         if not found:
-            note(f"--sweep {sweep}: no unfinished job created in the last {SWEEP_LOOKBACK} has this sweep tag")
+            note(f"--sweep {sweep}: no unfinished job created in the last {RECENT_TEXT} has this sweep tag")
         ids += found
-    if not ids and not sweep:
-        raise TrainctlError("cancel needs job ids, or --sweep TAG")
     results = []
     stopped: set[str] = set()
     for job_id in dict.fromkeys(ids):
@@ -98,34 +115,103 @@ def cancel(
         if not state.json:
             typer.echo(message)
     if state.json:
-        state.out(results[0] if len(results) == 1 and not sweep and len(ids) == 1 else results)
+        one_job = len(job_ids or []) == 1 and not (sweep or name or all_jobs)
+        state.out(results[0] if one_job else results)
+
+
+def _terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def _confirmed(jobs: list[dict[str, Any]], *, yes: bool) -> list[str]:
+    """The ids of `cancel --all`'s jobs once the person at the terminal agreed (or passed --yes)."""
+    if not jobs:
+        note("--all: no queued or running job in this deployment's queues")
+        return []
+    if not yes:
+        if not _terminal():
+            raise TrainctlError(f"cancel --all would stop {len(jobs)} jobs: pass --yes to confirm (no terminal to ask)")
+        short = short_ids(str(s["jobId"]) for s in jobs)
+        for s in jobs:
+            note(f"  {short[str(s['jobId'])]}  {s.get('status')}  {s.get('jobName')}")
+        if not typer.confirm(f"Cancel these {len(jobs)} jobs of this deployment?", err=True):
+            raise typer.Exit(int(ExitCode.USAGE))
+    return [str(s["jobId"]) for s in jobs]
 
 
 @app.command(name="exec")
 @reports_errors
 def exec_(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="A RUNNING job's id.")],
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP + " It must be RUNNING.")],
     command: Annotated[
         list[str] | None, typer.Argument(metavar="[-- CMD...]", help="Command to run (default: an interactive bash).")
     ] = None,
     node: Annotated[int, typer.Option(min=0, help="Which node (0 is the main node).")] = 0,
+    port: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="PORT|LOCAL:CONTAINER",
+            help="Forward a port of the node's container to this machine (TensorBoard: 6006); repeatable.",
+        ),
+    ] = None,
 ) -> None:
-    """A shell (or a command) in one node's container, through ECS Exec and the Session Manager plugin."""
+    """A shell (or a command) in one node's container, or its ports forwarded here with --port, through ECS
+    Exec and the Session Manager plugin."""
     state = state_of(ctx)
+    forwards = ecs_exec.parse_ports(port or [])
+    if forwards and command:
+        raise TrainctlError("--port forwards ports and runs no command: drop the command after --, or exec it apart")
+    job_id, job, fleet = owned(state.batch, state.deployment(), job_id)
+    # The job and node first: a job that has ended is said before the plugin is asked for.
+    task = ecs_exec.running_task(state.batch, job, node)
     plugin = shutil.which(ecs_exec.PLUGIN)
     if plugin is None:
         raise TrainctlError(ecs_exec.INSTALL_PLUGIN, ExitCode.USAGE)
-    job, fleet = owned_job(state.batch, state.deployment(), job_id)
     environment = fleet_compute(state.batch, fleet).environment or {}
     ecs = state.aws.client("ecs")
-    target = ecs_exec.resolve(state.batch, ecs, job, node, cluster=environment.get("ecsClusterArn"))
+    target = ecs_exec.resolve(ecs, task, node, cluster=environment.get("ecsClusterArn"))
+    if forwards:
+        _forward_ports(state, plugin, target, forwards, where=f"node {node} of job {job_id}")
+        return
     session = ecs_exec.start(ecs, target, shlex.join(command) if command else "/bin/bash")
     argv = ecs_exec.plugin_argv(
-        plugin, session, target, region=state.aws.region, profile=state.aws.profile, endpoint=_endpoint(ecs)
+        plugin,
+        session,
+        {"Target": target.ssm_target},
+        region=state.aws.region,
+        profile=state.aws.profile,
+        endpoint=_endpoint(ecs),
     )
     note(f"node {node} of job {job_id}: {target.task} ({target.container}); exit the shell to end the session")
     code = run_plugin(argv)
+    if code:
+        raise typer.Exit(code)
+
+
+def _forward_ports(
+    state: State, plugin: str, target: ecs_exec.ExecTarget, forwards: list[ecs_exec.PortForward], *, where: str
+) -> None:
+    """One Session Manager port-forwarding session per --port, all open until Ctrl-C."""
+    ssm = state.aws.client("ssm")
+    argvs: list[list[str]] = []
+    for forward in forwards:
+        try:
+            session, request = ecs_exec.start_port_forwarding(ssm, target, forward)
+        except TrainctlError:
+            # As the AWS CLI does when it cannot hand a session on: end those already started.
+            for started in argvs:
+                ssm.terminate_session(SessionId=json.loads(started[1])["SessionId"])
+            raise
+        argvs.append(
+            ecs_exec.plugin_argv(
+                plugin, session, request, region=state.aws.region, profile=state.aws.profile, endpoint=_endpoint(ssm)
+            )
+        )
+    for forward in forwards:
+        note(f"{where}: localhost:{forward.local} -> container port {forward.container}")
+    note("Ctrl-C ends the forwarding")
+    code = run_plugins(argvs)
     if code:
         raise typer.Exit(code)
 
@@ -137,3 +223,15 @@ def _endpoint(client: Any) -> str:
 def run_plugin(argv: list[str]) -> int:
     """The plugin owns the terminal until the session ends (tests stand in for it)."""
     return subprocess.call(argv)  # noqa: S603 - a fixed program found on PATH, no shell
+
+
+def run_plugins(argvs: list[list[str]]) -> int:
+    """Several plugins side by side (one per forwarded port) until all end; Ctrl-C stops them all."""
+    processes = [subprocess.Popen(argv) for argv in argvs]  # noqa: S603 - a fixed program found on PATH, no shell
+    try:
+        codes = [process.wait() for process in processes]
+    except KeyboardInterrupt:
+        for process in processes:
+            process.terminate()
+        return 0
+    return next((code for code in codes if code), 0)

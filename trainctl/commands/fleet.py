@@ -76,17 +76,17 @@ def _show_status(state: State) -> None:
     for row in rows:
         jobs_text = " ".join(f"{s}={n}" for s, n in row["jobs"].items() if n) or "none"
         # A VALID environment's reason only says that it is available.
-        healthy = row["environment_state"].endswith("/VALID")
-        environment_text = _state_text(row["environment_state"]) + (
-            f" ({row['environment_reason']})" if row["environment_reason"] and not healthy else ""
+        healthy = row["environmentState"].endswith("/VALID")
+        environment_text = _state_text(row["environmentState"]) + (
+            f" ({row['environmentReason']})" if row["environmentReason"] and not healthy else ""
         )
         table.add_row(
             row["fleet"],
-            str(row["instance_type"]),
-            _state_text(row["queue_state"]),
+            str(row["instanceType"]),
+            _state_text(row["queueState"]),
             environment_text,
             str(row["instances"] if row["instances"] is not None else "?"),
-            f"{row['vcpus']} of {row['max_vcpus']}",
+            f"{row['vcpus']} of {row['maxvCpus']}",
             jobs_text,
         )
     console().print(table)
@@ -156,9 +156,10 @@ def check(
         return
     result.update(
         verdict=verdict.get("verdict"),
-        busbw_gbps=verdict.get("busbw_gbps"),
-        failing_nodes=list(verdict.get("failing_nodes") or []),
-        degraded_nodes=list(verdict.get("degraded_nodes") or []),
+        busbwGbps=verdict.get("busbw_gbps"),
+        failingNodes=list(verdict.get("failing_nodes") or []),
+        degradedNodes=list(verdict.get("degraded_nodes") or []),
+        # The benchmark's verdict line verbatim, named as docs/checkpoints.md lists its fields (data, as tags are).
         result=verdict,
     )
     summary = f"fleet {fleet.name}: {verdict_summary(verdict)}" + (
@@ -211,7 +212,7 @@ def cost(
                 "by": by.value,
                 "estimate": True,
                 "rows": [r.as_dict() for r in rows],
-                "unpriced_instance_types": unpriced,
+                "unpricedInstanceTypes": unpriced,
             }
         )
         return

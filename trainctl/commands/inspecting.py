@@ -19,10 +19,12 @@ from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, app, console, note, reports_errors, state_of
 from trainctl.compute import fleet_compute
 from trainctl.cost import price_per_hour, usage_of
-from trainctl.display import human_duration, human_size, parse_since, styled_state, when
-from trainctl.jobs import DONE, describe_jobs, num_nodes, owned_job
+from trainctl.display import human_size, parse_since, styled_state, when
+from trainctl.errors import ExitCode
+from trainctl.handles import JOB_HELP, owned
+from trainctl.jobs import DONE, describe_jobs, num_nodes
 from trainctl.lineage import follow, lineage_lines
-from trainctl.listing import JobFilter, list_jobs, parse_states
+from trainctl.listing import COLUMN_NAMES, JobFilter, list_jobs, parse_columns, parse_states, table_lines
 from trainctl.logs import LogLine, StreamReader, interleave, node_streams, parse_nodes
 from trainctl.recovery import log_tail
 from trainctl.showing import node_rows
@@ -47,9 +49,17 @@ def jobs(
     sweep: Annotated[str | None, typer.Option(metavar="TAG", help="Only the jobs of this sweep.")] = None,
     name: Annotated[str | None, typer.Option(metavar="PREFIX", help="Only jobs whose name starts so.")] = None,
     limit: Annotated[int, typer.Option(min=0, help="At most this many, newest first (0: all).")] = 50,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column: full id, started, duration, tries, ...")] = False,
+    chosen: Annotated[
+        str | None, typer.Option("--columns", "-o", metavar="COL,COL", help="These columns: " + ", ".join(COLUMN_NAMES))
+    ] = None,
 ) -> None:
-    """The deployment's jobs, newest first: state, nodes, start, duration, attempts, share, sweep, cost."""
+    """The deployment's jobs, newest first: short id, name, fleet, state, nodes, age (--wide: every column).
+
+    No cell is ever cut, on a terminal or piped: the id, name and sweep columns can be copied into the next command.
+    """
     state = state_of(ctx)
+    shown = parse_columns(chosen, wide=wide)
     wanted = JobFilter(
         since=parse_since(since, default=DEFAULT_SINCE),
         fleet=fleet,
@@ -58,31 +68,17 @@ def jobs(
         name_prefix=name,
         limit=limit,
     )
-    rows = list_jobs(state.batch, state.deployment(), wanted, now_ms=int(time.time() * 1000))
+    now_ms = int(time.time() * 1000)
+    rows = list_jobs(state.batch, state.deployment(), wanted, now_ms=now_ms)
     if state.json:
         state.out(rows)
         return
-    table = Table(title=f"Jobs created since {wanted.since:%Y-%m-%d %H:%M} UTC, newest first")
-    for column in ("job id", "name", "fleet", "state", "nodes", "started", "duration", "tries", "share", "sweep"):
-        table.add_column(column, no_wrap=column in ("job id", "state", "started"))
-    table.add_column("USD (est.)", justify="right")
-    for row in rows:
-        table.add_row(
-            str(row["jobId"]),
-            str(row["name"]),
-            row["fleet"],
-            styled_state(row["state"]),
-            str(row["nodes"]),
-            when(row["startedAt"]),
-            human_duration(row["duration_ms"]) if row["duration_ms"] is not None else "-",
-            str(row["attempts"]),
-            row["share"] or "-",
-            row["sweep"] or "-",
-            f"{row['usd_estimate']:,.2f}" if row["usd_estimate"] is not None else "-",
-        )
-    console().print(table)
     if not rows:
         note("no jobs match: widen --since (default 7d) or drop a filter")
+        return
+    out = console()
+    for line in table_lines(rows, shown, now_ms=now_ms):
+        out.print(line, soft_wrap=True, overflow="ignore", crop=False)
 
 
 app.command(name="ps", help="Same as `jobs`.")(jobs)
@@ -91,12 +87,12 @@ app.command(name="ps", help="Same as `jobs`.")(jobs)
 # ----------------------------------------------------------------------------------------------- show
 @app.command()
 @reports_errors
-def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")]) -> None:
+def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)]) -> None:
     """Everything about one job: each node's instance, AZ, state, exit code and reason per attempt, its log
     streams, its checkpoints, its cost, and the jobs the capacity fallback resubmitted it as (its lineage)."""
     state = state_of(ctx)
     deployment = state.deployment()
-    job, fleet = owned_job(state.batch, deployment, job_id)
+    job_id, job, fleet = owned(state.batch, deployment, job_id)
     compute = fleet_compute(state.batch, fleet)
     cluster = (compute.environment or {}).get("ecsClusterArn")
     nodes = node_rows(state.batch, state.aws.client("ecs"), job, cluster, note)
@@ -120,8 +116,8 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
         "nodes": nodes,
         "checkpoints": {"uri": f"s3://{bucket}/{prefix}", "files": len(files), "bytes": sum(f.size for f in files)},
         "lineage": {"id": lineage_id(job), "jobs": lineage.summary(), "latest": lineage.latest.get("jobId")},
-        "node_hours": round(usage.node_hours, 4) if usage else None,
-        "usd_estimate": round(usage.node_hours * price, 2) if usage and price is not None and job.get("status") in DONE
+        "nodeHours": round(usage.node_hours, 4) if usage else None,
+        "usdEstimate": round(usage.node_hours * price, 2) if usage and price is not None and job.get("status") in DONE
         else None,
     }  # fmt: skip
     if state.json:
@@ -157,7 +153,7 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
     checkpoints = result["checkpoints"]
     out.print(f"checkpoints: {checkpoints['files']} files, {human_size(checkpoints['bytes'])} in {checkpoints['uri']}")
     if usage is not None:
-        usd = f"~{result['usd_estimate']:,.2f} USD" if result["usd_estimate"] is not None else "no price"
+        usd = f"~{result['usdEstimate']:,.2f} USD" if result["usdEstimate"] is not None else "no price"
         out.print(f"cost: {usage.node_hours:.2f} node-hours of {usage.instance_type}, {usd} (estimate)")
 
 
@@ -166,15 +162,17 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
 @reports_errors
 def logs(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")],
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)],
     node: Annotated[str, typer.Option(metavar="all|0,2", help="Which nodes' streams.")] = "all",
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the job ends; exit 1 if it ended FAILED.")
+    ] = False,
     timestamps: Annotated[bool, typer.Option("--timestamps", "-t", help="Each line with its UTC time.")] = False,
     poll_seconds: PollOption = POLL_SECONDS / 3,
 ) -> None:
     """Every node's log stream, interleaved in time, each line prefixed [n0], [n1], ..."""
     state = state_of(ctx)
-    job, fleet = owned_job(state.batch, state.deployment(), job_id)
+    job_id, job, fleet = owned(state.batch, state.deployment(), job_id)
     chosen = parse_nodes(node, num_nodes(job))
     logs_client = state.aws.client("logs")
     readers = {s.node: StreamReader(logs_client, s) for s in node_streams(state.batch, job, chosen, fleet.log_group)}
@@ -189,11 +187,16 @@ def logs(
             else:
                 typer.echo(line.render())
 
-    show_lines(interleave(r.read() for r in readers.values()))
+    first = interleave(r.read() for r in readers.values())
+    show_lines(first)
     if not follow:
         if all(r.source.stream is None for r in readers.values()):
             note(f"no node of job {job_id} has a log stream yet (it is {job.get('status')})")
         return
+    if job.get("status") in DONE:
+        # Nothing more will come: say so rather than end in silence.
+        shown = "its logs are above" if first else "its nodes wrote no log lines"
+        note(f"job {job_id} already ended {job.get('status')}: {shown}; nothing more to follow")
     while job.get("status") not in DONE:
         base.sleep(poll_seconds)
         job = describe_jobs(state.batch, [job_id])[0]
@@ -202,15 +205,18 @@ def logs(
             for stream in node_streams(state.batch, job, waiting, fleet.log_group):
                 readers[stream.node] = StreamReader(logs_client, stream)
         show_lines(interleave(r.read() for r in readers.values()))
+    # As submit --watch: the exit status says how the followed job ended.
+    if job.get("status") != "SUCCEEDED":
+        raise typer.Exit(int(ExitCode.JOB_FAILED))
 
 
 # ----------------------------------------------------------------------------------------------- why
 @app.command()
 @reports_errors
-def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")]) -> None:
+def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)]) -> None:
     """Why a job is not running, in plain words; a job the capacity fallback resubmitted names its successor."""
     state = state_of(ctx)
-    job, fleet = owned_job(state.batch, state.deployment(), job_id)
+    job_id, job, fleet = owned(state.batch, state.deployment(), job_id)
     compute = fleet_compute(state.batch, fleet)
     explanation = explain(
         job,
@@ -244,7 +250,7 @@ def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB",
 @reports_errors
 def checkpoints(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")],
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)],
     download: Annotated[
         Path | None,
         typer.Option(metavar="DIR", help="Copy the versions the manifests name into DIR/node-<i>/.", file_okay=False),
@@ -254,7 +260,7 @@ def checkpoints(
     for a job and the jobs the capacity fallback resubmitted it as)."""
     state = state_of(ctx)
     deployment = state.deployment()
-    job, fleet = owned_job(state.batch, deployment, job_id)
+    job_id, job, fleet = owned(state.batch, deployment, job_id)
     bucket, prefix = checkpoint_location(job, fleet, deployment)
     s3 = state.aws.client("s3")
     files = list_checkpoints(s3, bucket, prefix)
@@ -277,13 +283,13 @@ def checkpoints(
             "file": f.name,
             "bytes": f.size,
             "modified": datetime.fromtimestamp(f.mtime_ns / 1e9, UTC).isoformat(timespec="seconds"),
-            "version_id": f.version_id,
+            "versionId": f.version_id,
         }
         for f in files
     ]
     if state.json:
         copied_to = str(download) if download else None
-        state.out({"uri": f"s3://{bucket}/{prefix}", "files": rows, "downloaded_to": copied_to})
+        state.out({"uri": f"s3://{bucket}/{prefix}", "files": rows, "downloadedTo": copied_to})
         return
     table = Table(title=f"s3://{bucket}/{prefix} (what each node's manifest names)")
     for column in ("node", "file", "size", "modified", "version"):
@@ -294,7 +300,7 @@ def checkpoints(
             str(row["file"]),
             human_size(int(row["bytes"])),
             str(row["modified"]),
-            str(row["version_id"] or "-"),
+            str(row["versionId"] or "-"),
         )
     console().print(table)
     if download is not None:

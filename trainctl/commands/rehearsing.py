@@ -9,6 +9,7 @@ import typer
 
 from trainctl.commands.base import app, console, note, reports_errors, state_of
 from trainctl.errors import ExitCode
+from trainctl.naming import camel_keys
 from trainctl.preflight import describe_definition
 from trainctl.rehearsal import report
 from trainctl.rehearsal.faults import KINDS, TRIGGERS
@@ -74,7 +75,8 @@ def rehearse(
         # 128 + the signal, as a shell reports it.
         raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
     if state.json:
-        state.out(result)
+        # The report's keys are Python's (the catalog reads it too); NAME=VALUE pairs left out stay as named.
+        state.out(camel_keys(result, keep={"not_rehearsed"}))
     else:
         out = console()
         for line in report.text(result):

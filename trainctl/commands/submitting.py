@@ -20,10 +20,31 @@ from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.estimate import ASK_ABOVE_USD, HoursOption, TeamOption, YesOption, before_submit
 from trainctl.jobs import watch as watch_job
-from trainctl.preflight import capacity, check_nodes, describe_definition, retry_with_attempts, with_image
+from trainctl.preflight import (
+    FLAGS,
+    Inputs,
+    capacity,
+    check_nodes,
+    describe_definition,
+    retry_with_attempts,
+    with_image,
+)
 from trainctl.preflight import check_share as check_share_of
-from trainctl.requests import SWEEP_TAG, check_flags, grid_points, parse_env, parse_grid, point_name, submit_request
+from trainctl.requests import (
+    SWEEP_TAG,
+    check_flags,
+    grid_points,
+    parse_env,
+    parse_env_file,
+    parse_grid,
+    point_name,
+    submit_request,
+)
 from trainctl.taskfile import MAX_ATTEMPTS, Task, load_task, make_task
+from trainctl.workdir import check_definition_script
+from trainctl.workdir import environment as workdir_environment
+from trainctl.workdir import prepare as prepare_workdir
+from trainctl.workdir import stage as stage_workdir
 
 # sweep asks before submitting more jobs than this (each one is a whole multi-node job).
 SWEEP_CAP = 20
@@ -58,25 +79,34 @@ def follow(state: State, job_id: str, poll_seconds: float) -> dict[str, Any]:
         return watch_job(state.batch, job_id, on_state=on_state, poll_seconds=poll_seconds)
 
 
-def build_request(state: State, task: Task, *, new_share: bool, dry_run: bool) -> tuple[Fleet, dict[str, Any]]:
+def build_request(
+    state: State, task: Task, *, new_share: bool, dry_run: bool, inputs: Inputs = FLAGS
+) -> tuple[Fleet, dict[str, Any]]:
     """The SubmitJob request for a task, after every refusal that needs no submission: the fleet's
-    capacity, the share, and (for another image) the job definition revision it needs."""
+    capacity, the share, and (for another image) the job definition revision it needs. `inputs` says
+    whether the task came from options or a task file, for the refusals to name the right one."""
     check_flags(name=task.name, timeout_seconds=task.timeout)
+    packed = prepare_workdir(task)
     fleet = state.deployment().fleet(task.fleet)
     deployed = fleet.training_definition if task.job == "training" else fleet.benchmark_definition
     definition = describe_definition(state.batch, deployed)
+    if packed and task.command is None:
+        check_definition_script(packed, definition)
     compute = fleet_compute(state.batch, fleet)
     nodes = task.nodes or int(definition.get("nodeProperties", {}).get("numNodes") or 1)
-    check_nodes(fleet, nodes, capacity(compute, definition))
-    check_share_of(state.batch, fleet, compute.queue or {}, task.share, new_share=new_share)
+    check_nodes(fleet, nodes, capacity(compute, definition), inputs=inputs)
+    check_share_of(state.batch, fleet, compute.queue or {}, task.share, new_share=new_share, inputs=inputs)
     if task.image:
         deployed = with_image(state.batch, definition, task.image, register=not dry_run)
+    bucket = state.deployment().dataset_bucket
+    if packed:
+        note(stage_workdir(packed, bucket=bucket, s3=state.aws.client("s3"), dry_run=dry_run))
     request = submit_request(
         name=task.name or f"{fleet.name}-{task.job}-{base.timestamp()}",
         queue=fleet.job_queue,
         definition=deployed,
         nodes=task.nodes,
-        environment=task.env,
+        environment={**task.env, **workdir_environment(bucket or "", packed, task.setup)},
         timeout_seconds=task.timeout,
         share=task.share,
         command=task.full_command(),
@@ -101,6 +131,12 @@ def _submit_and_report(state: State, fleet: Fleet, request: dict[str, Any], *, w
 
 WatchOption = Annotated[bool, typer.Option("--watch", help="Follow the job's states; exit with its outcome.")]
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the exact SubmitJob request; submit nothing.")]
+EnvFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--env-file", metavar="FILE", help="NAME=VALUE lines for every node (# comments); the job's own env wins."
+    ),
+]
 NewShareOption = Annotated[
     bool, typer.Option("--new-share", help="Allow a share identifier the queue's fair-share policy does not list.")
 ]
@@ -116,10 +152,11 @@ def submit(
     ] = (JobKind.training),
     nodes: Annotated[int | None, typer.Option(min=1, help="Nodes (default: the job definition's).")] = None,
     env: Annotated[
-        list[str] | None, typer.Option(metavar="K=V", help="Environment variable on every node; repeatable.")
+        list[str] | None, typer.Option(metavar="NAME=VALUE", help="Environment variable on every node; repeatable.")
     ] = None,
+    env_file: EnvFileOption = None,
     timeout: Annotated[
-        int | None, typer.Option(metavar="S", help="Seconds an attempt may run (60 to 2147483647).")
+        int | None, typer.Option(metavar="SECONDS", help="Seconds an attempt may run (60 to 2147483647).")
     ] = None,
     share: Annotated[str | None, typer.Option(metavar="ID", help="Fair-share identifier (fair-share queues).")] = None,
     name: Annotated[str | None, typer.Option(help="Job name (default: <fleet>-<job>-<UTC time>).")] = None,
@@ -133,6 +170,14 @@ def submit(
     attempts: Annotated[
         int | None, typer.Option(min=1, max=MAX_ATTEMPTS, help="Attempts (infrastructure failures only).")
     ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="A folder every node fetches and runs --command in (docs/workdir.md)."),
+    ] = None,
+    setup: Annotated[
+        str | None,
+        typer.Option(metavar="CMD", help="A shell command every node runs before training (docs/workdir.md)."),
+    ] = None,
     new_share: NewShareOption = False,
     watch: WatchOption = False,
     dry_run: DryRunOption = False,
@@ -144,11 +189,11 @@ def submit(
     """Submit one multi-node job to a fleet's queue."""
     state = state_of(ctx)
     # The flags first: a typo is reported before any AWS call.
-    environment = parse_env(env or [])
+    environment = (parse_env_file(env_file) if env_file else {}) | parse_env(env or [])
     check_flags(name=name, timeout_seconds=timeout)
     task = _task(
         fleet=fleet_name, job=job.value, nodes=nodes, name=name, command=command, launcher=not no_launcher,
-        image=image, env=environment, share=share, timeout=timeout, attempts=attempts,
+        image=image, env=environment, share=share, timeout=timeout, attempts=attempts, workdir=workdir, setup=setup,
     )  # fmt: skip
     fleet, request = build_request(state, task, new_share=new_share, dry_run=dry_run)
     before_submit(state, fleet, [request], hours=hours, team=team, yes=yes, dry_run=dry_run)
@@ -168,6 +213,7 @@ def _task(**fields: Any) -> Task:
 def run(
     ctx: typer.Context,
     task_file: Annotated[Path, typer.Argument(metavar="TASK.yaml", help="The job, described in a YAML file.")],
+    env_file: EnvFileOption = None,
     new_share: NewShareOption = False,
     watch: WatchOption = False,
     dry_run: DryRunOption = False,
@@ -177,9 +223,14 @@ def run(
     poll_seconds: PollOption = POLL_SECONDS,
 ) -> None:
     """Submit the job a task file describes: fleet (required), job, nodes, name, command, launcher, image,
-    env, share, timeout, attempts (docs/jobs.md)."""
+    env, share, timeout, attempts, workdir, setup (docs/jobs.md, docs/workdir.md)."""
     state = state_of(ctx)
-    fleet, request = build_request(state, load_task(task_file), new_share=new_share, dry_run=dry_run)
+    task = load_task(task_file)
+    if env_file:
+        task = task.model_copy(update={"env": parse_env_file(env_file) | task.env})
+    fleet, request = build_request(
+        state, task, new_share=new_share, dry_run=dry_run, inputs=Inputs(task_file=str(task_file))
+    )
     before_submit(state, fleet, [request], hours=hours, team=team, yes=yes, dry_run=dry_run)
     if dry_run:
         state.out(request)
@@ -193,9 +244,10 @@ def sweep(
     ctx: typer.Context,
     fleet_name: Annotated[str, typer.Argument(metavar="FLEET", help="Fleet to run on.")],
     grid: Annotated[
-        list[str], typer.Option(metavar="K=v1,v2", help="An environment variable and its values; repeatable.")
+        list[str], typer.Option(metavar="NAME=V1,V2", help="An environment variable and its values; repeatable.")
     ],
     share: Annotated[str | None, typer.Option(metavar="ID", help="Fair-share identifier for every job.")] = None,
+    env_file: EnvFileOption = None,
     new_share: NewShareOption = False,
     yes: Annotated[
         bool,
@@ -215,6 +267,7 @@ def sweep(
     """
     state = state_of(ctx)
     points = grid_points(parse_grid(grid))
+    common = parse_env_file(env_file) if env_file else {}
     fleet, template = build_request(
         state, make_task({"fleet": fleet_name, "share": share}, where="--"), new_share=new_share, dry_run=dry_run
     )
@@ -224,7 +277,7 @@ def sweep(
             name=point_name(fleet.name, point),
             queue=fleet.job_queue,
             definition=template["jobDefinition"],
-            environment=point,
+            environment=common | point,
             share=share,
             tags={SWEEP_TAG: sweep_id},
         )

@@ -29,6 +29,7 @@ from trainctl.rehearsal.hosts import Devices
 from trainctl.rehearsal.local_s3 import CREDENTIALS, LocalS3
 from trainctl.rehearsal.nodes import NodeRun
 from trainctl.taskfile import LAUNCHER
+from trainctl.workdir import URI_ENV
 
 # Checks of software a CPU machine has no stand-in for; each is named in the report.
 NOT_REHEARSED = ("EXPECT_TORCH_CUDA", "EXPECT_VULKAN", "MIN_NVIDIA_DRIVER", "NCCL_NET")
@@ -103,10 +104,11 @@ class Runtime:
             neuron=_count(env, "EXPECTED_NEURON_DEVICES"),
         )
 
-    def _map(self, argument: str) -> str:
+    def _map(self, argument: str, *, relative: bool) -> str:
         if argument.startswith(IMAGE_DIR):
             return str(self.checkout / "container" / argument[len(IMAGE_DIR) :])
-        if argument and not argument.startswith(("-", "/")) and (self.checkout / argument).is_file():
+        # relative: paths relative to this checkout (without a workdir, whose files the launcher unpacks).
+        if relative and argument and not argument.startswith(("-", "/")) and (self.checkout / argument).is_file():
             return str(self.checkout / argument)
         return argument
 
@@ -129,6 +131,7 @@ class Runtime:
         env.update(spec.environment)
         # A container's file system is new on every attempt: so is this folder.
         env["CHECKPOINT_DIR"] = str(run.folder / "checkpoints")
+        env["WORKDIR_DIR"] = str(run.folder / "workdir")
         env.update(CREDENTIALS)
         env["AWS_ENDPOINT_URL"] = self.s3.endpoint
         env.update(run.host.env())
@@ -153,7 +156,7 @@ class Runtime:
                 environment_name=f"rehearsal-{spec.fleet}-{job.placement}",
             )
         )
-        return [self._map(a) for a in spec.command], env
+        return [self._map(a, relative=URI_ENV not in spec.environment) for a in spec.command], env
 
     def lineage(self, job: Any) -> str:
         """The S3 prefix the launcher keeps this job's checkpoints under (container/distributed_run.sh):

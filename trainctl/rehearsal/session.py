@@ -4,6 +4,7 @@ left running after it ends, an error or Ctrl-C included. `trainctl rehearse` and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import shutil
 import signal
@@ -24,9 +25,15 @@ from trainctl.rehearsal.faults import Fault, fault_node, parse_fault
 from trainctl.rehearsal.local_s3 import LocalS3
 from trainctl.rehearsal.runtime import Runtime
 from trainctl.taskfile import Task, make_task
+from trainctl.workdir import check_definition_script
+from trainctl.workdir import environment as workdir_environment
+from trainctl.workdir import prepare as prepare_workdir
+from trainctl.workdir import upload as upload_workdir
 
 # Every node runs on this machine, each with its own loopback address and its own processes.
 MAX_NODES = 16
+# Where a workdir goes when the job definition names no dataset bucket (DATASET_BUCKET) to mirror.
+WORKDIR_BUCKET = "rehearsal-datasets"
 EXPECTATIONS = ("succeeded", "failed")
 
 
@@ -100,6 +107,14 @@ def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
         source = f"{assembly.name}/{logical_id}"
     name = task.name or f"{task.fleet}-{task.job}-rehearsal"
     spec = job_spec(definition, fleet=task.fleet, source=source, task=task, name=name)
+    # The workdir as `run` sends it: packed, its script checked, in the local S3 for every node's launcher.
+    packed = prepare_workdir(task)
+    if packed and task.command is None:
+        check_definition_script(packed, definition)
+    bucket = spec.environment.get("DATASET_BUCKET") or WORKDIR_BUCKET
+    spec = dataclasses.replace(
+        spec, environment={**spec.environment, **workdir_environment(bucket, packed, task.setup)}
+    )
     for fault in faults:
         fault_node(fault, nodes=spec.nodes, main=spec.main_node)
     if importlib.util.find_spec("torch") is None and task.launcher:
@@ -117,6 +132,8 @@ def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
         with _terminate_as_interrupt():
             runtime = Runtime(checkout=root_dir, s3=s3, python=sys.executable, procs=options.procs)
             spec = runtime.prepare(spec)
+            if packed:
+                upload_workdir(s3.client(), bucket, packed)
             engine = Engine(
                 runtime=runtime,
                 s3=s3,
