@@ -29,15 +29,7 @@ def env() -> Iterator[dict[str, Any]]:
                 patch.delenv(name, raising=False)
             else:
                 patch.setenv(name, value)
-        table = boto3.resource("dynamodb").create_table(
-            TableName="ledger",
-            KeySchema=[{"AttributeName": "month", "KeyType": "HASH"}, {"AttributeName": "job", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "month", "AttributeType": "S"},
-                {"AttributeName": "job", "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        table = create_ledger(boto3.resource("dynamodb"), "ledger")
         sns, sqs = boto3.client("sns"), boto3.client("sqs")
         topic = sns.create_topic(Name="job-alerts")["TopicArn"]
         inbox = sqs.create_queue(QueueName="inbox")["QueueUrl"]
@@ -64,14 +56,27 @@ def env() -> Iterator[dict[str, Any]]:
         yield {"world": world, "table": table, "budgets": ledger.Budgets.parse(document), "inbox": received}
 
 
-def spend(env: dict[str, Any], team: str, usd: float, job: str) -> None:
+def create_ledger(dynamodb: Any, name: str) -> Any:
+    """The ledger table as training_constructs/budgets/team_budgets.py defines it."""
+    return dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "month", "KeyType": "HASH"}, {"AttributeName": "job", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "month", "AttributeType": "S"},
+            {"AttributeName": "job", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def spend(table: Any, team: str, usd: float, job: str) -> None:
     """Put an ended job of `usd` dollars in the ledger: one node for the minute before now."""
     now = functions.now_ms()
     entry = ledger.Entry(
         team=team, job_id=job, job_name=job, fleet="gpu", instance_type="g6.12xlarge", nodes=1,
         usd_per_hour=usd * 60, spans=((now - 60_000, now),), progress=3,
     )  # fmt: skip
-    functions.record(env["table"], entry, now)
+    functions.record(table, entry, now)
 
 
 def detail_of(world: World, job_id: str, status: str) -> dict[str, Any]:
@@ -116,7 +121,7 @@ def test_the_ledger_keeps_the_newest_event_of_a_job(env: dict[str, Any]) -> None
 def test_a_job_submitted_around_trainctl_that_cannot_fit_is_cancelled_on_arrival(env: dict[str, Any]) -> None:
     world: World = env["world"]
     batch = world.client("batch")
-    spend(env, "llama", 700, "earlier-llama")
+    spend(env["table"], "llama", 700, "earlier-llama")
     # Through the API, as the console or the AWS CLI would: 2 nodes x $10 x 1 h timeout = $20 fits $300 left.
     fits = world.submit("gpu", name="fits", tags={ledger.TEAM_TAG: "llama"})
     world.set_job(fits, "RUNNABLE")
@@ -153,7 +158,7 @@ def test_80_percent_alerts_once_and_100_percent_stops_exactly_that_teams_jobs(en
     batch = world.client("batch")
     inbox = env["inbox"]
     inbox()
-    spend(env, "vision", 850, "earlier-vision")
+    spend(env["table"], "vision", 850, "earlier-vision")
 
     def run() -> list[str]:
         return functions.on_schedule({}, None)["actions"]
@@ -170,7 +175,7 @@ def test_80_percent_alerts_once_and_100_percent_stops_exactly_that_teams_jobs(en
     world.set_job(queued, "RUNNABLE")
     other = world.submit("gpu", name="llama-running", tags={ledger.TEAM_TAG: "llama"})
     world.set_job(other, "RUNNING")
-    spend(env, "vision", 160, "more-vision")
+    spend(env["table"], "vision", 160, "more-vision")
 
     actions = run()
     assert sorted(actions) == sorted(["alert vision 100%", f"terminate vision {running}", f"cancel vision {queued}"])

@@ -15,8 +15,8 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from config import budget_functions as functions
 from config import budget_ledger as ledger
+from tests.test_budget_functions import create_ledger, spend
 from tests.trainctl_world import World, moto_environment, served_world
 from trainctl import estimate
 from trainctl.cli import app
@@ -62,25 +62,7 @@ def table(world: World) -> Any:
         "dynamodb", region_name="us-east-1", endpoint_url=world.endpoint,
         aws_access_key_id="testing", aws_secret_access_key="testing",  # noqa: S106 - moto accepts any key
     )  # fmt: skip
-    return resource.create_table(
-        TableName=TABLE,
-        KeySchema=[{"AttributeName": "month", "KeyType": "HASH"}, {"AttributeName": "job", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "month", "AttributeType": "S"},
-            {"AttributeName": "job", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-
-
-def spent(table: Any, team: str, usd: float, job: str) -> None:
-    """An ended job of `usd` dollars: one node for the minute before now."""
-    now = int(time.time() * 1000)
-    entry = ledger.Entry(
-        team=team, job_id=job, job_name=job, fleet="gpu", instance_type="g6.12xlarge", nodes=1,
-        usd_per_hour=usd * 60, spans=((now - 60_000, now),), progress=3,
-    )  # fmt: skip
-    functions.record(table, entry, now)
+    return create_ledger(resource, TABLE)
 
 
 def job_ids(world: World) -> set[str]:
@@ -110,7 +92,7 @@ def test_without_budgets_the_price_line_alone_and_budget_says_how_to_set_them(wo
 def test_a_job_that_fits_is_accepted_with_its_price_and_the_teams_remainder(
     world: World, trainctl: Any, table: Any
 ) -> None:
-    spent(table, "llama", 400, "llama-earlier")
+    spend(table, "llama", 400, "llama-earlier")
     result = trainctl("submit", "gpu", "--team", "llama", "--timeout", "3600")
     assert result.exit_code == 0, result.output
     # 2 nodes x $10 (the budget's price for the gpu queue) x 1 h.
@@ -125,7 +107,7 @@ def test_a_job_that_fits_is_accepted_with_its_price_and_the_teams_remainder(
 def test_a_job_that_would_exceed_the_remainder_is_refused_in_one_line_and_not_submitted(
     world: World, trainctl: Any, table: Any
 ) -> None:
-    spent(table, "vision", 90, "vision-earlier")
+    spend(table, "vision", 90, "vision-earlier")
     before = job_ids(world)
     result = trainctl("submit", "gpu", "--team", "vision", "--timeout", "14400")
     month = ledger.month_name(ledger.month_of(int(time.time() * 1000)))
