@@ -183,7 +183,8 @@ def refusal(spend: TeamSpend, estimate: Estimate) -> str | None:
         return None
     left = max(spend.remaining, 0.0)
     return (
-        f"{REASON_PREFIX} team {spend.team} has {money(left)} left of {money(spend.budget)} in "
+        # Spelled out (REASON_PREFIX first, as tests pin) so that docs/troubleshooting.md can quote it.
+        f"budget: team {spend.team} has {money(left)} left of {money(spend.budget)} in "
         f"{month_name(spend.month)}; this job may cost up to {money(estimate.most)} ({estimate.shape()})"
     )
 

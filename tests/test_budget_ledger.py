@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from config.budget_ledger import (
+    REASON_PREFIX,
     Entry,
     Estimate,
     dollars,
@@ -140,6 +141,7 @@ def test_the_refusal_line_carries_the_figures() -> None:
         "budget: team llama has $1,240 left of $20,000 in November 2026; this job may cost up to $3,523 "
         "(16 x p5.48xlarge x 4 h)"
     )
+    assert line.startswith(REASON_PREFIX)  # how `trainctl why` knows a budget reason
     assert refusal(spend, Estimate(nodes=2, instance_type="p5.48xlarge", usd_per_hour=55.04, hours=4)) is None
 
 
