@@ -110,6 +110,7 @@ def build_app(
         alert_topic=jobs.alerts.topic,
         job_events=jobs.job_metrics.log_group,
         runnable_timeout=Duration.minutes(settings.jobs.runnable_timeout_minutes),
+        budgets=settings.jobs.budgets,
         env=env,
         description="Training platform: dashboard of jobs, nodes, GPUs and EFA per fleet, and alarms to the job alerts",
     )

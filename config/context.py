@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from config import limits, pcs, refusals, schedule_rules, zones
+from config.budgets import read_budgets
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec
 from config.context_keys import (
     EFA_TYPES,
@@ -449,6 +450,15 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None, now:
         raise fail("rootVolumeThroughput", ctx.root_volume_throughput, problem)
     cluster = _parallel_cluster(ctx)
     managed = _pcs(ctx)
+    shares = _shares(ctx.shares)
+    budgets = read_budgets(
+        ctx.budgets,
+        ctx.budget_prices,
+        ctx.budget_default_team,
+        fleets=fleets,
+        shares=shares,
+        timeout_seconds=ctx.job_timeout_seconds,
+    )
     if ctx.ngc_secret and ctx.image_build != "cloud":
         raise fail("ngcSecret", ctx.ngc_secret, "only the cloud build reads it; add -c imageBuild=cloud")
     return AppSettings(
@@ -458,11 +468,12 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None, now:
         jobs=JobSettings(
             timeout_seconds=ctx.job_timeout_seconds,
             attempts=ctx.job_attempts,
-            shares=_shares(ctx.shares),
+            shares=shares,
             runnable_timeout_minutes=ctx.runnable_timeout_minutes,
             alert_email=ctx.alert_email,
             health_check_schedule=_health_check_schedule(ctx.health_check_schedule),
             ecs_exec=ctx.ecs_exec,
+            budgets=budgets,
         ),
         log_retention_days=ctx.log_retention_days,
         root_volume=RootVolume(

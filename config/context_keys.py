@@ -106,6 +106,9 @@ KeyName = _pattern(r"^[\x20-\x7e]{1,255}$")
 Email = _pattern(r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")
 # Secrets Manager CreateSecret Name: 1..512 of letters, digits and /_+=.@- (API reference).
 SecretName = _pattern(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+# A team on FIFO queues: the value of the trainctl:team tag (config/budget_ledger.py).
+TEAM_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+TeamName = _pattern(TEAM_PATTERN)
 _IMAGE_TEXT = "an image as Batch takes it: ubuntu:22.04, user/repo:tag, registry/repo:tag or @sha256:digest"
 _RESERVATION_TEXT = "cr- followed by 17 hex digits"
 
@@ -219,6 +222,20 @@ class _ContextBase(BaseModel):
         "shares", "", "empty (FIFO queues), or a comma list of identifier:share; identifier up to 255 letters and "
         f"digits (a trailing * makes it a prefix), share 1..{limits.MAX_SHARE}, at most "
         f"{limits.MAX_SHARE_IDENTIFIERS} identifiers", "fair-share identifiers and their relative shares",
+    )  # fmt: skip
+    budgets: Annotated[dict[str, Any] | None, BeforeValidator(_json_object)] = key(
+        "budgets", None, "empty (none), or a JSON object: team -> monthly US dollars (a number above 0); a team is a "
+        "`shares` identifier on fair-share queues, else a name of letters, digits, - and _ (the trainctl:team tag)",
+        "monthly budgets in US dollars per team: jobs that would overspend are refused, a team at 100% is stopped "
+        "(docs/budgets.md)",
+    )  # fmt: skip
+    budget_prices: Annotated[dict[str, Any] | None, BeforeValidator(_json_object)] = key(
+        "budgetPrices", None, "a JSON object: fleet name -> US dollars per instance-hour (a number above 0)",
+        "what an instance-hour of a fleet costs for budgets, instead of config/prices.py (a reservation's price)",
+    )  # fmt: skip
+    budget_default_team: TeamName = key(
+        "budgetDefaultTeam", None, "a team of `budgets`; only with FIFO queues (no `shares`)",
+        "the team a job that names none counts against (FIFO queues; default: such jobs count against no budget)",
     )  # fmt: skip
     ecs_exec: Bool = key(
         "ecsExec", True, "true or false", "ECS Exec into job containers (`trainctl exec`); false removes it and its IAM"

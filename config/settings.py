@@ -112,6 +112,9 @@ RESERVED_CONSTRUCT_IDS = frozenset(
         "DashboardUrl",
         # Capacity fallback (the jobs stack).
         "CapacityFallback",
+        # Team budgets (the jobs stack) and their output.
+        "TeamBudgets",
+        "Budgets",
     }
 )
 
@@ -239,6 +242,31 @@ class HealthCheckSchedule:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TeamBudget:
+    """One team's monthly budget in US dollars (the `budgets` key)."""
+
+    team: str
+    monthly_usd: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetSettings:
+    """Team budgets (config/budgets.py reads them): what the ledger, the enforcement and trainctl share."""
+
+    teams: tuple[TeamBudget, ...]
+    # USD per instance-hour of each fleet's placements, by fleet name then instance type: the
+    # budgetPrices figure where given (every placement of that fleet), else config/prices.py's.
+    prices: tuple[tuple[str, str, float], ...]
+    # FIFO queues: the team of a job that names none (None: such a job counts against no budget).
+    default_team: str | None
+    # Teams are share identifiers (fair-share queues) rather than the trainctl:team tag.
+    fair_share: bool
+
+    def price(self, fleet: str, instance_type: str) -> float:
+        return next(usd for f, t, usd in self.prices if f == fleet and t == instance_type)
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobSettings:
     """What every training job definition and queue shares."""
 
@@ -254,6 +282,8 @@ class JobSettings:
     health_check_schedule: HealthCheckSchedule | None = None
     # ECS Exec into job containers (`trainctl exec`): the job definitions enable it, the job role may.
     ecs_exec: bool = True
+    # None: no budgets, and nothing deployed for them.
+    budgets: BudgetSettings | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,7 @@ from config.metrics import FLEET_ENV
 from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
+from training_constructs.budgets.team_budgets import PricedQueue, TeamBudgets
 from training_constructs.common.small_functions import alarm_on_errors
 from training_constructs.compute.training_fleet import TrainingFleet
 from training_constructs.health.boot_breaker import BootCircuitBreaker, BreakerFleet
@@ -38,7 +39,8 @@ class JobsStack(Stack):
     """Per fleet: a job queue (FIFO, or fair share when shares are given), the training and
     all-reduce job definitions and their log group; one job role for all, allowed to read datasets,
     write checkpoints and describe jobs (the main node watches its children); alerts for failed jobs
-    (not those `trainctl cancel` ended) and resumed ones.
+    (not those `trainctl cancel` ended) and resumed ones; with budgets, the team budgets' ledger and
+    enforcement (output `Budgets`).
 
     Attribute `fleets`: fleet name -> TrainingJobs.
     """
@@ -194,6 +196,29 @@ class JobsStack(Stack):
             },
             retention=log_retention,
         )
+
+        self.budgets: TeamBudgets | None = None
+        if jobs.budgets:
+            self.budgets = TeamBudgets(
+                self,
+                "TeamBudgets",
+                settings=jobs.budgets,
+                queues=[
+                    PricedQueue(
+                        fleet=fleet.name,
+                        instance_type=placement.instance.name,
+                        queue=queue,
+                        usd_per_hour=jobs.budgets.price(fleet.name, placement.instance.name),
+                    )
+                    for fleet in fleets
+                    for placement, queue in zip(fleet.placements, self.fleets[fleet.name].placement_queues, strict=True)
+                ],
+                timeout_seconds=jobs.timeout_seconds,
+                topic=self.alerts.topic,
+                log_retention=log_retention,
+            )
+            # trainctl reads the budgets from this (config/budget_ledger.py, Budgets.parse).
+            CfnOutput(self, "Budgets", value=self.budgets.document)
 
         # Boot-check alarms, and with healthCheckSchedule the scheduled fleet check and its alarms.
         self.health = {

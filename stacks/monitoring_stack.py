@@ -8,7 +8,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from config.settings import FleetSettings
+from config.settings import BudgetSettings, FleetSettings
 from training_constructs.observability.training_dashboard import TrainingDashboard
 
 
@@ -24,6 +24,7 @@ class MonitoringStack(Stack):
         alert_topic: sns.ITopic,
         job_events: logs.ILogGroup,
         runnable_timeout: Duration,
+        budgets: BudgetSettings | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -34,6 +35,7 @@ class MonitoringStack(Stack):
             alert_topic=alert_topic,
             job_events=job_events,
             runnable_timeout=runnable_timeout,
+            budgets=budgets,
         )
         name = self.monitoring.dashboard.dashboard_name
         CfnOutput(

@@ -128,6 +128,9 @@ VARIANTS: dict[str, dict[str, str]] = {
         "jobAttempts": "5",
         # The fleet check on a fair-share queue goes through EventBridge Scheduler (issue 32).
         "healthCheckSchedule": "rate(12 hours)",
+        # Team budgets per share (issue 42), the gpu fleet at a reservation's price.
+        "budgets": json.dumps({"llama": 20000, "vision": 5000, "sweep*": 2500}),
+        "budgetPrices": json.dumps({"gpu": 40}),
     },
     # The seed plan's Slurm cluster: 80 x p5e.48xlarge.
     "parallelcluster": {"parallelCluster": "true", "pclusterMaxNodes": "80"},

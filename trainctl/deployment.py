@@ -93,7 +93,7 @@ class Deployment:
         return ", ".join(sorted(self.fleets)) or "(none)"
 
 
-def _outputs(cloudformation: Any, stack: str) -> dict[str, str] | None:
+def outputs_of(cloudformation: Any, stack: str) -> dict[str, str] | None:
     """A stack's outputs, or None when the stack does not exist."""
     try:
         with aws_errors():
@@ -138,7 +138,7 @@ def fleets_from_outputs(outputs: dict[str, str]) -> dict[str, Fleet]:
 
 
 def load_deployment(cloudformation: Any, region: str) -> Deployment:
-    jobs = _outputs(cloudformation, JOBS_STACK)
+    jobs = outputs_of(cloudformation, JOBS_STACK)
     if jobs is None:
         raise TrainctlError(
             f"no {JOBS_STACK} stack in {region}: deploy with `make deploy`, or pass the --region it is in",
@@ -149,7 +149,7 @@ def load_deployment(cloudformation: Any, region: str) -> Deployment:
         raise TrainctlError(
             f"the {JOBS_STACK} stack in {region} has no fleet outputs: redeploy it with `make deploy`", ExitCode.AWS
         )
-    data = _outputs(cloudformation, DATA_STACK) or {}
+    data = outputs_of(cloudformation, DATA_STACK) or {}
     return Deployment(
         region=region,
         fleets=fleets,

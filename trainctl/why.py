@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from config.budget_ledger import REASON_PREFIX as BUDGET_REASON
 from config.catalog import InstanceSpec
 from trainctl.capacity import wait_reasons
 from trainctl.jobs import node_requirements, num_nodes
@@ -67,6 +68,11 @@ def explain(
     if status_reason:
         code = reason_code(str(status_reason))
         reasons.append(f"Batch says: {status_reason}" + (f" ({REASONS[code]})" if code else ""))
+        if str(status_reason).startswith(BUDGET_REASON):
+            reasons.append(
+                "its team's monthly budget cancelled or stopped it (docs/budgets.md): `trainctl budget` shows what is "
+                "left; it runs again next month or with a bigger budget deployed"
+            )
     if status in ("RUNNING", "STARTING"):
         reasons.append(f"the job is {status}: nothing holds it back (`trainctl logs {job.get('jobId')}` shows it)")
         return Explanation(status, reasons + story)

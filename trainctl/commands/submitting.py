@@ -18,6 +18,7 @@ from trainctl.commands.base import POLL_SECONDS, PollOption, State, app, console
 from trainctl.compute import fleet_compute
 from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError
+from trainctl.estimate import ASK_ABOVE_USD, HoursOption, TeamOption, YesOption, before_submit
 from trainctl.jobs import watch as watch_job
 from trainctl.preflight import (
     FLAGS,
@@ -180,6 +181,9 @@ def submit(
     new_share: NewShareOption = False,
     watch: WatchOption = False,
     dry_run: DryRunOption = False,
+    hours: HoursOption = None,
+    team: TeamOption = None,
+    yes: YesOption = False,
     poll_seconds: PollOption = POLL_SECONDS,
 ) -> None:
     """Submit one multi-node job to a fleet's queue."""
@@ -192,6 +196,7 @@ def submit(
         image=image, env=environment, share=share, timeout=timeout, attempts=attempts, workdir=workdir, setup=setup,
     )  # fmt: skip
     fleet, request = build_request(state, task, new_share=new_share, dry_run=dry_run)
+    before_submit(state, fleet, [request], hours=hours, team=team, yes=yes, dry_run=dry_run)
     if dry_run:
         state.out(request)
         return
@@ -212,6 +217,9 @@ def run(
     new_share: NewShareOption = False,
     watch: WatchOption = False,
     dry_run: DryRunOption = False,
+    hours: HoursOption = None,
+    team: TeamOption = None,
+    yes: YesOption = False,
     poll_seconds: PollOption = POLL_SECONDS,
 ) -> None:
     """Submit the job a task file describes: fleet (required), job, nodes, name, command, launcher, image,
@@ -223,6 +231,7 @@ def run(
     fleet, request = build_request(
         state, task, new_share=new_share, dry_run=dry_run, inputs=Inputs(task_file=str(task_file))
     )
+    before_submit(state, fleet, [request], hours=hours, team=team, yes=yes, dry_run=dry_run)
     if dry_run:
         state.out(request)
         return
@@ -240,12 +249,17 @@ def sweep(
     share: Annotated[str | None, typer.Option(metavar="ID", help="Fair-share identifier for every job.")] = None,
     env_file: EnvFileOption = None,
     new_share: NewShareOption = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help=f"Submit more than {SWEEP_CAP} jobs without asking.")] = (
-        False
-    ),
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help=f"Submit without asking (over {SWEEP_CAP} jobs, or over ${ASK_ABOVE_USD:,.0f} at most)."
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the SubmitJob requests and submit nothing.")
     ] = False,
+    hours: HoursOption = None,
+    team: TeamOption = None,
 ) -> None:
     """One multi-node training job per point of the grid, named after the point, tagged with one sweep id.
 
@@ -270,6 +284,7 @@ def sweep(
         for point in points
     ]
     if dry_run:
+        before_submit(state, fleet, requests, hours=hours, team=team, yes=yes, dry_run=True)
         state.out(requests)
         return
     if len(requests) > SWEEP_CAP and not yes:
@@ -280,6 +295,8 @@ def sweep(
             )
         if not typer.confirm(question):
             raise typer.Exit(int(ExitCode.USAGE))
+    # --yes answers both questions: the sweep's size and its price.
+    before_submit(state, fleet, requests, hours=hours, team=team, yes=yes, dry_run=False)
     submitted = []
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task_id = progress.add_task(f"sweep {sweep_id}", total=len(requests))

@@ -29,8 +29,9 @@ from config.metrics import (
     NODES_TAKEN_OUT,
     XID_ERRORS,
 )
-from config.settings import FleetSettings
+from config.settings import BudgetSettings, FleetSettings
 from training_constructs.health.boot_breaker import NODE_FAULTS_TO_TRIP, WINDOW
+from training_constructs.observability.budget_widgets import budget_widgets
 from training_constructs.observability.capacity_watch import capacity_alarm, capacity_widgets
 
 WIDTH = 24
@@ -83,6 +84,7 @@ class TrainingDashboard(Construct):
         alert_topic: sns.ITopic,
         job_events: logs.ILogGroup,
         runnable_timeout: Duration,
+        budgets: BudgetSettings | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.dashboard = cw.Dashboard(self, "Resource", default_interval=Duration.hours(3))
@@ -136,6 +138,8 @@ class TrainingDashboard(Construct):
             for alarm in alarms:
                 alarm.add_alarm_action(alarm_action)
             self.alarms[fleet.name] = alarms
+        if budgets:
+            self.dashboard.add_widgets(*budget_widgets(budgets))
 
     def _fleet_row(self, fleet: FleetSettings, job_events: logs.ILogGroup) -> None:
         name = fleet.name

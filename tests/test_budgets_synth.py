@@ -1,0 +1,166 @@
+"""What team budgets deploy (training_constructs/budgets/team_budgets.py): nothing without the key; with it
+(the p5-four-nodes variant, shared with the other tests), a retained on-demand ledger, the two functions
+with IAM scoped to the ledger, this deployment's jobs and the alert topic, and the `Budgets` output that
+trainctl reads. cdk-nag and cfn-lint run over the variant in tests/test_nag.py and tests/test_cfn_lint.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from config import budget_functions
+from config.metrics import NAMESPACE
+from tests.harness import VARIANTS, resources, synth
+
+STACK = "TrainingJobs"
+VARIANT = "p5-four-nodes"
+
+
+def template() -> dict[str, Any]:
+    return synth(VARIANT).templates[STACK]
+
+
+def flatten(value: Any) -> str:
+    """An Fn::Join of literals and references as one string, references as <LogicalId[.Attr]>."""
+    if isinstance(value, str):
+        return value
+    if "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(flatten(p) for p in parts)
+    if "Ref" in value:
+        return f"<{value['Ref']}>"
+    if "Fn::GetAtt" in value:
+        return "<{}.{}>".format(*value["Fn::GetAtt"])
+    if "Fn::ImportValue" in value:
+        return f"<{value['Fn::ImportValue']}>"
+    raise AssertionError(f"unexpected {value}")
+
+
+def test_nothing_is_deployed_without_budgets() -> None:
+    for variant in ("default", "three-fleets"):
+        assert "budgets" not in VARIANTS[variant]
+        for name, stack in synth(variant).templates.items():
+            assert not resources(stack, "AWS::DynamoDB::Table"), name
+            assert not [k for k in stack["Resources"] if k.startswith("TeamBudgets")], name
+            assert "Budgets" not in stack.get("Outputs", {}), name
+
+
+def test_the_ledger_is_an_on_demand_table_that_outlives_the_stack() -> None:
+    (table,) = resources(template(), "AWS::DynamoDB::Table").values()
+    assert table["DeletionPolicy"] == "Retain" and table["UpdateReplacePolicy"] == "Retain"
+    properties = table["Properties"]
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+    assert "ProvisionedThroughput" not in properties
+    assert properties["TimeToLiveSpecification"] == {"AttributeName": "expires", "Enabled": True}
+    assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+
+
+def test_the_budgets_document_names_every_placement_queue_at_its_price() -> None:
+    stack = template()
+    document = json.loads(flatten(stack["Outputs"]["Budgets"]["Value"]))
+    (table_id,) = resources(stack, "AWS::DynamoDB::Table")
+    assert document["table"] == f"<{table_id}>"
+    assert document["teams"] == {"llama": 20000, "vision": 5000, "sweep*": 2500}
+    assert document["fairShare"] is True and document["timeoutSeconds"] == 7200
+    queues = {f"<{k}.JobQueueArn>" for k in resources(stack, "AWS::Batch::JobQueue")}
+    assert {q["queue"] for q in document["queues"]} == queues
+    # budgetPrices gives the gpu fleet's p5.48xlarge a reservation's $40; trainium keeps the list price.
+    prices = {(q["fleet"], q["instanceType"], q["usdPerHour"]) for q in document["queues"]}
+    assert prices == {("gpu", "p5.48xlarge", 40), ("trainium", "trn1.32xlarge", 21.5)}
+    functions = {k: f for k, f in resources(stack, "AWS::Lambda::Function").items() if k.startswith("TeamBudgets")}
+    assert len(functions) == 2
+    for function in functions.values():
+        variables = function["Properties"]["Environment"]["Variables"]
+        assert variables[budget_functions.BUDGETS_ENV] == stack["Outputs"]["Budgets"]["Value"]
+
+
+def policy_of(stack: dict[str, Any], function_prefix: str) -> list[dict[str, Any]]:
+    (policy,) = [
+        p for k, p in resources(stack, "AWS::IAM::Policy").items() if k.startswith(f"TeamBudgets{function_prefix}")
+    ]
+    return list(policy["Properties"]["PolicyDocument"]["Statement"])
+
+
+def test_the_functions_may_touch_only_the_ledger_jobs_and_the_alert_topic() -> None:
+    stack = template()
+    (table_id,) = resources(stack, "AWS::DynamoDB::Table")
+    for prefix, batch_actions in (
+        ("LedgerFunction", {"batch:CancelJob"}),
+        ("EnforcementFunction", {"batch:CancelJob", "batch:TerminateJob"}),
+    ):
+        statements = policy_of(stack, prefix)
+        for statement in statements:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            resource = flatten(statement["Resource"]) if not isinstance(statement["Resource"], list) else None
+            if any(a.startswith("dynamodb:") for a in actions):
+                assert resource == f"<{table_id}.Arn>"
+            elif set(actions) & {"batch:CancelJob", "batch:TerminateJob"}:
+                assert set(actions) == batch_actions
+                assert resource is not None and resource.endswith(":job/*")
+            elif set(actions) & {"batch:ListJobs", "batch:DescribeJobs"}:
+                # No resource-level permissions for these two (Service Authorization Reference, AWS Batch).
+                assert prefix == "EnforcementFunction" and set(actions) == {"batch:ListJobs", "batch:DescribeJobs"}
+            elif "sns:Publish" in actions:
+                assert prefix == "EnforcementFunction" and resource is not None and "JobAlerts" in resource
+            else:
+                assert set(actions) <= {
+                    "logs:CreateLogStream",
+                    "logs:PutLogEvents",
+                    "kms:Decrypt",
+                    "kms:GenerateDataKey*",
+                }
+        assert not any(
+            a == "*" or a == "batch:*"
+            for s in statements
+            for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+        )
+
+
+def test_job_events_of_every_queue_reach_the_ledger_and_the_enforcement_runs_every_five_minutes() -> None:
+    stack = template()
+    rules = {
+        k: r["Properties"] for k, r in resources(stack, "AWS::Events::Rule").items() if k.startswith("TeamBudgets")
+    }
+    (events,) = [r for r in rules.values() if "EventPattern" in r]
+    queues = [{"Fn::GetAtt": [k, "JobQueueArn"]} for k in resources(stack, "AWS::Batch::JobQueue")]
+    assert events["EventPattern"]["detail"]["jobQueue"] == queues
+    assert "status" not in events["EventPattern"]["detail"]  # every state: arrival, running, ended
+    (schedule,) = [r for r in rules.values() if "ScheduleExpression" in r]
+    assert schedule["ScheduleExpression"] == f"rate({budget_functions.ENFORCE_MINUTES} minutes)"
+
+
+def test_the_functions_ship_the_two_ledger_files_only() -> None:
+    assembly = synth(VARIANT).assembly
+    stack = template()
+    keys = {
+        f["Properties"]["Code"]["S3Key"]
+        for k, f in resources(stack, "AWS::Lambda::Function").items()
+        if k.startswith("TeamBudgets")
+    }
+    (key,) = keys
+    folder = Path(assembly.directory) / f"asset.{key.removesuffix('.zip')}"
+    assert sorted(p.name for p in folder.iterdir()) == ["budget_functions.py", "budget_ledger.py"]
+    # The dashboard reads the metric the enforcement writes.
+    assert budget_functions.METRIC_NAMESPACE == NAMESPACE
+
+
+def test_the_dashboard_draws_each_teams_spend_against_its_budget() -> None:
+    monitoring = synth(VARIANT).templates["TrainingMonitoring"]
+    (dashboard,) = resources(monitoring, "AWS::CloudWatch::Dashboard").values()
+    body = json.loads(flatten(dashboard["Properties"]["DashboardBody"]))
+    graphs = {w["properties"].get("title", ""): w["properties"] for w in body["widgets"] if w["type"] == "metric"}
+    llama = graphs["Team llama: USD this month of $20,000"]
+    assert llama["metrics"] == [
+        [
+            NAMESPACE,
+            budget_functions.SPENT_METRIC,
+            "Team",
+            "llama",
+            {"label": "spent", "stat": "Maximum"},
+        ]
+    ]
+    assert [a["value"] for a in llama["annotations"]["horizontal"]] == [16000, 20000]
+    assert "Team sweep*: USD this month of $2,500" in graphs
+    default = synth("default").templates["TrainingMonitoring"]
+    assert budget_functions.SPENT_METRIC not in json.dumps(default)

@@ -1,0 +1,205 @@
+"""Team budgets: a retained on-demand DynamoDB ledger, a function on Batch job state changes that writes it
+(and cancels on arrival a job that cannot fit its team's remainder), and a scheduled enforcement that
+alerts at 80% and stops a team at 100% (config/budget_functions.py, docs/budgets.md).
+
+Idle, this costs about nothing: an on-demand table bills per request and per GB stored (DynamoDB pricing,
+on-demand capacity), the functions per invocation, and the enforcement's schedule (every ENFORCE_MINUTES)
+is about 8,700 short invocations a month. docs/costs.md has the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import aws_batch as batch
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from config import budget_functions, budget_ledger
+from config.settings import BudgetSettings
+from training_constructs.common.nag_names import nag_name
+from training_constructs.common.small_functions import (
+    alarm_on_errors,
+    depend_on_policy_only,
+    grant_publish_to_alerts,
+    logging_role,
+)
+
+CONFIG_DIR = Path(budget_ledger.__file__).resolve().parent
+# The functions run these two files of config/ and nothing else.
+FUNCTION_FILES = ["*", f"!{Path(budget_ledger.__file__).name}", f"!{Path(budget_functions.__file__).name}"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PricedQueue:
+    """A placement's job queue and what an instance-hour there costs."""
+
+    fleet: str
+    instance_type: str
+    queue: batch.IJobQueue
+    usd_per_hour: float
+
+
+def job_event_pattern(queue_arns: Sequence[str]) -> events.EventPattern:
+    """Every state change of the queues' jobs: the job, not each of its nodes (<id>#<n>; Batch user guide,
+    "Multi-node parallel jobs")."""
+    return events.EventPattern(
+        source=["aws.batch"],
+        detail_type=["Batch Job State Change"],
+        detail={"jobQueue": list(queue_arns), "jobId": [{"anything-but": {"wildcard": "*#*"}}]},
+    )
+
+
+class TeamBudgets(Construct):
+    """Attributes: `table`, `ledger_function`, `enforcement_function`, `document` (the budgets document
+    as a JSON string: the functions' BUDGETS variable and the jobs stack's `Budgets` output)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: BudgetSettings,
+        queues: Sequence[PricedQueue],
+        timeout_seconds: int,
+        topic: sns.ITopic,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.table = dynamodb.Table(
+            self,
+            "Ledger",
+            partition_key=dynamodb.Attribute(name="month", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="job", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            time_to_live_attribute=budget_ledger.EXPIRES,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.document = stack.to_json_string(
+            budget_ledger.document(
+                table=self.table.table_name,
+                teams={t.team: t.monthly_usd for t in settings.teams},
+                default_team=settings.default_team,
+                fair_share=settings.fair_share,
+                queues=[
+                    budget_ledger.QueuePrice(
+                        queue=q.queue.job_queue_arn,
+                        fleet=q.fleet,
+                        instance_type=q.instance_type,
+                        usd_per_hour=q.usd_per_hour,
+                    )
+                    for q in queues
+                ],
+                timeout_seconds=timeout_seconds,
+            )
+        )
+        queue_arns = [q.queue.job_queue_arn for q in queues]
+        job_arns = stack.format_arn(service="batch", resource="job", resource_name="*")
+        self.ledger_function = self._function(
+            "LedgerFunction",
+            handler="on_job_event",
+            description="Writes each training job's node-hours and dollars into the budget ledger; cancels on "
+            "arrival a job that cannot fit its team's budget",
+            log_retention=log_retention,
+            actions=["batch:CancelJob"],
+            job_arns=job_arns,
+            topic=None,
+        )
+        self.enforcement_function = self._function(
+            "EnforcementFunction",
+            handler="on_schedule",
+            description="Alerts a team at 80% of its monthly budget; at 100% cancels its queued jobs and stops "
+            "its running ones (checkpoints kept)",
+            log_retention=log_retention,
+            actions=["batch:CancelJob", "batch:TerminateJob"],
+            job_arns=job_arns,
+            topic=topic,
+        )
+        alarm_on_errors(self.ledger_function, topic, "job costs are not recorded and no job is cancelled on arrival")
+        alarm_on_errors(self.enforcement_function, topic, "no team is alerted or stopped at its budget")
+        self.job_rule = events.Rule(
+            self,
+            "JobStateChanges",
+            description="Every state change of the training jobs, for the budget ledger",
+            event_pattern=job_event_pattern(queue_arns),
+            targets=[targets.LambdaFunction(self.ledger_function, retry_attempts=8)],
+        )
+        self.schedule = events.Rule(
+            self,
+            "Enforcement",
+            description="Budget enforcement: alerts at 80%, stops a team at 100%",
+            schedule=events.Schedule.rate(Duration.minutes(budget_functions.ENFORCE_MINUTES)),
+            targets=[targets.LambdaFunction(self.enforcement_function, retry_attempts=2)],
+        )
+
+    def _function(
+        self,
+        construct_id: str,
+        *,
+        handler: str,
+        description: str,
+        log_retention: logs.RetentionDays,
+        actions: list[str],
+        job_arns: str,
+        topic: sns.ITopic | None,
+    ) -> lambda_.Function:
+        scope = Construct(self, construct_id)
+        log_group = logs.LogGroup(scope, "Logs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN)
+        role = logging_role(scope, "Role", log_group)
+        self.table.grant_read_write_data(role)
+        # CancelJob and TerminateJob take a job ARN (Service Authorization Reference, AWS Batch), which names
+        # no queue: the code acts only on jobs of this deployment's queues (the BUDGETS document's).
+        role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=[job_arns]))
+        environment = {budget_functions.BUDGETS_ENV: self.document}
+        if topic is not None:
+            grant_publish_to_alerts(role, topic)
+            # ListJobs and DescribeJobs support no resource-level permissions (the same reference).
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["batch:ListJobs", "batch:DescribeJobs"], resources=["*"])
+            )
+            environment[budget_functions.TOPIC_ENV] = topic.topic_arn
+        function = lambda_.Function(
+            scope,
+            "Function",
+            description=description,
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            handler=f"{Path(budget_functions.__file__).stem}.{handler}",
+            code=lambda_.Code.from_asset(str(CONFIG_DIR), exclude=FUNCTION_FILES),
+            timeout=Duration.minutes(2),
+            role=role,
+            log_group=log_group,
+            environment=environment,
+        )
+        depend_on_policy_only(function, role)
+        self._acknowledge(role, job_arns, list_jobs=topic is not None)
+        return function
+
+    def _acknowledge(self, role: iam.Role, job_arns: str, *, list_jobs: bool) -> None:
+        stack = Stack.of(self)
+        findings = {
+            f"Resource::{nag_name(stack, job_arns)}": (
+                "batch:CancelJob/TerminateJob take a job ARN, which names no queue; the code acts only on jobs of "
+                "this deployment's queues"
+            ),
+        }
+        if list_jobs:
+            findings["Resource::*"] = (
+                "batch:ListJobs and DescribeJobs only, which support no resource-level permissions"
+            )
+        for finding, reason in findings.items():
+            Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
+                Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason)
+            )
