@@ -113,11 +113,11 @@ def _link_target(folder: Path, path: str, file: Path) -> str:
     target = os.readlink(file)
     shown = f"workdir {clip_path(folder, 32)}: link {clip_path(path, 32)} -> {clip_path(target, 32)}"
     if posixpath.isabs(target):
-        raise TrainctlError(f"{shown} is absolute: add it to {IGNORE_FILE} to leave it out, or copy the file in")
+        raise TrainctlError(f"{shown} is absolute: add it to .gitignore to leave it out, or copy the file in")
     inside = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     real = (file.parent / target).resolve()
     if inside == ".." or inside.startswith("../") or not real.is_relative_to(folder.resolve()):
-        raise TrainctlError(f"{shown} points outside the folder; copy the file in or add it to {IGNORE_FILE}")
+        raise TrainctlError(f"{shown} points outside the folder; copy the file in or add it to .gitignore")
     return target
 
 
