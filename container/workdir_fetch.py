@@ -121,8 +121,9 @@ def _prepare(directory: str) -> None:
     if os.path.lexists(directory):
         if os.path.islink(directory) or not os.path.isdir(directory):
             raise Refused(f"WORKDIR_DIR={directory[-80:]} is not a folder: name a new or empty folder")
-        if os.path.exists(marker):
-            shutil.rmtree(directory)
+        if os.path.exists(marker):  # its contents, not the folder: it may be a mount point
+            for entry in os.scandir(directory):
+                shutil.rmtree(entry.path) if entry.is_dir(follow_symlinks=False) else os.unlink(entry.path)
         elif os.listdir(directory):
             raise Refused(
                 f"WORKDIR_DIR={directory[-80:]} has files this script did not unpack: "

@@ -245,8 +245,11 @@ def test_a_node_empties_only_a_workdir_it_made(tmp_path: Path) -> None:
     empty.mkdir()
     assert workdir_fetch.unpack(archive(("train.py", "")), str(empty)) == 1
     (empty / "stale.py").write_text("an earlier attempt's\n")
+    tree(empty, {"old/net.py": "an earlier attempt's\n"})
+    (empty / "outside").symlink_to(image)  # emptying removes the link, never what it points to
     assert workdir_fetch.unpack(archive(("run.py", "")), str(empty)) == 1  # made by the fetch: emptied
     assert sorted(p.name for p in empty.iterdir()) == [workdir_fetch.MARKER, "run.py"]
+    assert (image / "isaaclab" / "train.py").read_text() == "the image's\n"
     (tmp_path / "file").write_text("")
     with pytest.raises(workdir_fetch.Refused, match="is not a folder"):
         workdir_fetch.unpack(archive(("train.py", "")), str(tmp_path / "file"))
