@@ -321,7 +321,8 @@ STUBBORN = [sys.executable, "-c", (
     "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
     "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
 )]  # fmt: skip
-BUSY_PORT = ["sh", "-c", "sleep 1; exit 7"]
+# Ends once both others are forwarding (their pid files exist).
+BUSY_PORT = ["sh", "-c", 'while [ ! -e "$0" ] || [ ! -e "$1" ]; do sleep 0.05; done; exit 7']
 
 
 def reaped(pid_file: Path) -> bool:
@@ -340,7 +341,8 @@ def test_when_one_forwarding_ends_the_others_are_stopped_and_waited_for(
 
     monkeypatch.setattr(ecs_exec, "PLUGIN_STOP_SECONDS", 0.5)
     started = time.monotonic()
-    ended = ecs_exec.run_plugins([[*FORWARDING, str(tmp_path / "a")], BUSY_PORT, [*STUBBORN, str(tmp_path / "b")]])
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    ended = ecs_exec.run_plugins([[*FORWARDING, a], [*BUSY_PORT, a, b], [*STUBBORN, b]])
     assert ended == (1, 7) and time.monotonic() - started < 10
     assert reaped(tmp_path / "a") and reaped(tmp_path / "b")  # the one ignoring SIGTERM was killed
 
