@@ -114,6 +114,25 @@ def test_an_unknown_handle_is_one_line(trainctl: Any, handle: str) -> None:
     assert len(line) <= 200
 
 
+def test_refusals_echo_a_long_input_shortened_and_still_name_it(world: World, trainctl: Any) -> None:
+    name = "w-echo-" + "n" * 121  # Batch's longest name: 128 characters
+    world.submit("gpu", name=name), world.submit("trainium", name=name)
+    lines = {
+        "unknown": one_error_line(trainctl("why", "w-unknown-" + "u" * 118), ExitCode.USAGE),
+        "ambiguous": one_error_line(trainctl("show", name), ExitCode.USAGE),
+        "columns": one_error_line(trainctl("jobs", "-o", "id," + "c" * 150), ExitCode.USAGE),
+        "port": one_error_line(trainctl("exec", "0123abcd", "--port", "6" * 150), ExitCode.USAGE),
+    }
+    assert all(len(line) <= 200 for line in lines.values()), lines
+    assert lines["unknown"].startswith("trainctl: no job 'w-unknown-uuuuu") and "…' in us-east-1" in lines["unknown"]
+    assert (
+        lines["ambiguous"].startswith("trainctl: 'w-echo-nnnn")
+        and "…' is ambiguous: 2 jobs match" in lines["ambiguous"]
+    )
+    assert lines["columns"].startswith("trainctl: -o 'id,cccc") and "…': the columns are id, " in lines["columns"]
+    assert lines["port"].startswith("trainctl: --port '6666") and "…': give PORT or LOCAL:CONTAINER" in lines["port"]
+
+
 def test_a_job_of_another_queue_is_found_by_its_full_id_only(world: World, trainctl: Any) -> None:
     theirs = world.client("batch").submit_job(
         jobName="foreign-handle", jobQueue=world.foreign_queue, jobDefinition=world.training["gpu"]
@@ -132,6 +151,19 @@ def test_short_ids_grow_past_eight_characters_only_where_two_ids_share_them() ->
         near: "0123abcd-112",
         alone: "fedcba98",
     }
+
+
+def test_the_id_column_shows_the_full_id_of_a_job_too_old_for_a_prefix_to_find() -> None:
+    from trainctl.listing import table_lines
+
+    now_ms = 100 * 86_400_000
+    day_ms = 86_400_000
+    recent = {"jobId": "0123abcd-1111-4000-8000-000000000000", "createdAt": now_ms - 29 * day_ms}
+    old = {"jobId": "fedcba98-0000-4000-8000-000000000000", "createdAt": now_ms - 31 * day_ms}
+    window_days = handles.RECENT.days
+    assert 29 < window_days < 31  # the rows lie either side of the handles' window
+    lines = [line.split()[0] for line in table_lines([recent, old], ("id",), now_ms=now_ms)]
+    assert lines == ["ID", "0123abcd", old["jobId"]]
 
 
 # ----------------------------------------------------------------------------------------------- cancel --all, --name

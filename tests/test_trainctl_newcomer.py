@@ -6,7 +6,11 @@ order of checks, --env-file, and port forwarding through Session Manager."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +145,10 @@ def test_logs_follow_on_a_finished_job_prints_its_logs_and_exits_with_its_outcom
 
 # ----------------------------------------------------------------------------------------------- --since
 def test_a_since_in_the_future_is_refused(trainctl: Any) -> None:
+    next_year = (datetime.now(UTC) + timedelta(days=366)).date().isoformat()
     for command in ("cost", "jobs"):
-        line = one_error_line(trainctl(command, "--since", "2031-01-01", env=OFFLINE), ExitCode.USAGE)
-        assert "--since 2031-01-01: that is after now" in line and "7d" in line
+        line = one_error_line(trainctl(command, "--since", next_year, env=OFFLINE), ExitCode.USAGE)
+        assert f"--since {next_year}: that is after now" in line and "7d" in line
 
 
 # ----------------------------------------------------------------------------------------------- --env-file
@@ -234,9 +239,11 @@ def stubbed_clients(monkeypatch: pytest.MonkeyPatch, world: World, *services: st
     return stubbers
 
 
-def test_exec_port_forwards_each_port_through_session_manager(
-    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def forwarding_stubs(
+    monkeypatch: pytest.MonkeyPatch, world: World
+) -> tuple[str, str, dict[str, Stubber], list[dict[str, Any]], list[dict[str, Any]]]:
+    """A running job whose node 1 forwards ports 6006 and 18888:8888: its id, its task, the stubbers, the
+    sessions and the requests."""
     job_id, task = running_job_with_a_task(world)
     stubbers = stubbed_clients(monkeypatch, world, "ecs", "ssm")
     stubbers["ecs"].add_response(
@@ -257,8 +264,15 @@ def test_exec_port_forwards_each_port_through_session_manager(
         stubbers["ssm"].add_response("start_session", session, request)
         sessions.append(session)
     monkeypatch.setattr("trainctl.commands.control.shutil.which", lambda _name: "/opt/bin/session-manager-plugin")
+    return job_id, task, stubbers, sessions, requests
+
+
+def test_exec_port_forwards_each_port_through_session_manager(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id, task, stubbers, sessions, requests = forwarding_stubs(monkeypatch, world)
     calls: list[list[list[str]]] = []
-    monkeypatch.setattr("trainctl.commands.control.run_plugins", lambda argvs: calls.append(argvs) or 0)
+    monkeypatch.setattr("trainctl.commands.control.run_plugins", lambda argvs: calls.append(argvs))
 
     result = trainctl("exec", job_id, "--node", "1", "--port", "6006", "--port", "18888:8888")
 
@@ -297,8 +311,62 @@ def test_exec_port_forwards_each_port_through_session_manager(
     )
 
 
-def test_run_plugins_waits_for_every_plugin_and_reports_the_first_failure() -> None:
-    from trainctl.commands.control import run_plugins
+# Stand-ins for the plugin: one that forwards until stopped (and says its pid), one whose local port is busy.
+FORWARDING = [
+    sys.executable,
+    "-c",
+    "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)",
+]
+STUBBORN = [sys.executable, "-c", (
+    "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+)]  # fmt: skip
+# Ends once both others are forwarding (their pid files exist).
+BUSY_PORT = ["sh", "-c", 'while [ ! -e "$0" ] || [ ! -e "$1" ]; do sleep 0.05; done; exit 7']
 
-    assert run_plugins([["true"], ["true"]]) == 0
-    assert run_plugins([["true"], ["sh", "-c", "exit 7"]]) == 7
+
+def reaped(pid_file: Path) -> bool:
+    """The process has ended and was waited for: an unreaped one stays in the process table (a zombie)."""
+    try:
+        os.kill(int(pid_file.read_text()), 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_when_one_forwarding_ends_the_others_are_stopped_and_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainctl import ecs_exec
+
+    monkeypatch.setattr(ecs_exec, "PLUGIN_STOP_SECONDS", 0.5)
+    started = time.monotonic()
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    ended = ecs_exec.run_plugins([[*FORWARDING, a], [*BUSY_PORT, a, b], [*STUBBORN, b]])
+    assert ended == (1, 7) and time.monotonic() - started < 10
+    assert reaped(tmp_path / "a") and reaped(tmp_path / "b")  # the one ignoring SIGTERM was killed
+
+
+def test_ctrl_c_stops_every_forwarding_and_waits_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainctl import ecs_exec
+
+    def interrupted(seconds: float) -> None:
+        if (tmp_path / "a").exists() and (tmp_path / "b").exists():  # both stand-ins are forwarding
+            raise KeyboardInterrupt
+        time.sleep(seconds)
+
+    monkeypatch.setattr(ecs_exec, "pause", interrupted)
+    assert ecs_exec.run_plugins([[*FORWARDING, str(tmp_path / "a")], [*FORWARDING, str(tmp_path / "b")]]) is None
+    assert reaped(tmp_path / "a") and reaped(tmp_path / "b")
+
+
+def test_a_busy_local_port_ends_the_forwarding_with_a_line_naming_it(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id, *_ = forwarding_stubs(monkeypatch, world)
+    monkeypatch.setattr("trainctl.commands.control.run_plugins", lambda argvs: (1, 1))  # the second plugin ended
+    result = trainctl("exec", job_id, "--node", "1", "--port", "6006", "--port", "18888:8888")
+    assert result.exit_code == ExitCode.AWS and "Traceback" not in result.output
+    line = result.stderr.strip().splitlines()[-1]  # after the lines naming the forwarded ports
+    assert line.startswith("trainctl: localhost:18888: its forwarding ended (plugin exit 1); the others were stopped")
+    assert "--port LOCAL:CONTAINER" in line and len(line) <= 200

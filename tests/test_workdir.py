@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -27,7 +28,7 @@ from trainctl.errors import ExitCode, TrainctlError
 from trainctl.rehearsal.session import Options, rehearse
 from trainctl.taskfile import LAUNCHER as LAUNCHER_IN_IMAGE
 from trainctl.taskfile import load_task
-from trainctl.workdir import PREFIX, SETUP_ENV, URI_ENV, check_definition_script, pack, upload
+from trainctl.workdir import PREFIX, SETUP_ENV, URI_ENV, check_definition_script, check_script, pack, upload
 from training_constructs.jobs.workloads import ISAACLAB_TRAIN_SCRIPT
 
 sys.path.insert(0, str(ROOT / "container"))
@@ -97,18 +98,83 @@ def test_links_stay_links_and_one_leaving_the_folder_is_refused(tmp_path: Path) 
         pack(folder)
 
 
+def test_a_chain_of_links_leaving_the_folder_is_refused(tmp_path: Path) -> None:
+    """`l -> .` then `up -> l/..` reads as inside the folder (normpath) but leads to its parent."""
+    folder = tree(tmp_path / "code", {"train.py": "pass\n"})
+    (folder / "l").symlink_to(".")
+    assert pack(folder).files == {"train.py", "l"}
+    (folder / "up").symlink_to("l/..")
+    with pytest.raises(TrainctlError, match=r"link up -> l/\.\. points outside the folder"):
+        pack(folder)
+
+
+def test_an_absolute_link_is_refused_with_the_gitignore_way_out(tmp_path: Path) -> None:
+    folder = tree(tmp_path / "code", {"train.py": "pass\n"})
+    (folder / "data").symlink_to("/fsx/data")
+    with pytest.raises(TrainctlError) as refused:
+        pack(folder)
+    assert "link data -> /fsx/data is absolute: add it to .gitignore" in refused.value.message
+    (folder / ".gitignore").write_text("data\n")
+    assert pack(folder).files == {"train.py", ".gitignore"}
+
+
+def test_workdir_refusals_shorten_long_paths_and_still_name_them(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 120) / ("e" * 120)
+    folder = tree(deep / "code", {"train.py": "pass\n"})
+    (folder / ("l" * 150)).symlink_to("/" + "t" * 150)
+    lines = []
+    with pytest.raises(TrainctlError) as absolute:
+        pack(folder)
+    lines.append(absolute.value.message)
+    (folder / ("l" * 150)).unlink()
+    (folder / ("o" * 150)).symlink_to("../" * 40 + "etc")
+    with pytest.raises(TrainctlError) as outside:
+        pack(folder)
+    lines.append(outside.value.message)
+    (folder / ("o" * 150)).unlink()
+    with pytest.raises(TrainctlError) as missing:
+        pack(folder / "nowhere")
+    lines.append(missing.value.message)
+    with pytest.raises(TrainctlError) as too_big:
+        pack(folder, limit=1)
+    lines.append(too_big.value.message)
+    packed = pack(folder)
+    for command in (["s" * 150 + ".py"], ["python" + "s" * 150]):
+        with pytest.raises(TrainctlError) as script:
+            check_script(packed, command)
+        lines.append(script.value.message)
+    with pytest.raises(TrainctlError) as definition_script:
+        check_definition_script(
+            packed,
+            {
+                "nodeProperties": {
+                    "nodeRangeProperties": [{"container": {"command": [LAUNCHER_IN_IMAGE, "s" * 150 + ".py"]}}]
+                }
+            },
+        )
+    lines.append(definition_script.value.message)
+    for line in lines:
+        assert len(line) <= 200, line
+        assert "…" in line and "/code" in line, line  # the folder's end names it
+    assert re.search(r"link …l+ -> …t+ is absolute: add it to \.gitignore", lines[0])
+    assert "l" * 20 + "…" not in lines[0]  # the path's end, not a cut word
+    assert lines[4].endswith("(paths are relative to the workdir; .gitignore may leave it out)")
+    assert lines[5].endswith("(train.py --lr 0.1))")
+    assert "s.py is not in workdir" in lines[6]
+
+
 def test_a_node_unpacks_what_was_packed_with_its_modes_and_links(tmp_path: Path) -> None:
     folder = tree(tmp_path / "code", {"src/train.py": "pass\n", "run.sh": "#!/bin/sh\n"})
     (folder / "run.sh").chmod(0o755)
     (folder / "train.py").symlink_to("src/train.py")
     packed = pack(folder)
     into = tmp_path / "node"
-    tree(into, {"stale.py": "from an earlier attempt\n"})
+    tree(into, {"stale.py": "from an earlier attempt\n", workdir_fetch.MARKER: ""})
     import gzip
 
     assert workdir_fetch.unpack(gzip.decompress(packed.archive), str(into)) == 3
     assert sorted(str(p.relative_to(into)) for p in into.rglob("*") if not p.is_dir()) == [
-        "run.sh", "src/train.py", "train.py",
+        workdir_fetch.MARKER, "run.sh", "src/train.py", "train.py",
     ]  # fmt: skip
     assert os.access(into / "run.sh", os.X_OK) and not os.access(into / "src" / "train.py", os.X_OK)
     assert (into / "train.py").is_symlink() and (into / "train.py").read_text() == "pass\n"
@@ -133,6 +199,120 @@ def test_a_node_refuses_an_archive_entry_that_leaves_the_workdir(
     with pytest.raises(workdir_fetch.Refused, match=words):
         workdir_fetch.unpack(raw.getvalue(), str(tmp_path / "node"))
     assert not (tmp_path / "escape.py").exists()
+
+
+def archive(*members: tuple[str, str]) -> bytes:
+    """A tar of links (name, target) and, where the target is empty, four-byte files."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, link in members:
+            info = tarfile.TarInfo(name)
+            if link:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+                tar.addfile(info)
+            else:
+                info.size = 4
+                tar.addfile(info, io.BytesIO(b"evil"))
+    return raw.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("members", "words"),
+    [
+        ((("l", "."), ("x", "l/.."), ("x/evil", "t")), "archive entry 'x/evil' lies under a link"),
+        ((("l", "."), ("x", "l/..")), "archive link x -> l/.. leads outside the workdir through another link"),
+        # The link made first passes through one made after it.
+        ((("x", "l/.."), ("l", ".")), "archive link x -> l/.. leads outside the workdir through another link"),
+        ((("l", "."), ("x", "l/.."), ("x/f.py", "")), "archive entry 'x/f.py' lies under a link"),
+    ],
+)
+def test_a_node_refuses_a_chain_of_links_that_leaves_the_workdir(
+    tmp_path: Path, members: tuple[tuple[str, str], ...], words: str
+) -> None:
+    into = tmp_path / "work" / "node"
+    with pytest.raises(workdir_fetch.Refused, match=re.escape(words)):
+        workdir_fetch.unpack(archive(*members), str(into))
+    outside = [p for p in (tmp_path / "work").iterdir() if p.name != "node"]
+    assert outside == [] and not any(p.is_symlink() for p in into.rglob("*"))
+
+
+def test_a_node_empties_only_a_workdir_it_made(tmp_path: Path) -> None:
+    image = tree(tmp_path / "workspace", {"isaaclab/train.py": "the image's\n"})
+    with pytest.raises(workdir_fetch.Refused, match="has files this script did not unpack: name a new or empty"):
+        workdir_fetch.unpack(archive(("train.py", "")), str(image))
+    assert (image / "isaaclab" / "train.py").read_text() == "the image's\n"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert workdir_fetch.unpack(archive(("train.py", "")), str(empty)) == 1
+    (empty / "stale.py").write_text("an earlier attempt's\n")
+    tree(empty, {"old/net.py": "an earlier attempt's\n"})
+    (empty / "outside").symlink_to(image)  # emptying removes the link, never what it points to
+    assert workdir_fetch.unpack(archive(("run.py", "")), str(empty)) == 1  # made by the fetch: emptied
+    assert sorted(p.name for p in empty.iterdir()) == [workdir_fetch.MARKER, "run.py"]
+    assert (image / "isaaclab" / "train.py").read_text() == "the image's\n"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(workdir_fetch.Refused, match="is not a folder"):
+        workdir_fetch.unpack(archive(("train.py", "")), str(tmp_path / "file"))
+
+
+class FlakyS3:
+    """get_object answering `errors` in turn, then the archive."""
+
+    def __init__(self, errors: list[Exception], body: bytes) -> None:
+        self.errors, self.body, self.calls = errors, body, 0
+
+    def get_object(self, **_: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return {"Body": io.BytesIO(self.body)}
+
+
+def client_error(code: str, status: int) -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError(
+        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject"
+    )
+
+
+def fetch_exit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, s3: FlakyS3, uri: str) -> int:
+    monkeypatch.setattr(boto3, "client", lambda *_a, **_k: s3)
+    monkeypatch.setattr(workdir_fetch.time, "sleep", lambda _s: None)
+    monkeypatch.setenv("WORKDIR_URI", uri)
+    monkeypatch.delenv("WORKDIR_SETUP", raising=False)
+    return int(workdir_fetch.main(["--dir", str(tmp_path / "node")]))
+
+
+def test_a_transient_s3_error_is_tried_again_then_retried_by_batch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from botocore.exceptions import EndpointConnectionError
+
+    from training_constructs.jobs.multi_node_job import PREFLIGHT_EXIT_CODE, RETRY_RULES
+
+    packed = pack(tree(tmp_path / "code", {"train.py": "pass\n"}))
+    uri = packed.uri("datasets")
+    passing = FlakyS3(
+        [client_error("SlowDown", 503), EndpointConnectionError(endpoint_url="https://s3")], packed.archive
+    )
+    assert fetch_exit(monkeypatch, tmp_path, passing, uri) == 0 and passing.calls == 3
+    assert (tmp_path / "node" / "train.py").read_text() == "pass\n"
+    failing = FlakyS3([client_error("InternalError", 500)] * 10, packed.archive)
+    code = fetch_exit(monkeypatch, tmp_path, failing, uri)
+    assert failing.calls == len(workdir_fetch.RETRY_DELAYS) + 1
+    # The code the job definitions retry, as for a node fault.
+    assert code == PREFLIGHT_EXIT_CODE and any(r.on_exit_code == str(code) and r.action == "RETRY" for r in RETRY_RULES)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"workdir_fetch.py: workdir: cannot read {uri} after 4 tries: ")
+
+
+@pytest.mark.parametrize(("code", "status"), [("NoSuchKey", 404), ("AccessDenied", 403)])
+def test_the_jobs_own_s3_problem_is_not_tried_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, code: str, status: int
+) -> None:
+    s3 = FlakyS3([client_error(code, status)], b"")
+    assert fetch_exit(monkeypatch, tmp_path, s3, f"s3://datasets/workdirs/{'0' * 64}.tar.gz") == 2 and s3.calls == 1
 
 
 # ----------------------------------------------------------------------------------------------- submitting
@@ -231,7 +411,7 @@ def test_a_workdir_without_the_launcher_is_refused(trainctl: Any, tmp_path: Path
     line = one_error_line(trainctl("run", str(task)), ExitCode.USAGE)
     assert "field workdir: needs the launcher" in line and "launcher: false" in line
     missing = one_error_line(trainctl("submit", "gpu", "--workdir", str(tmp_path / "nowhere")), ExitCode.USAGE)
-    assert missing.endswith(f"workdir {tmp_path / 'nowhere'}: not a folder")
+    assert missing.endswith("/nowhere: not a folder") and len(missing) <= 200
 
 
 # ----------------------------------------------------------------------------------------------- the launcher

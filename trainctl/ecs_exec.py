@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from trainctl.aws import aws_errors
-from trainctl.errors import TrainctlError
+from trainctl.errors import TrainctlError, clip
 from trainctl.showing import cluster_of_task, node_jobs
 
 PLUGIN = "session-manager-plugin"
@@ -35,6 +37,9 @@ INSTALL_PLUGIN = (
 PORT_FORWARDING_DOCUMENT = "AWS-StartPortForwardingSession"
 _PORT_SPEC = re.compile(r"^([0-9]{1,5})(?::([0-9]{1,5}))?$")
 MAX_PORT = 65535
+# How long a plugin has to end after SIGTERM before it is killed, and how often run_plugins looks at them.
+PLUGIN_STOP_SECONDS = 5.0
+PLUGIN_POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -54,11 +59,14 @@ def parse_ports(specs: list[str]) -> list[PortForward]:
         ports = [int(p) for p in match.groups() if p is not None] if match else []
         if not ports or not all(1 <= p <= MAX_PORT for p in ports):
             raise TrainctlError(
-                f"--port {spec!r}: give PORT or LOCAL:CONTAINER, each 1-{MAX_PORT} (--port 6006, --port 16006:6006)"
+                f"--port {clip(spec)!r}: give PORT or LOCAL:CONTAINER, each 1-{MAX_PORT} "
+                "(--port 6006, --port 16006:6006)"
             )
         forward = PortForward(ports[0], ports[-1])
         if any(f.local == forward.local for f in forwards):
-            raise TrainctlError(f"--port {spec}: local port {forward.local} is already forwarded by another --port")
+            raise TrainctlError(
+                f"--port {clip(spec)}: local port {forward.local} is already forwarded by another --port"
+            )
         forwards.append(forward)
     return forwards
 
@@ -147,3 +155,39 @@ def start_port_forwarding(ssm: Any, target: ExecTarget, forward: PortForward) ->
         response = ssm.start_session(**request)
     session = {key: response[key] for key in ("SessionId", "TokenValue", "StreamUrl")}
     return session, request
+
+
+def stop_plugins(processes: list[subprocess.Popen[bytes]]) -> None:
+    """Each plugin terminated, waited for (no process left behind) and killed if it outlasts PLUGIN_STOP_SECONDS."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=PLUGIN_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def pause(seconds: float) -> None:
+    """run_plugins' wait between looks (a test stands in for Ctrl-C here)."""
+    time.sleep(seconds)
+
+
+def run_plugins(argvs: list[list[str]]) -> tuple[int, int] | None:
+    """Several plugins side by side (one per forwarded port) until Ctrl-C (None) or until one ends, say on a
+    local port already in use: then the others are stopped too, and the (index, exit code) of the one that
+    ended is returned."""
+    processes = [subprocess.Popen(argv) for argv in argvs]  # noqa: S603 - a fixed program found on PATH, no shell
+    try:
+        while True:
+            for index, process in enumerate(processes):
+                code = process.poll()
+                if code is not None:
+                    stop_plugins(processes)
+                    return index, code
+            pause(PLUGIN_POLL_SECONDS)
+    except KeyboardInterrupt:
+        stop_plugins(processes)
+        return None

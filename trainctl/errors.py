@@ -27,3 +27,17 @@ class TrainctlError(Exception):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+def clip(value: object, width: int = 40) -> str:
+    """A user's input as a refusal echoes it: whole when short, else its first `width` characters and an
+    ellipsis, so that the line stays within 200 characters and still names the input."""
+    text = str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def clip_path(value: object, width: int = 40) -> str:
+    """A path as a refusal echoes it: whole when short, else an ellipsis and its last `width` characters
+    (the end names the file)."""
+    text = str(value)
+    return text if len(text) <= width else "…" + text[-(width - 1) :]

@@ -18,7 +18,7 @@ from typing import Any
 from trainctl.capacity import SUCCESSOR_TAG
 from trainctl.deployment import Deployment, Fleet
 from trainctl.display import age
-from trainctl.errors import TrainctlError
+from trainctl.errors import TrainctlError, clip
 from trainctl.jobs import DONE, STATES, describe_jobs, list_job_ids, owned_job
 from trainctl.requests import JOB_NAME
 
@@ -104,7 +104,8 @@ class Handles:
             found = {str(s["jobId"]): s for s in self.named(handle)}
         if not found:
             raise TrainctlError(
-                f"no job {handle!r} in {self.deployment.region}: give a job id, a prefix of {MIN_PREFIX}+ characters "
+                f"no job {clip(handle)!r} in {self.deployment.region}: give a job id, a prefix of "
+                f"{MIN_PREFIX}+ characters "
                 f"or the name of a job of this deployment created in the last {RECENT_TEXT} (`trainctl jobs`)"
             )
         if len(found) > 1:
@@ -137,7 +138,8 @@ def _ambiguous(handle: str, candidates: list[dict[str, Any]], *, now_ms: int) ->
         for s in candidates[:SHOWN_CANDIDATES]
     ]
     more = f" and {len(candidates) - SHOWN_CANDIDATES} more" if len(candidates) > SHOWN_CANDIDATES else ""
-    return f"{handle!r} is ambiguous: {len(candidates)} jobs match ({', '.join(shown)}{more}); pass a longer id prefix"
+    matches = f"{len(candidates)} jobs match ({', '.join(shown)}{more})"
+    return f"{clip(handle)!r} is ambiguous: {matches}; pass a longer id prefix"
 
 
 def owned(batch: Any, deployment: Deployment, handle: str) -> tuple[str, dict[str, Any], Fleet]:

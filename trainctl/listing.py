@@ -18,8 +18,8 @@ from trainctl.compute import fleet_compute
 from trainctl.cost import price_per_hour, usage_of
 from trainctl.deployment import Deployment
 from trainctl.display import age, human_duration, styled_state, when
-from trainctl.errors import TrainctlError
-from trainctl.handles import short_ids
+from trainctl.errors import TrainctlError, clip
+from trainctl.handles import RECENT, short_ids
 from trainctl.jobs import DONE, STATES, describe_jobs, list_job_ids, num_nodes
 from trainctl.requests import SWEEP_TAG
 
@@ -157,7 +157,7 @@ def parse_columns(value: str | None, *, wide: bool) -> tuple[str, ...]:
     chosen = tuple(dict.fromkeys(c.strip().lower() for c in value.split(",") if c.strip()))
     unknown = [c for c in chosen if c not in COLUMN_NAMES]
     if unknown or not chosen:
-        raise TrainctlError(f"-o {value!r}: the columns are {', '.join(COLUMN_NAMES)}")
+        raise TrainctlError(f"-o {clip(value)!r}: the columns are {', '.join(COLUMN_NAMES)}")
     return chosen
 
 
@@ -166,6 +166,9 @@ def table_lines(rows: list[dict[str, Any]], chosen: tuple[str, ...], *, now_ms: 
     in its colour). Nothing is cut."""
     known = columns(now_ms=now_ms)
     short = short_ids(str(row["jobId"]) for row in rows)
+    # A prefix resolves only among jobs created within the handles' window: an older row shows its full id.
+    window_start = now_ms - int(RECENT.total_seconds() * 1000)
+    short.update({str(r["jobId"]): str(r["jobId"]) for r in rows if int(r.get("createdAt") or 0) < window_start})
     cells = [[known[c].cell({**row, "shortId": short[str(row["jobId"])]}) for c in chosen] for row in rows]
     widths = [max([len(known[c].header)] + [len(line[i]) for line in cells]) for i, c in enumerate(chosen)]
 

@@ -20,7 +20,7 @@ import botocore.exceptions
 from pathspec import GitIgnoreSpec
 
 from trainctl.aws import aws_errors
-from trainctl.errors import ExitCode, TrainctlError
+from trainctl.errors import ExitCode, TrainctlError, clip_path
 from trainctl.taskfile import LAUNCHER, Task
 
 # Under the dataset bucket, which the job role reads (stacks/jobs_stack.py) and no job writes.
@@ -101,24 +101,30 @@ def _entries(folder: Path, limit: int) -> list[tuple[str, Path]]:
             size += (here / name).lstat().st_size
     if size > limit:
         raise TrainctlError(
-            f"workdir {folder}: {_size(size)} of files after .gitignore, past the {_size(limit)} limit: "
+            f"workdir {clip_path(folder)}: {_size(size)} of files after .gitignore, past the {_size(limit)} limit: "
             "leave data and outputs out with .gitignore"
         )
     return sorted(found)
 
 
 def _link_target(folder: Path, path: str, file: Path) -> str:
+    """The link's target, refused unless it stays inside the folder both as written (the node checks the text)
+    and once resolved through the links it passes (`l -> .` then `up -> l/..` reads as inside but is not)."""
     target = os.readlink(file)
+    shown = f"workdir {clip_path(folder, 32)}: link {clip_path(path, 32)} -> {clip_path(target, 32)}"
+    if posixpath.isabs(target):
+        raise TrainctlError(f"{shown} is absolute: add it to .gitignore to leave it out, or copy the file in")
     inside = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-    if posixpath.isabs(target) or inside == ".." or inside.startswith("../"):
-        raise TrainctlError(f"workdir {folder}: link {path} -> {target} points outside the folder; copy the file in")
+    real = (file.parent / target).resolve()
+    if inside == ".." or inside.startswith("../") or not real.is_relative_to(folder.resolve()):
+        raise TrainctlError(f"{shown} points outside the folder; copy the file in or add it to .gitignore")
     return target
 
 
 def pack(folder: Path, *, limit: int = MAX_BYTES) -> Packed:
     """The folder as a tar.gz whose bytes depend only on the paths, contents, links and executable bits."""
     if not folder.is_dir():
-        raise TrainctlError(f"workdir {folder}: not a folder")
+        raise TrainctlError(f"workdir {clip_path(folder)}: not a folder")
     tar_bytes = io.BytesIO()
     files: set[str] = set()
     with tarfile.open(fileobj=tar_bytes, mode="w", format=tarfile.GNU_FORMAT) as tar:
@@ -158,7 +164,7 @@ def check_script(packed: Packed, command: list[str] | None) -> None:
         if script.startswith("python")
         else f"paths are relative to the workdir; {IGNORE_FILE} may leave it out"
     )
-    raise TrainctlError(f"command: {command[0]} is not in workdir {packed.folder} ({hint})"[:200])
+    raise TrainctlError(f"command: {clip_path(command[0])} is not in workdir {clip_path(packed.folder)} ({hint})")
 
 
 def check_definition_script(packed: Packed, definition: dict[str, Any]) -> None:
@@ -170,7 +176,8 @@ def check_definition_script(packed: Packed, definition: dict[str, Any]) -> None:
         return
     if posixpath.normpath(command[1]) not in packed.files:
         raise TrainctlError(
-            f"command: the job definition's script {command[1]} is not in workdir {packed.folder}: "
+            f"command: the job definition's script {clip_path(command[1], 60)} is not in workdir "
+            f"{clip_path(packed.folder)}: "
             "give the command to run from it"
         )
 

@@ -19,6 +19,7 @@ from trainctl.capacity import CAPACITY_CANCEL
 from trainctl.commands.base import State, app, note, reports_errors, state_of
 from trainctl.compute import fleet_compute
 from trainctl.display import parse_since
+from trainctl.ecs_exec import run_plugins
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.handles import JOB_HELP, RECENT_TEXT, UNFINISHED, Handles, owned, short_ids, unfinished_jobs
 from trainctl.jobs import DONE, owned_job
@@ -211,9 +212,15 @@ def _forward_ports(
     for forward in forwards:
         note(f"{where}: localhost:{forward.local} -> container port {forward.container}")
     note("Ctrl-C ends the forwarding")
-    code = run_plugins(argvs)
-    if code:
-        raise typer.Exit(code)
+    ended = run_plugins(argvs)
+    if ended is not None:
+        index, code = ended
+        line = f"localhost:{forwards[index].local}: its forwarding ended (plugin exit {code}); the others were stopped"
+        if code:
+            raise TrainctlError(
+                f"{line}: is the port in use here? choose another: --port LOCAL:CONTAINER", ExitCode.AWS
+            )
+        note(line)
 
 
 def _endpoint(client: Any) -> str:
@@ -223,15 +230,3 @@ def _endpoint(client: Any) -> str:
 def run_plugin(argv: list[str]) -> int:
     """The plugin owns the terminal until the session ends (tests stand in for it)."""
     return subprocess.call(argv)  # noqa: S603 - a fixed program found on PATH, no shell
-
-
-def run_plugins(argvs: list[list[str]]) -> int:
-    """Several plugins side by side (one per forwarded port) until all end; Ctrl-C stops them all."""
-    processes = [subprocess.Popen(argv) for argv in argvs]  # noqa: S603 - a fixed program found on PATH, no shell
-    try:
-        codes = [process.wait() for process in processes]
-    except KeyboardInterrupt:
-        for process in processes:
-            process.terminate()
-        return 0
-    return next((code for code in codes if code), 0)
