@@ -68,6 +68,7 @@ def _environment_bytes(
             for fleet, kind, usd in queues
         ],
         timeout_seconds=timeout,
+        attempts=10,
     )
     return len("BUDGETS" + json.dumps(shape, separators=(",", ":"))) + len("ALERT_TOPIC_ARN") + TOPIC_ARN_CHARS
 

@@ -214,6 +214,7 @@ class JobsStack(Stack):
                     for placement, queue in zip(fleet.placements, self.fleets[fleet.name].placement_queues, strict=True)
                 ],
                 timeout_seconds=jobs.timeout_seconds,
+                attempts=jobs.attempts,
                 topic=self.alerts.topic,
                 log_retention=log_retention,
             )
