@@ -207,6 +207,9 @@ def unknown_team(detail: Mapping[str, Any], budgets: Budgets) -> str | None:
     trainctl:team tag names no budgeted team (or that has none and there is no default team), else None."""
     if budgets.fair_share or budgets.team_of(detail) is not None:
         return None
+    # The fleet checks (scheduled, or `trainctl check`) run the deployment's benchmark definitions untagged.
+    if str(detail.get("jobDefinition") or "") in budgets.check_definitions:
+        return None
     tagged = str((detail.get("tags") or {}).get(TEAM_TAG) or "")
     named = f"team {tagged[:64]} has no budget" if tagged else f"no {TEAM_TAG} tag"
     line = f"{REASON_PREFIX} {named}; the teams are {', '.join(budgets.teams)}"
@@ -345,6 +348,7 @@ def document(
     queues: Iterable[QueuePrice],
     timeout_seconds: int,
     attempts: int,
+    check_definitions: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The budgets document as Budgets.parse reads it (the construct fills it with deploy-time tokens)."""
     return {
@@ -358,6 +362,7 @@ def document(
         ],
         "timeoutSeconds": timeout_seconds,
         "attempts": attempts,
+        "checkDefinitions": list(check_definitions),
     }
 
 
@@ -374,6 +379,8 @@ class Budgets:
     timeout_seconds: int
     # The job definitions' attempts: a job's retries when its description names none.
     attempts: int = 1
+    # The benchmark job definitions' ARNs: the fleet checks, which name no team.
+    check_definitions: tuple[str, ...] = ()
 
     @staticmethod
     def parse(document: Mapping[str, Any]) -> Budgets:
@@ -394,6 +401,7 @@ class Budgets:
             timeout_seconds=int(document["timeoutSeconds"]),
             # A deployment from before the key: one attempt, as before.
             attempts=int(document.get("attempts") or 1),
+            check_definitions=tuple(str(arn) for arn in document.get("checkDefinitions") or ()),
         )
 
     def price_of(self, queue: str) -> QueuePrice | None:

@@ -215,6 +215,7 @@ class JobsStack(Stack):
                 ],
                 timeout_seconds=jobs.timeout_seconds,
                 attempts=jobs.attempts,
+                check_definitions=[self.fleets[fleet.name].benchmark.job_definition_arn for fleet in fleets],
                 topic=self.alerts.topic,
                 log_retention=log_retention,
             )

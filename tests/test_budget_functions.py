@@ -212,6 +212,12 @@ def test_on_fifo_fleets_a_job_of_no_budgeted_team_is_stopped_on_arrival(env: dic
     reasons = {j["jobId"]: j.get("statusReason") for j in batch.describe_jobs(jobs=[untagged, stranger])["jobs"]}
     assert reasons[untagged] == "budget: no trainctl:team tag; the teams are llama, vision"
     assert reasons[stranger] == "budget: team robotics has no budget; the teams are llama, vision"
+    # The fleet check (the deployment's benchmark definition, untagged) is not a team's job: it runs.
+    check = world.submit("gpu", name="gpu-fleet-check", definition=world.benchmark["gpu"])
+    world.set_job(check, "RUNNABLE")
+    checks = ledger.Budgets.parse({**_document(env["budgets"]), "checkDefinitions": [world.benchmark["gpu"]]})
+    assert functions.arrival_refusal(detail_of(world, check, "RUNNABLE"), checks, env["table"], 0) is None
+    assert functions.arrival_refusal(detail_of(world, check, "RUNNABLE"), env["budgets"], env["table"], 0)
 
 
 def test_80_percent_alerts_once_and_100_percent_stops_exactly_that_teams_jobs(env: dict[str, Any]) -> None:

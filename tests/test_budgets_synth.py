@@ -64,6 +64,8 @@ def test_the_budgets_document_names_every_placement_queue_at_its_price() -> None
     assert document["teams"] == {"llama": 20000, "vision": 5000, "sweep*": 2500}
     assert document["fairShare"] is True and document["timeoutSeconds"] == 7200
     # The job definitions' attempts: the arrival check's bound for a job that names none.
+    benchmarks = {k for k, d in resources(stack, "AWS::Batch::JobDefinition").items() if "Benchmark" in k}
+    assert {c.strip("<>") for c in document["checkDefinitions"]} == benchmarks and len(benchmarks) == 2
     assert document["attempts"] == 5  # the variant's jobAttempts (tests/harness.py)
     queues = {f"<{k}.JobQueueArn>" for k in resources(stack, "AWS::Batch::JobQueue")}
     assert {q["queue"] for q in document["queues"]} == queues

@@ -72,6 +72,7 @@ class TeamBudgets(Construct):
         queues: Sequence[PricedQueue],
         timeout_seconds: int,
         attempts: int,
+        check_definitions: Sequence[str],
         topic: sns.ITopic,
         log_retention: logs.RetentionDays,
     ) -> None:
@@ -106,6 +107,7 @@ class TeamBudgets(Construct):
                 ],
                 timeout_seconds=timeout_seconds,
                 attempts=attempts,
+                check_definitions=check_definitions,
             )
         )
         queue_arns = [q.queue.job_queue_arn for q in queues]
