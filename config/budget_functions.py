@@ -131,8 +131,8 @@ DESCRIBED = ("tags", "shareIdentifier", "timeout", "retryStrategy")
 
 def completed(detail: Mapping[str, Any], budgets: ledger.Budgets, batch: Any) -> Mapping[str, Any]:
     """The event's detail with the job's tags or share identifier from DescribeJobs where the event lacks
-    them. The detail "resembles" DescribeJobs' JobDetail (Batch user guide, "Job state change events"),
-    whose example event shows neither tags nor a share identifier; DescribeJobs returns both (API JobDetail)."""
+    them. The detail only "resembles" DescribeJobs' JobDetail (Batch user guide, "Job state change events"):
+    nothing there promises the tags or the share identifier; DescribeJobs returns both (API JobDetail)."""
     job_id = str(detail.get("jobId", ""))
     if budgets.price_of(str(detail.get("jobQueue", ""))) is None or "#" in job_id:
         return detail
