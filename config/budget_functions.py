@@ -1,17 +1,18 @@
 """Lambda handlers of the budgets (training_constructs/budgets/team_budgets.py deploys them).
 
 `on_job_event`: every Batch job state change of the deployment's queues. Writes the job's entry into the
-ledger, and cancels on arrival a job that cannot fit its team's remainder: Batch sends no event for the
-submission itself (Batch user guide, "Job state change events"), so the first event (PENDING or RUNNABLE,
-no attempt yet) is the arrival, whichever way the job was submitted (trainctl, the console, the AWS CLI).
+ledger, and stops on arrival a job that cannot fit its team's remainder (or, on FIFO fleets, names no
+budgeted team): Batch sends no event for the submission itself (Batch user guide, "Job state change
+events"), so the first event (PENDING or RUNNABLE, no attempt yet) is the arrival, whichever way the job
+was submitted (trainctl, the console, the AWS CLI).
 
 `on_schedule`: every few minutes (ENFORCE_MINUTES). Per team: at 80% of the month's budget one alert to the
-job-alert topic; at 100% one alert, the team's queued jobs cancelled and its running jobs terminated with a
-reason that starts "budget:". TerminateJob stops a running job's containers (SIGTERM, then SIGKILL after
-the stop timeout: ECS developer guide, "Stopping a task"), which is the launcher's stop path: it uploads
-the checkpoints before it exits (container/distributed_run.sh). Idempotent: markers in the ledger table
-make each alert and each stop happen once. Only jobs of this deployment's queues whose team is the one
-over budget are touched.
+job-alert topic; at 100% one alert, the team's queued jobs cancelled and its running jobs terminated
+(TerminateJob for both) with a reason that starts "budget:". TerminateJob stops a running job's containers
+(SIGTERM, then SIGKILL after the stop timeout: ECS developer guide, "Stopping a task"), which is the
+launcher's stop path: it uploads the checkpoints before it exits (container/distributed_run.sh). Markers
+in the ledger table, written after each alert and stop, keep a later pass from repeating it. Only jobs of
+this deployment's queues whose team is the one over budget are touched.
 
 Both need only the stdlib and the boto3 that Lambda's Python runtime ships.
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -94,28 +94,53 @@ def record(table: Any, entry: ledger.Entry, now: int) -> None:
 
 
 def estimate_of(detail: Mapping[str, Any], budgets: ledger.Budgets) -> ledger.Estimate | None:
+    """The most the job may cost: its attempt timeout (or the job definitions') x its attempts (or the job
+    definitions'). Only what Batch enforces counts: a tag anyone could set bounds nothing."""
     price = budgets.price_of(str(detail.get("jobQueue", "")))
     if price is None:
         return None
     seconds = (detail.get("timeout") or {}).get("attemptDurationSeconds") or budgets.timeout_seconds
-    hours = int(seconds) / 3600
-    tagged = str((detail.get("tags") or {}).get(ledger.HOURS_TAG, ""))
-    # The hours trainctl estimated with; a tag anyone could have set is taken only as a number of hours.
-    if re.fullmatch(r"\d+(\.\d+)?", tagged) and float(tagged) > 0:
-        hours = float(tagged)
+    attempts = (detail.get("retryStrategy") or {}).get("attempts") or budgets.attempts
     return ledger.Estimate(
-        nodes=nodes_of(detail), instance_type=price.instance_type, usd_per_hour=price.usd_per_hour, hours=hours
+        nodes=nodes_of(detail),
+        instance_type=price.instance_type,
+        usd_per_hour=price.usd_per_hour,
+        hours=int(seconds) / 3600,
+        attempts=int(attempts),
     )
 
 
 def arrival_refusal(detail: Mapping[str, Any], budgets: ledger.Budgets, table: Any, now: int) -> str | None:
-    """The reason to cancel a job that just arrived and cannot fit its team's remainder, else None."""
+    """The reason to stop a job that just arrived: its team is unknown (FIFO fleets), or it cannot fit its
+    team's remainder; else None."""
     if detail.get("status") not in ledger.QUEUED or ledger.spans_of(detail) or detail.get("attempts"):
         return None
-    team, estimate = budgets.team_of(detail), estimate_of(detail, budgets)
-    if team is None or estimate is None:
+    estimate = estimate_of(detail, budgets)
+    if estimate is None:
         return None
-    return ledger.refusal(budgets.spends(table, now)[team], estimate)
+    unknown = ledger.unknown_team(detail, budgets)
+    if unknown:
+        return unknown
+    team = budgets.team_of(detail)
+    return None if team is None else ledger.refusal(budgets.spends(table, now)[team], estimate)
+
+
+# What names a job's team: absent from an event, DescribeJobs has it (and the bounds the estimate uses).
+DESCRIBED = ("tags", "shareIdentifier", "timeout", "retryStrategy")
+
+
+def completed(detail: Mapping[str, Any], budgets: ledger.Budgets, batch: Any) -> Mapping[str, Any]:
+    """The event's detail with the job's tags or share identifier from DescribeJobs where the event lacks
+    them. The detail only "resembles" DescribeJobs' JobDetail (Batch user guide, "Job state change events"):
+    nothing there promises the tags or the share identifier; DescribeJobs returns both (API JobDetail)."""
+    job_id = str(detail.get("jobId", ""))
+    if budgets.price_of(str(detail.get("jobQueue", ""))) is None or "#" in job_id:
+        return detail
+    if ("shareIdentifier" if budgets.fair_share else "tags") in detail:
+        return detail
+    found = batch.describe_jobs(jobs=[job_id]).get("jobs") or []
+    extra = {key: found[0][key] for key in DESCRIBED if found and key in found[0] and key not in detail}
+    return {**detail, **extra}
 
 
 def _clients() -> tuple[ledger.Budgets, Any]:
@@ -129,26 +154,31 @@ def on_job_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     import boto3
 
     budgets, table = _clients()
-    detail = event.get("detail") or {}
+    batch = boto3.client("batch")
+    detail = completed(event.get("detail") or {}, budgets, batch)
     now = now_ms()
     reason = arrival_refusal(detail, budgets, table, now)
     if reason:
-        boto3.client("batch").cancel_job(jobId=str(detail["jobId"]), reason=reason[:1024])
+        # TerminateJob, not CancelJob: CancelJob succeeds on a job already STARTING or RUNNING without
+        # stopping it (API CancelJob); TerminateJob cancels a queued job and stops a started one (API
+        # TerminateJob). The job may have moved on since the event.
+        batch.terminate_job(jobId=str(detail["jobId"]), reason=reason[:1024])
     entry = entry_of(detail, budgets)
     if entry is not None:
         record(table, entry, now)
     outcome = {"jobId": detail.get("jobId"), "status": detail.get("status"), "team": entry and entry.team}
-    print(json.dumps(outcome | {"cancelled": reason}))
-    return outcome | {"cancelled": reason}
+    print(json.dumps(outcome | {"stopped": reason}))
+    return outcome | {"stopped": reason}
 
 
-def _claim(table: Any, month: str, marker: str) -> bool:
-    """Put a marker once: True for the caller that put it."""
-    try:
-        table.put_item(Item={"month": month, "job": marker}, ConditionExpression="attribute_not_exists(job)")
-    except table.meta.client.exceptions.ConditionalCheckFailedException:
-        return False
-    return True
+def _marked(table: Any, month: str, marker: str) -> bool:
+    return "Item" in table.get_item(Key={"month": month, "job": marker}, ConsistentRead=True)
+
+
+def _mark(table: Any, month: str, marker: str) -> None:
+    """Record an action once it is done: a pass that fails before this repeats the action next time (an
+    alert sent twice or a job stopped twice is harmless; one never sent or never stopped is not)."""
+    table.put_item(Item={"month": month, "job": marker})
 
 
 def alert_text(spend: ledger.TeamSpend, fraction: float) -> tuple[str, str]:
@@ -198,24 +228,25 @@ def enforce(budgets: ledger.Budgets, table: Any, batch: Any, sns: Any, topic: st
     done: list[str] = []
     for team, spend in budgets.spends(table, now).items():
         for fraction in ledger.ALERT_FRACTIONS:
-            if spend.used >= fraction * spend.budget and _claim(table, spend.month, f"!alert#{fraction:g}#{team}"):
+            marker = f"!alert#{fraction:g}#{team}"
+            if spend.used >= fraction * spend.budget and not _marked(table, spend.month, marker):
                 subject, text = alert_text(spend, fraction)
                 sns.publish(TopicArn=topic, Subject=subject, Message=text)
+                _mark(table, spend.month, marker)
                 done.append(f"alert {team} {fraction:.0%}")
         if spend.used < spend.budget:
             continue
         reason = stop_reason(spend)
         for job in list(team_jobs(batch, budgets, team)):
             job_id = str(job["jobId"])
-            if not _claim(table, spend.month, f"!stop#{job_id}"):
+            marker = f"!stop#{job_id}"
+            if _marked(table, spend.month, marker):
                 continue
-            if job["status"] in ledger.QUEUED:
-                batch.cancel_job(jobId=job_id, reason=reason)
-                done.append(f"cancel {team} {job_id}")
-            else:
-                # TerminateJob, not CancelJob: a cancel does not stop a job that is STARTING or RUNNING.
-                batch.terminate_job(jobId=job_id, reason=reason)
-                done.append(f"terminate {team} {job_id}")
+            # TerminateJob for both: it cancels a queued job and stops a started one, where CancelJob
+            # leaves a job that reached STARTING running (API CancelJob, TerminateJob).
+            batch.terminate_job(jobId=job_id, reason=reason)
+            _mark(table, spend.month, marker)
+            done.append(f"{'cancel' if job['status'] in ledger.QUEUED else 'terminate'} {team} {job_id}")
     return done
 
 

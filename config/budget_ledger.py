@@ -32,8 +32,6 @@ RUNNING = "RUNNING"
 EXPIRES = "expires"
 # The tag that names a job's team on FIFO queues (trainctl sets it from --team).
 TEAM_TAG = "trainctl:team"
-# The hours trainctl's estimate used (--hours), so that the arrival check judges the job as trainctl did.
-HOURS_TAG = "trainctl:budget-hours"
 # Every reason the budget gives Batch starts with this (`trainctl why` recognises it).
 REASON_PREFIX = "budget:"
 ALERT_FRACTIONS = (0.8, 1.0)
@@ -129,13 +127,15 @@ def hours_text(hours: float) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Estimate:
-    """The most a job may cost before it runs: nodes x price x hours (its timeout, or the hours given)."""
+    """The most a job may cost before it runs: nodes x price x its attempt timeout x its attempts (Batch
+    bills every attempt, each bounded by the timeout: API SubmitJob, timeout and retryStrategy)."""
 
     nodes: int
     instance_type: str
     usd_per_hour: float
     hours: float
     jobs: int = 1
+    attempts: int = 1
 
     @property
     def hourly(self) -> float:
@@ -143,12 +143,13 @@ class Estimate:
 
     @property
     def most(self) -> float:
-        return self.hourly * self.hours
+        return self.hourly * self.hours * self.attempts
 
     def shape(self) -> str:
-        """16 x p5.48xlarge x 4 h (with "20 jobs x " in front for a sweep)."""
+        """16 x p5.48xlarge x 4 h x 2 attempts (with "20 jobs x " in front for a sweep)."""
         jobs = f"{self.jobs} jobs x " if self.jobs > 1 else ""
-        return f"{jobs}{self.nodes} x {self.instance_type} x {hours_text(round(self.hours, 2))}"
+        attempts = f" x {self.attempts} attempts" if self.attempts > 1 else ""
+        return f"{jobs}{self.nodes} x {self.instance_type} x {hours_text(round(self.hours, 2))}{attempts}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,16 +178,42 @@ class TeamSpend:
         return self.used + self.rate * self.hours_left
 
 
+# A refusal is one line of at most this many characters, whatever the team's name (up to 64).
+LINE_LIMIT = 200
+REMEDY = "fewer nodes, a shorter --timeout/--hours, or a bigger budget"
+
+
 def refusal(spend: TeamSpend, estimate: Estimate) -> str | None:
-    """The one line that refuses a job that does not fit the team's remainder; None when it fits."""
+    """The one line that refuses a job that does not fit the team's remainder; None when it fits. At most
+    LINE_LIMIT characters: the month and the figures' shape go first when a long team name leaves no room."""
     if estimate.most <= spend.remaining:
         return None
     left = max(spend.remaining, 0.0)
-    return (
-        # Spelled out (REASON_PREFIX first, as tests pin) so that docs/troubleshooting.md can quote it.
-        f"budget: team {spend.team} has {money(left)} left of {money(spend.budget)} in "
-        f"{month_name(spend.month)}; this job may cost up to {money(estimate.most)} ({estimate.shape()})"
+    # Spelled out (REASON_PREFIX first, as tests pin) so that docs/troubleshooting.md can quote it.
+    line = (
+        f"budget: team {spend.team} has {money(left)} of {money(spend.budget)} left in "
+        f"{month_name(spend.month)}; this job may cost up to {money(estimate.most)} ({estimate.shape()}): {REMEDY}"
     )
+    if len(line) > LINE_LIMIT:
+        line = (
+            f"budget: team {spend.team}: {money(left)} of {money(spend.budget)} left, "
+            f"job up to {money(estimate.most)}; {REMEDY}"
+        )
+    return line
+
+
+def unknown_team(detail: Mapping[str, Any], budgets: Budgets) -> str | None:
+    """On FIFO fleets with budgets every job counts against a team: the one line refusing a job whose
+    trainctl:team tag names no budgeted team (or that has none and there is no default team), else None."""
+    if budgets.fair_share or budgets.team_of(detail) is not None:
+        return None
+    # The fleet checks (scheduled, or `trainctl check`) run the deployment's benchmark definitions untagged.
+    if str(detail.get("jobDefinition") or "") in budgets.check_definitions:
+        return None
+    tagged = str((detail.get("tags") or {}).get(TEAM_TAG) or "")
+    named = f"team {tagged[:64]} has no budget" if tagged else f"no {TEAM_TAG} tag"
+    line = f"{REASON_PREFIX} {named}; the teams are {', '.join(budgets.teams)}"
+    return line if len(line) <= LINE_LIMIT else f"{REASON_PREFIX} {named}; `trainctl budget` lists the teams"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,6 +347,8 @@ def document(
     fair_share: bool,
     queues: Iterable[QueuePrice],
     timeout_seconds: int,
+    attempts: int,
+    check_definitions: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The budgets document as Budgets.parse reads it (the construct fills it with deploy-time tokens)."""
     return {
@@ -332,6 +361,8 @@ def document(
             for q in queues
         ],
         "timeoutSeconds": timeout_seconds,
+        "attempts": attempts,
+        "checkDefinitions": list(check_definitions),
     }
 
 
@@ -346,6 +377,10 @@ class Budgets:
     queues: tuple[QueuePrice, ...]
     # The job definitions' attempt timeout: a job's bound when its description names none.
     timeout_seconds: int
+    # The job definitions' attempts: a job's retries when its description names none.
+    attempts: int = 1
+    # The benchmark job definitions' ARNs: the fleet checks, which name no team.
+    check_definitions: tuple[str, ...] = ()
 
     @staticmethod
     def parse(document: Mapping[str, Any]) -> Budgets:
@@ -364,6 +399,9 @@ class Budgets:
                 for q in document["queues"]
             ),
             timeout_seconds=int(document["timeoutSeconds"]),
+            # A deployment from before the key: one attempt, as before.
+            attempts=int(document.get("attempts") or 1),
+            check_definitions=tuple(str(arn) for arn in document.get("checkDefinitions") or ()),
         )
 
     def price_of(self, queue: str) -> QueuePrice | None:

@@ -29,6 +29,8 @@ MAX_USD_PER_HOUR = 10_000
 # most about this long.
 TABLE_NAME_CHARS = 80
 TOPIC_ARN_CHARS = 120
+# A benchmark job definition's ARN (its name is CloudFormation's, with a revision).
+JOB_DEFINITION_ARN_CHARS = 120
 
 
 def _amount(path: str, value: Any, ceiling: float, unit: str) -> float:
@@ -68,6 +70,8 @@ def _environment_bytes(
             for fleet, kind, usd in queues
         ],
         timeout_seconds=timeout,
+        attempts=10,
+        check_definitions=["x" * JOB_DEFINITION_ARN_CHARS for _ in {fleet for fleet, _, _ in queues}],
     )
     return len("BUDGETS" + json.dumps(shape, separators=(",", ":"))) + len("ALERT_TOPIC_ARN") + TOPIC_ARN_CHARS
 

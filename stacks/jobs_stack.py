@@ -214,6 +214,8 @@ class JobsStack(Stack):
                     for placement, queue in zip(fleet.placements, self.fleets[fleet.name].placement_queues, strict=True)
                 ],
                 timeout_seconds=jobs.timeout_seconds,
+                attempts=jobs.attempts,
+                check_definitions=[self.fleets[fleet.name].benchmark.job_definition_arn for fleet in fleets],
                 topic=self.alerts.topic,
                 log_retention=log_retention,
             )

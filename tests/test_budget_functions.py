@@ -118,14 +118,14 @@ def test_the_ledger_keeps_the_newest_event_of_a_job(env: dict[str, Any]) -> None
         table.delete_item(Key={"month": month, "job": "vision#job-1"})
 
 
-def test_a_job_submitted_around_trainctl_that_cannot_fit_is_cancelled_on_arrival(env: dict[str, Any]) -> None:
+def test_a_job_submitted_around_trainctl_that_cannot_fit_is_stopped_on_arrival(env: dict[str, Any]) -> None:
     world: World = env["world"]
     batch = world.client("batch")
     spend(env["table"], "llama", 700, "earlier-llama")
     # Through the API, as the console or the AWS CLI would: 2 nodes x $10 x 1 h timeout = $20 fits $300 left.
     fits = world.submit("gpu", name="fits", tags={ledger.TEAM_TAG: "llama"})
     world.set_job(fits, "RUNNABLE")
-    assert functions.on_job_event({"detail": detail_of(world, fits, "RUNNABLE")}, None)["cancelled"] is None
+    assert functions.on_job_event({"detail": detail_of(world, fits, "RUNNABLE")}, None)["stopped"] is None
     # 2 nodes x $10 x 20 h = $400 does not.
     too_big = world.submit(
         "gpu", name="too-big", tags={ledger.TEAM_TAG: "llama"}, timeout={"attemptDurationSeconds": 72000}
@@ -134,23 +134,90 @@ def test_a_job_submitted_around_trainctl_that_cannot_fit_is_cancelled_on_arrival
     outcome = functions.on_job_event({"detail": detail_of(world, too_big, "RUNNABLE")}, None)
 
     reason = batch.describe_jobs(jobs=[too_big])["jobs"][0]["statusReason"]
-    assert reason == outcome["cancelled"]
-    assert reason.startswith("budget: team llama has $300 left of $1,000 in ")
-    assert reason.endswith("this job may cost up to $400 (2 x g6.12xlarge x 20 h)")
+    assert reason == outcome["stopped"]
+    assert reason.startswith("budget: team llama has $300 of $1,000 left in ")
+    assert reason.endswith(f"this job may cost up to $400 (2 x g6.12xlarge x 20 h): {ledger.REMEDY}")
     assert "statusReason" not in batch.describe_jobs(jobs=[fits])["jobs"][0]
-    # A job trainctl estimated with --hours 1 is judged on those hours, as trainctl judged it.
-    estimated = world.submit(
-        "gpu", name="estimated", tags={ledger.TEAM_TAG: "llama", ledger.HOURS_TAG: "1"},
+    # A tag claiming fewer hours bounds nothing (Batch does not enforce it): the 20 h timeout decides.
+    tagged = world.submit(
+        "gpu", name="tagged", tags={ledger.TEAM_TAG: "llama", "trainctl:budget-hours": "1"},
         timeout={"attemptDurationSeconds": 72000},
     )  # fmt: skip
-    assert functions.on_job_event({"detail": detail_of(world, estimated, "PENDING")}, None)["cancelled"] is None
-    # A tag that is not a number of hours counts for nothing: the 20 h timeout decides.
-    garbled = world.submit(
-        "gpu", name="garbled", tags={ledger.TEAM_TAG: "llama", ledger.HOURS_TAG: "one"},
-        timeout={"attemptDurationSeconds": 72000},
+    world.set_job(tagged, "RUNNABLE")
+    assert functions.on_job_event({"detail": detail_of(world, tagged, "RUNNABLE")}, None)["stopped"]
+
+
+def test_an_event_without_tags_is_completed_from_describe_jobs(env: dict[str, Any]) -> None:
+    """The user guide's example event carries no tags: the team comes from DescribeJobs."""
+    world: World = env["world"]
+    # 2 nodes x $10 x 100 h = $2,000: more than llama's whole $1,000.
+    too_big = world.submit(
+        "gpu", name="untagged-event", tags={ledger.TEAM_TAG: "llama"}, timeout={"attemptDurationSeconds": 360000}
+    )
+    world.set_job(too_big, "RUNNABLE")
+    detail = {k: v for k, v in detail_of(world, too_big, "RUNNABLE").items() if k != "tags"}
+    outcome = functions.on_job_event({"detail": detail}, None)
+    assert outcome["team"] == "llama"
+    assert str(outcome["stopped"]).startswith("budget: team llama has ")
+
+
+def test_arrival_terminates_a_job_that_already_started(env: dict[str, Any]) -> None:
+    """CancelJob leaves a STARTING or RUNNING job running (and moto, like Batch, ignores it): an event that
+    reaches the function after the job moved on must still stop the job."""
+    world: World = env["world"]
+    batch = world.client("batch")
+    # $2,000 at most, as above.
+    late = world.submit("gpu", name="late", tags={ledger.TEAM_TAG: "llama"}, timeout={"attemptDurationSeconds": 360000})
+    world.set_job(late, "RUNNABLE")
+    detail = detail_of(world, late, "RUNNABLE")
+    world.set_job(late, "RUNNING")
+    outcome = functions.on_job_event({"detail": detail}, None)
+    assert batch.describe_jobs(jobs=[late])["jobs"][0].get("statusReason") == outcome["stopped"]
+
+
+def test_arrival_counts_every_attempt(env: dict[str, Any]) -> None:
+    # 2 nodes x $10 x 6 h x 3 attempts = $360; with the document's 2 attempts instead, $240.
+    world: World = env["world"]
+    budgets: ledger.Budgets = env["budgets"]
+    detail = {
+        "jobId": "retried", "jobQueue": world.queues["gpu"], "status": "RUNNABLE", "attempts": [],
+        "nodeProperties": {"numNodes": 2}, "timeout": {"attemptDurationSeconds": 6 * 3600},
+        "retryStrategy": {"attempts": 3}, "tags": {ledger.TEAM_TAG: "llama"},
+    }  # fmt: skip
+    estimate = functions.estimate_of(detail, budgets)
+    assert estimate is not None and estimate.most == pytest.approx(360)
+    assert estimate.shape() == "2 x g6.12xlarge x 6 h x 3 attempts"
+    # Without a retry strategy in the detail, the job definitions' attempts (the document's) count.
+    bare = {k: v for k, v in detail.items() if k != "retryStrategy"}
+    doubled = ledger.Budgets.parse({**_document(budgets), "attempts": 2})
+    assert functions.estimate_of(bare, doubled).most == pytest.approx(240)  # type: ignore[union-attr]
+
+
+def _document(budgets: ledger.Budgets) -> dict[str, Any]:
+    return ledger.document(
+        table=budgets.table, teams=budgets.teams, default_team=budgets.default_team, fair_share=budgets.fair_share,
+        queues=budgets.queues, timeout_seconds=budgets.timeout_seconds, attempts=budgets.attempts,
     )  # fmt: skip
-    world.set_job(garbled, "RUNNABLE")
-    assert functions.on_job_event({"detail": detail_of(world, garbled, "RUNNABLE")}, None)["cancelled"]
+
+
+def test_on_fifo_fleets_a_job_of_no_budgeted_team_is_stopped_on_arrival(env: dict[str, Any]) -> None:
+    world: World = env["world"]
+    batch = world.client("batch")
+    untagged = world.submit("gpu", name="untagged")
+    world.set_job(untagged, "RUNNABLE")
+    stranger = world.submit("gpu", name="stranger", tags={ledger.TEAM_TAG: "robotics"})
+    world.set_job(stranger, "RUNNABLE")
+    functions.on_job_event({"detail": detail_of(world, untagged, "RUNNABLE")}, None)
+    functions.on_job_event({"detail": detail_of(world, stranger, "RUNNABLE")}, None)
+    reasons = {j["jobId"]: j.get("statusReason") for j in batch.describe_jobs(jobs=[untagged, stranger])["jobs"]}
+    assert reasons[untagged] == "budget: no trainctl:team tag; the teams are llama, vision"
+    assert reasons[stranger] == "budget: team robotics has no budget; the teams are llama, vision"
+    # The fleet check (the deployment's benchmark definition, untagged) is not a team's job: it runs.
+    check = world.submit("gpu", name="gpu-fleet-check", definition=world.benchmark["gpu"])
+    world.set_job(check, "RUNNABLE")
+    checks = ledger.Budgets.parse({**_document(env["budgets"]), "checkDefinitions": [world.benchmark["gpu"]]})
+    assert functions.arrival_refusal(detail_of(world, check, "RUNNABLE"), checks, env["table"], 0) is None
+    assert functions.arrival_refusal(detail_of(world, check, "RUNNABLE"), env["budgets"], env["table"], 0)
 
 
 def test_80_percent_alerts_once_and_100_percent_stops_exactly_that_teams_jobs(env: dict[str, Any]) -> None:
@@ -189,6 +256,53 @@ def test_80_percent_alerts_once_and_100_percent_stops_exactly_that_teams_jobs(en
     # until the containers stop: the second pass sees the same jobs and touches none of them.
     assert [a for a in run() if "vision" in a] == []
     assert not [m for m in inbox() if "vision" in m["Subject"]]
+
+
+class FailsOnce:
+    """A boto3 client whose first call of `method` fails, as a throttled call or a timeout would."""
+
+    def __init__(self, client: Any, method: str) -> None:
+        self.client, self.method, self.failed = client, method, False
+
+    def __getattr__(self, name: str) -> Any:
+        if name != self.method or self.failed:
+            return getattr(self.client, name)
+
+        def fail(**kwargs: Any) -> None:
+            self.failed = True
+            raise RuntimeError(f"{name} failed")
+
+        return fail
+
+
+def test_an_alert_or_stop_that_fails_is_repeated_by_the_next_pass(env: dict[str, Any]) -> None:
+    world: World = env["world"]
+    batch = world.client("batch")
+    table = create_ledger(boto3.resource("dynamodb"), "ledger-failures")
+    budgets = ledger.Budgets.parse({**_document(env["budgets"]), "table": "ledger-failures", "teams": {"audio": 100}})
+    sns = boto3.client("sns")
+    topic = sns.create_topic(Name="failures")["TopicArn"]
+    spend(table, "audio", 150, "audio-earlier")
+    job = world.submit("gpu", name="audio-running", tags={ledger.TEAM_TAG: "audio"})
+    world.set_job(job, "RUNNING")
+    now = functions.now_ms()
+    month = ledger.month_of(now)
+
+    def markers() -> set[str]:
+        items = table.query(KeyConditionExpression="#m = :m", ExpressionAttributeNames={"#m": "month"},
+                            ExpressionAttributeValues={":m": month})["Items"]  # fmt: skip
+        return {str(i["job"]) for i in items if str(i["job"]).startswith("!")}
+
+    with pytest.raises(RuntimeError, match="publish failed"):
+        functions.enforce(budgets, table, batch, FailsOnce(sns, "publish"), topic, now)
+    assert markers() == set()
+    with pytest.raises(RuntimeError, match="terminate_job failed"):
+        functions.enforce(budgets, table, FailsOnce(batch, "terminate_job"), sns, topic, now)
+    assert markers() == {"!alert#0.8#audio", "!alert#1#audio"}
+    assert "statusReason" not in batch.describe_jobs(jobs=[job])["jobs"][0]
+    assert functions.enforce(budgets, table, batch, sns, topic, now) == [f"terminate audio {job}"]
+    assert batch.describe_jobs(jobs=[job])["jobs"][0]["statusReason"].startswith("budget: team audio reached $150")
+    assert functions.enforce(budgets, table, batch, sns, topic, now) == []
 
 
 def test_spend_reaches_the_dashboard_as_one_metric_per_team(env: dict[str, Any]) -> None:

@@ -138,11 +138,31 @@ def test_the_refusal_line_carries_the_figures() -> None:
     # 16 x $55.04 x 4 h = $3,522.56 > $20,000 - $18,760 = $1,240.
     line = refusal(spend, Estimate(nodes=16, instance_type="p5.48xlarge", usd_per_hour=55.04, hours=4))
     assert line == (
-        "budget: team llama has $1,240 left of $20,000 in November 2026; this job may cost up to $3,523 "
-        "(16 x p5.48xlarge x 4 h)"
+        "budget: team llama has $1,240 of $20,000 left in November 2026; this job may cost up to $3,523 "
+        "(16 x p5.48xlarge x 4 h): fewer nodes, a shorter --timeout/--hours, or a bigger budget"
     )
     assert line.startswith(REASON_PREFIX)  # how `trainctl why` knows a budget reason
     assert refusal(spend, Estimate(nodes=2, instance_type="p5.48xlarge", usd_per_hour=55.04, hours=4)) is None
+
+
+def test_every_attempt_counts_in_the_estimate() -> None:
+    # 16 x $55.04 x 4 h x 2 attempts = $7,045.12: Batch bills each attempt up to its timeout.
+    twice = Estimate(nodes=16, instance_type="p5.48xlarge", usd_per_hour=55.04, hours=4, attempts=2)
+    assert twice.most == pytest.approx(7045.12)
+    assert twice.shape() == "16 x p5.48xlarge x 4 h x 2 attempts"
+
+
+def test_the_refusal_stays_one_short_line_with_a_long_team_name_and_a_sweep() -> None:
+    team = "t" * 64
+    now = ms("2026-09-20T00:00:00")
+    used = entry(team, "a", [("2026-09-02T00:00:00", "2026-09-02T10:00:00")], nodes=1, usd=999_000)
+    spend = team_spends([used], {team: 9_999_999.0}, month="2026-09", now=now)[team]
+    sweep = Estimate(nodes=512, instance_type="p5en.48xlarge", usd_per_hour=84.8, hours=720, jobs=99, attempts=10)
+    line = refusal(spend, sweep)
+    assert line is not None and len(line) <= 200 and "\n" not in line
+    # The figures and the remedy stay; the month and the shape give way.
+    assert line.startswith(f"budget: team {team}: $9,999 of $9,999,999 left, job up to $30,948,065,280; ")
+    assert line.endswith("fewer nodes, a shorter --timeout/--hours, or a bigger budget")
 
 
 def test_a_job_belongs_to_its_share_its_tag_or_the_default_team() -> None:
@@ -183,11 +203,12 @@ def test_budgets_are_read_with_each_fleets_price() -> None:
 
 
 def test_budgets_that_would_not_fit_lambdas_environment_are_refused() -> None:
-    # Lambda takes 4 KB of environment per function; each placement's queue ARN is in the document.
-    fleets = json.dumps({f"f{i}": {"instanceType": "g6.12xlarge"} for i in range(20)})
-    assert "of Lambda's 4 KB environment (20 queues)" in refused(fleets=fleets, budgets='{"llama": 1}')
-    twelve = json.dumps({f"f{i}": {"instanceType": "g6.12xlarge"} for i in range(12)})
-    assert read_settings({"fleets": twelve, "budgets": '{"llama": 1}'}).jobs.budgets is not None
+    # Lambda takes 4 KB of environment per function; each placement's queue ARN and each fleet's
+    # benchmark definition ARN (the fleet checks, exempt from naming a team) are in the document.
+    fleets = json.dumps({f"f{i}": {"instanceType": "g6.12xlarge"} for i in range(12)})
+    assert "of Lambda's 4 KB environment (12 queues)" in refused(fleets=fleets, budgets='{"llama": 1}')
+    eleven = json.dumps({f"f{i}": {"instanceType": "g6.12xlarge"} for i in range(11)})
+    assert read_settings({"fleets": eleven, "budgets": '{"llama": 1}'}).jobs.budgets is not None
 
 
 @pytest.mark.parametrize(

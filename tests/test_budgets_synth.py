@@ -63,6 +63,10 @@ def test_the_budgets_document_names_every_placement_queue_at_its_price() -> None
     assert document["table"] == f"<{table_id}>"
     assert document["teams"] == {"llama": 20000, "vision": 5000, "sweep*": 2500}
     assert document["fairShare"] is True and document["timeoutSeconds"] == 7200
+    # The job definitions' attempts: the arrival check's bound for a job that names none.
+    benchmarks = {k for k, d in resources(stack, "AWS::Batch::JobDefinition").items() if "Benchmark" in k}
+    assert {c.strip("<>") for c in document["checkDefinitions"]} == benchmarks and len(benchmarks) == 2
+    assert document["attempts"] == 5  # the variant's jobAttempts (tests/harness.py)
     queues = {f"<{k}.JobQueueArn>" for k in resources(stack, "AWS::Batch::JobQueue")}
     assert {q["queue"] for q in document["queues"]} == queues
     # budgetPrices gives the gpu fleet's p5.48xlarge a reservation's $40; trainium keeps the list price.
@@ -82,12 +86,16 @@ def policy_of(stack: dict[str, Any], function_prefix: str) -> list[dict[str, Any
     return list(policy["Properties"]["PolicyDocument"]["Statement"])
 
 
-def test_the_functions_may_touch_only_the_ledger_jobs_and_the_alert_topic() -> None:
+def test_the_functions_may_terminate_any_job_of_the_account_and_region_for_want_of_a_queue_condition() -> None:
+    """batch:TerminateJob takes a job ARN and Batch has no condition key that names a job's queue (Service
+    Authorization Reference, AWS Batch): the grant is job/* of the account and region, and the code, not
+    IAM, keeps the functions to this deployment's queues (tests/test_budget_functions.py pins that).
+    TerminateJob, not CancelJob: it also stops a job that already started."""
     stack = template()
     (table_id,) = resources(stack, "AWS::DynamoDB::Table")
     for prefix, batch_actions in (
-        ("LedgerFunction", {"batch:CancelJob"}),
-        ("EnforcementFunction", {"batch:CancelJob", "batch:TerminateJob"}),
+        ("LedgerFunction", {"batch:TerminateJob"}),
+        ("EnforcementFunction", {"batch:TerminateJob"}),
     ):
         statements = policy_of(stack, prefix)
         for statement in statements:
@@ -100,7 +108,10 @@ def test_the_functions_may_touch_only_the_ledger_jobs_and_the_alert_topic() -> N
                 assert resource is not None and resource.endswith(":job/*")
             elif set(actions) & {"batch:ListJobs", "batch:DescribeJobs"}:
                 # No resource-level permissions for these two (Service Authorization Reference, AWS Batch).
-                assert prefix == "EnforcementFunction" and set(actions) == {"batch:ListJobs", "batch:DescribeJobs"}
+                # The ledger function describes a job whose event lacks its tags; only the enforcement lists.
+                listed = {"batch:ListJobs"} if prefix == "EnforcementFunction" else set()
+                assert set(actions) == {"batch:DescribeJobs"} | listed
+                assert statement["Resource"] == "*"
             elif "sns:Publish" in actions:
                 assert prefix == "EnforcementFunction" and resource is not None and "JobAlerts" in resource
             else:

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from config.context import read_settings
-from config.job_events import TRAINCTL_CANCEL_REASON
+from config.job_events import TRAINCTL_CANCEL_PREFIX, TRAINCTL_CANCEL_REASON
 from tests.harness import VARIANTS, resources, synth
 from tests.test_jobs import CAPACITY, STACK, container, job_roles, queue_ids
 from trainctl.workdir import PREFIX as WORKDIR_PREFIX
@@ -135,6 +135,12 @@ def test_a_trainctl_cancel_pages_nobody_and_every_other_failure_does():
 
     assert not matcher.matches_event(batch_event(queue, "FAILED", TRAINCTL_CANCEL_REASON))
     assert not matcher.matches_event(batch_event(queue, "FAILED", f"{TRAINCTL_CANCEL_REASON} (sweep gpu-1)"))
+    # A budget stop: the enforcement alerts once per team, not once per job.
+    budget_stop = "budget: team vision reached $1,010 of its $1,000 budget for November 2026: stopped"
+    assert not matcher.matches_event(batch_event(queue, "FAILED", budget_stop))
+    assert pattern["detail"]["$or"][0]["statusReason"] == [
+        {"anything-but": {"prefix": [TRAINCTL_CANCEL_PREFIX, "budget:"]}}
+    ]
     for reason in (
         "Essential container in task exited",
         "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",

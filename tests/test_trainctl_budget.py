@@ -6,9 +6,11 @@ remainder; `trainctl budget` and `trainctl why` tell the figures."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -17,7 +19,7 @@ from typer.testing import CliRunner
 
 from config import budget_ledger as ledger
 from tests.test_budget_functions import create_ledger, spend
-from tests.trainctl_world import World, moto_environment, served_world
+from tests.trainctl_world import DATASET_BUCKET, World, moto_environment, served_world
 from trainctl import estimate
 from trainctl.cli import app
 from trainctl.errors import ExitCode
@@ -49,7 +51,7 @@ def trainctl(world: World) -> Any:
 
 
 @pytest.fixture(scope="module")
-def table(world: World) -> Any:
+def ledger_table(world: World) -> Any:
     """The Budgets output on the world's jobs stack, and the ledger table it names."""
     cloudformation = world.client("cloudformation")
     body = json.loads(json.dumps(cloudformation.get_template(StackName="TrainingJobs")["TemplateBody"]))
@@ -63,6 +65,14 @@ def table(world: World) -> Any:
         aws_access_key_id="testing", aws_secret_access_key="testing",  # noqa: S106 - moto accepts any key
     )  # fmt: skip
     return create_ledger(resource, TABLE)
+
+
+@pytest.fixture
+def table(ledger_table: Any) -> Any:
+    """The ledger, empty: each test seeds the spend it counts on."""
+    for item in ledger_table.scan()["Items"]:
+        ledger_table.delete_item(Key={"month": item["month"], "job": item["job"]})
+    return ledger_table
 
 
 def job_ids(world: World) -> set[str]:
@@ -114,8 +124,8 @@ def test_a_job_that_would_exceed_the_remainder_is_refused_in_one_line_and_not_su
     assert result.exit_code == ExitCode.USAGE, result.output
     # $100 - $90 = $10 left; 2 x $10 x 4 h = $80.
     assert result.stderr.strip() == (
-        f"trainctl: budget: team vision has $10.00 left of $100 in {month}; this job may cost up to $80.00 "
-        "(2 x g6.12xlarge x 4 h)"
+        f"trainctl: budget: team vision has $10.00 of $100 left in {month}; this job may cost up to $80.00 "
+        f"(2 x g6.12xlarge x 4 h): {ledger.REMEDY}"
     )
     assert job_ids(world) == before
     # A sweep counts every job: 3 points x 2 nodes x $10 x 1 h = $60.
@@ -126,23 +136,82 @@ def test_a_job_that_would_exceed_the_remainder_is_refused_in_one_line_and_not_su
 
 
 def test_dry_run_shows_the_estimate_the_remainder_and_the_refusal_to_come(trainctl: Any, table: Any) -> None:
+    spend(table, "vision", 90, "vision-earlier")
     result = trainctl("submit", "gpu", "--team", "vision", "--timeout", "14400", "--dry-run")
     assert result.exit_code == 0, result.output
     request = json.loads(result.stdout)
     assert request["tags"] == {ledger.TEAM_TAG: "vision"}
     line, refusal = result.stderr.strip().splitlines()
     assert line.endswith("at most $80.00 (2 x g6.12xlarge x 4 h); team vision has $10.00 left of $100 this month")
-    assert refusal.startswith("would be refused: budget: team vision has $10.00 left")
+    assert refusal.startswith("would be refused: budget: team vision has $10.00 of $100 left")
 
 
-def test_hours_bound_the_estimate_and_travel_with_the_job(world: World, trainctl: Any, table: Any) -> None:
+def test_hours_set_the_attempt_timeout_that_bounds_the_estimate(world: World, trainctl: Any, table: Any) -> None:
+    spend(table, "vision", 90, "vision-earlier")
     # 15 minutes: 2 x $10 x 0.25 h = $5, within vision's $10.
     result = trainctl("submit", "gpu", "--team", "vision", "--timeout", "7200", "--hours", "0.25")
     assert result.exit_code == 0, result.output
     assert "at most $5.00 (2 x g6.12xlarge x 15 min)" in result.stderr
     job = world.client("batch").describe_jobs(jobs=[result.stdout.strip()])["jobs"][0]
-    # The arrival check judges the job on the same hours (config/budget_functions.py).
-    assert job["tags"][ledger.HOURS_TAG] == "0.25"
+    # Batch stops the attempt at 15 minutes: the estimate is a bound, not a promise.
+    assert job["timeout"] == {"attemptDurationSeconds": 900}
+    # Whole seconds, rounded up: 0.02 h is 72 s; a minute (Batch's least timeout) is the least --hours.
+    tiny = trainctl("submit", "gpu", "--team", "vision", "--hours", "0.02", "--dry-run")
+    assert json.loads(tiny.stdout)["timeout"] == {"attemptDurationSeconds": 72}
+    assert estimate.hours_timeout(1 / 60) == 60
+
+
+def test_hours_out_of_range_are_refused_in_one_line(world: World, trainctl: Any) -> None:
+    before = job_ids(world)
+    for value in ("0.001", "-1", "1e9", "nan"):
+        result = trainctl("submit", "gpu", "--hours", value)
+        assert result.exit_code == ExitCode.USAGE, (value, result.output)
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"trainctl: --hours {float(value):g}: an attempt may run 1/60 (a minute) to 596,523 ")
+        assert len(line) <= 200
+    assert job_ids(world) == before
+
+
+def test_every_attempt_counts_in_the_estimate(trainctl: Any, table: Any) -> None:
+    # 2 x $10 x 1 h x 3 attempts = $60: Batch bills every attempt.
+    result = trainctl("submit", "gpu", "--team", "llama", "--timeout", "3600", "--attempts", "3", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "at most $60.00 (2 x g6.12xlarge x 1 h x 3 attempts)" in result.stderr
+
+
+def test_a_refused_job_leaves_no_workdir_and_no_job_definition_behind(
+    world: World, trainctl: Any, table: Any, tmp_path: Path
+) -> None:
+    spend(table, "vision", 90, "vision-earlier")
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    batch, s3 = world.client("batch"), world.client("s3")
+    definitions = len(batch.describe_job_definitions()["jobDefinitions"])
+    result = trainctl(
+        "submit", "gpu", "--team", "vision", "--timeout", "14400", "--workdir", str(tmp_path),
+        "--command", "train.py", "--image", "public.ecr.aws/example/other:1",
+    )  # fmt: skip
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "trainctl: budget: team vision has $10.00 of $100 left" in result.stderr
+    assert s3.list_objects_v2(Bucket=DATASET_BUCKET, Prefix="workdirs/")["KeyCount"] == 0
+    assert len(batch.describe_job_definitions()["jobDefinitions"]) == definitions
+
+
+def test_on_fifo_fleets_a_job_of_no_budgeted_team_is_refused(
+    world: World, trainctl: Any, table: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployed = estimate.load_budgets
+
+    def without_default_team(aws: Any) -> ledger.Budgets:
+        budgets = deployed(aws)
+        assert budgets is not None
+        return dataclasses.replace(budgets, default_team=None)
+
+    monkeypatch.setattr(estimate, "load_budgets", without_default_team)
+    before = job_ids(world)
+    result = trainctl("submit", "gpu", "--timeout", "3600")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert result.stderr.strip() == "trainctl: budget: no trainctl:team tag; the teams are llama, vision (--team)"
+    assert job_ids(world) == before
 
 
 def test_a_job_over_the_threshold_is_confirmed_on_a_terminal(
@@ -161,6 +230,7 @@ def test_a_job_over_the_threshold_is_confirmed_on_a_terminal(
 
 
 def test_budget_shows_each_team_with_camel_case_json(trainctl: Any, table: Any) -> None:
+    spend(table, "vision", 90, "vision-earlier")
     rows = {row["team"]: row for row in json.loads(trainctl("--json", "budget").stdout)}
     assert set(rows) == {"llama", "vision"}
     vision = rows["vision"]

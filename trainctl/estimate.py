@@ -1,9 +1,9 @@
 """Price before launch, and the budget's refusal at submit: what `submit`, `run` and `sweep` say and check
 before a job leaves this machine.
 
-The estimate is the most a job may cost: nodes x the instance-hour price x its timeout (the attempt
-timeout the request or the job definition names), or the `--hours` given. It is per attempt: a job that
-Batch retries after an infrastructure failure bills each attempt, and the ledger counts each one. The price
+The estimate is the most a job may cost: nodes x the instance-hour price x its attempt timeout (the one
+the request or the job definition names; `--hours` sets it) x its attempts (the request's or the job
+definition's retry strategy): Batch bills every attempt, and the ledger counts each one. The price
 is the deployment's budget price for the fleet's queue where budgets are deployed (`budgetPrices`, else
 config/prices.py), config/prices.py's on-demand figure otherwise.
 
@@ -14,6 +14,7 @@ its team's remainder this month is refused in one line with the figures (config/
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
-from config.budget_ledger import HOURS_TAG, TEAM_TAG, Budgets, Estimate, TeamSpend, money, refusal
+from config.budget_ledger import TEAM_TAG, Budgets, Estimate, TeamSpend, money, refusal, unknown_team
 from trainctl.budget import load_budgets, team_spends
 from trainctl.commands.base import State, note
 from trainctl.compute import fleet_compute
@@ -29,19 +30,19 @@ from trainctl.cost import price_per_hour
 from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.preflight import describe_definition
+from trainctl.requests import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
 
 # On a terminal, a job (or sweep) that may cost more than this is confirmed before it is submitted.
 ASK_ABOVE_USD = 1000.0
-# --hours: at least a minute, at most Batch's longest attempt timeout (about 68 years, 2**31 - 1 s).
-MAX_HOURS = (2**31 - 1) / 3600
+# --hours becomes the attempt timeout, so it spans what --timeout accepts: 1 minute to about 68 years.
+MAX_HOURS = MAX_TIMEOUT_SECONDS // 3600
 
 HoursOption = Annotated[
     float | None,
     typer.Option(
         "--hours",
-        min=1 / 60,
-        max=MAX_HOURS,
-        help="Hours the estimate and the budget check count (default: the job's timeout).",
+        metavar="HOURS",
+        help="Hours an attempt may run: sets the attempt timeout the estimate and the budget count.",
     ),
 ]
 TeamOption = Annotated[
@@ -56,6 +57,13 @@ YesOption = Annotated[
 
 def on_terminal() -> bool:
     return sys.stdin.isatty()
+
+
+def hours_timeout(hours: float) -> int:
+    """--hours as the attempt timeout in seconds (at least Batch's minimum), or a one-line refusal."""
+    if not (math.isfinite(hours) and 1 / 60 <= hours <= MAX_HOURS):
+        raise TrainctlError(f"--hours {hours:g}: an attempt may run 1/60 (a minute) to {MAX_HOURS:,} hours")
+    return max(MIN_TIMEOUT_SECONDS, math.ceil(hours * 3600))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +95,7 @@ class PreSubmit:
 
 
 def _estimate(
-    state: State, fleet: Fleet, requests: Sequence[dict[str, Any]], hours: float | None, budgets: Budgets | None
+    state: State, fleet: Fleet, requests: Sequence[dict[str, Any]], budgets: Budgets | None
 ) -> Estimate | str:
     """The estimate, or why there is none."""
     request = requests[0]
@@ -100,19 +108,26 @@ def _estimate(
         or (definition.get("nodeProperties") or {}).get("numNodes")
         or 1
     )
-    if hours is None:
-        seconds = (request.get("timeout") or definition.get("timeout") or {}).get("attemptDurationSeconds")
-        # As the arrival check judges it (config/budget_functions.py): the deployment's job timeout.
-        seconds = seconds or (budgets.timeout_seconds if budgets else None)
-        if seconds is None:
-            return "the job has no timeout, so the most it may cost has no bound (pass --hours to estimate)"
-        hours = int(seconds) / 3600
+    seconds = (request.get("timeout") or definition.get("timeout") or {}).get("attemptDurationSeconds")
+    # As the arrival check judges it (config/budget_functions.py): else the deployment's job timeout.
+    seconds = seconds or (budgets.timeout_seconds if budgets else None)
+    if seconds is None:
+        return "the job has no timeout, so the most it may cost has no bound (pass --hours to set one)"
+    # SubmitJob's retryStrategy replaces the definition's (API SubmitJob, retryStrategy).
+    attempts = int((request.get("retryStrategy") or definition.get("retryStrategy") or {}).get("attempts") or 1)
     queue_price = budgets.price_of(fleet.job_queue) if budgets else None
     instance_type = queue_price.instance_type if queue_price else fleet_compute(state.batch, fleet).instance_type
     usd = queue_price.usd_per_hour if queue_price else price_per_hour(instance_type or "", {})
     if usd is None or instance_type is None:
         return f"no price for {instance_type or 'the fleet'}'s instance-hour in config/prices.py"
-    return Estimate(nodes=nodes, instance_type=instance_type, usd_per_hour=usd, hours=hours, jobs=len(requests))
+    return Estimate(
+        nodes=nodes,
+        instance_type=instance_type,
+        usd_per_hour=usd,
+        hours=int(seconds) / 3600,
+        jobs=len(requests),
+        attempts=attempts,
+    )
 
 
 def _team(budgets: Budgets, request: dict[str, Any], team: str | None) -> str | None:
@@ -121,7 +136,12 @@ def _team(budgets: Budgets, request: dict[str, Any], team: str | None) -> str | 
             raise TrainctlError(f"--team {team}: on fair-share fleets a job counts against its --share's budget")
         if team not in budgets.teams:
             raise TrainctlError(f"--team {team}: no budget of that name; the teams are {', '.join(budgets.teams)}")
-    return budgets.team_of({"shareIdentifier": request.get("shareIdentifier"), "tags": request.get("tags") or {}})
+    detail = {"shareIdentifier": request.get("shareIdentifier"), "tags": request.get("tags") or {}}
+    # The arrival check would stop it (config/budget_functions.py): refuse it here, before it leaves.
+    unknown = unknown_team(detail, budgets)
+    if unknown:
+        raise TrainctlError(f"{unknown} (--team)")
+    return budgets.team_of(detail)
 
 
 def before_submit(
@@ -134,14 +154,18 @@ def before_submit(
     yes: bool,
     dry_run: bool,
 ) -> PreSubmit:
-    """Tag the requests (team, hours), print the estimate on stderr, refuse what the team's budget cannot
-    hold, and on a terminal confirm a job over ASK_ABOVE_USD. A dry run prints and asks nothing."""
-    tags = ({TEAM_TAG: team} if team else {}) | ({HOURS_TAG: f"{hours:g}"} if hours is not None else {})
+    """Tag the requests with the team, make --hours their attempt timeout, print the estimate on stderr,
+    refuse what the team's budget cannot hold, and on a terminal confirm a job over ASK_ABOVE_USD. A dry
+    run prints and asks nothing."""
+    # --hours binds: Batch stops an attempt at its timeout (API SubmitJob, timeout), so the estimate is a bound.
+    seconds = hours_timeout(hours) if hours is not None else None
     for request in requests:
-        if tags:
-            request["tags"] = {**(request.get("tags") or {}), **tags}
+        if team:
+            request["tags"] = {**(request.get("tags") or {}), TEAM_TAG: team}
+        if seconds is not None:
+            request["timeout"] = {"attemptDurationSeconds": seconds}
     budgets = load_budgets(state.aws)
-    found = _estimate(state, fleet, requests, hours, budgets)
+    found = _estimate(state, fleet, requests, budgets)
     estimate = found if isinstance(found, Estimate) else None
     owner = _team(budgets, requests[0], team) if budgets else None
     spend = team_spends(state.aws, budgets)[owner] if budgets and owner else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,7 +19,7 @@ from trainctl.commands.base import POLL_SECONDS, PollOption, State, app, console
 from trainctl.compute import fleet_compute
 from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.estimate import ASK_ABOVE_USD, HoursOption, TeamOption, YesOption, before_submit
+from trainctl.estimate import ASK_ABOVE_USD, HoursOption, TeamOption, YesOption, before_submit, hours_timeout
 from trainctl.jobs import watch as watch_job
 from trainctl.preflight import (
     FLAGS,
@@ -80,11 +81,19 @@ def follow(state: State, job_id: str, poll_seconds: float) -> dict[str, Any]:
 
 
 def build_request(
-    state: State, task: Task, *, new_share: bool, dry_run: bool, inputs: Inputs = FLAGS
+    state: State,
+    task: Task,
+    *,
+    new_share: bool,
+    dry_run: bool,
+    inputs: Inputs = FLAGS,
+    check: Callable[[Fleet, dict[str, Any]], object] | None = None,
 ) -> tuple[Fleet, dict[str, Any]]:
     """The SubmitJob request for a task, after every refusal that needs no submission: the fleet's
-    capacity, the share, and (for another image) the job definition revision it needs. `inputs` says
-    whether the task came from options or a task file, for the refusals to name the right one."""
+    capacity, the share, `check` (the price and the budget: trainctl/estimate.py), and only then (for
+    another image) the job definition revision it needs and the workdir's upload, so that a refused or
+    declined job leaves neither behind. `inputs` says whether the task came from options or a task file,
+    for the refusals to name the right one."""
     check_flags(name=task.name, timeout_seconds=task.timeout)
     packed = prepare_workdir(task)
     fleet = state.deployment().fleet(task.fleet)
@@ -97,10 +106,9 @@ def build_request(
     check_nodes(fleet, nodes, capacity(compute, definition), inputs=inputs)
     check_share_of(state.batch, fleet, compute.queue or {}, task.share, new_share=new_share, inputs=inputs)
     if task.image:
-        deployed = with_image(state.batch, definition, task.image, register=not dry_run)
+        # Described, not registered, until the checks pass (a revision that exists is named by its ARN).
+        deployed = with_image(state.batch, definition, task.image, register=False)
     bucket = state.deployment().dataset_bucket
-    if packed:
-        note(stage_workdir(packed, bucket=bucket, s3=state.aws.client("s3"), dry_run=dry_run))
     request = submit_request(
         name=task.name or f"{fleet.name}-{task.job}-{base.timestamp()}",
         queue=fleet.job_queue,
@@ -112,6 +120,12 @@ def build_request(
         command=task.full_command(),
         retry_strategy=retry_with_attempts(definition, task.attempts) if task.attempts else None,
     )
+    if check is not None:
+        check(fleet, request)
+    if task.image and not dry_run:
+        request["jobDefinition"] = with_image(state.batch, definition, task.image)
+    if packed:
+        note(stage_workdir(packed, bucket=bucket, s3=state.aws.client("s3"), dry_run=dry_run))
     return fleet, request
 
 
@@ -191,16 +205,27 @@ def submit(
     # The flags first: a typo is reported before any AWS call.
     environment = (parse_env_file(env_file) if env_file else {}) | parse_env(env or [])
     check_flags(name=name, timeout_seconds=timeout)
+    if hours is not None:
+        hours_timeout(hours)
     task = _task(
         fleet=fleet_name, job=job.value, nodes=nodes, name=name, command=command, launcher=not no_launcher,
         image=image, env=environment, share=share, timeout=timeout, attempts=attempts, workdir=workdir, setup=setup,
     )  # fmt: skip
-    fleet, request = build_request(state, task, new_share=new_share, dry_run=dry_run)
-    before_submit(state, fleet, [request], hours=hours, team=team, yes=yes, dry_run=dry_run)
+    check = _checker(state, hours=hours, team=team, yes=yes, dry_run=dry_run)
+    fleet, request = build_request(state, task, new_share=new_share, dry_run=dry_run, check=check)
     if dry_run:
         state.out(request)
         return
     _submit_and_report(state, fleet, request, watch=watch, poll=poll_seconds)
+
+
+def _checker(
+    state: State, *, hours: float | None, team: str | None, yes: bool, dry_run: bool
+) -> Callable[[Fleet, dict[str, Any]], object]:
+    """build_request's check: the price line, the budget's refusal and the question (trainctl/estimate.py)."""
+    return lambda fleet, request: before_submit(
+        state, fleet, [request], hours=hours, team=team, yes=yes, dry_run=dry_run
+    )
 
 
 def _task(**fields: Any) -> Task:
@@ -225,13 +250,15 @@ def run(
     """Submit the job a task file describes: fleet (required), job, nodes, name, command, launcher, image,
     env, share, timeout, attempts, workdir, setup (docs/jobs.md, docs/workdir.md)."""
     state = state_of(ctx)
+    if hours is not None:
+        hours_timeout(hours)
     task = load_task(task_file)
     if env_file:
         task = task.model_copy(update={"env": parse_env_file(env_file) | task.env})
+    check = _checker(state, hours=hours, team=team, yes=yes, dry_run=dry_run)
     fleet, request = build_request(
-        state, task, new_share=new_share, dry_run=dry_run, inputs=Inputs(task_file=str(task_file))
+        state, task, new_share=new_share, dry_run=dry_run, inputs=Inputs(task_file=str(task_file)), check=check
     )
-    before_submit(state, fleet, [request], hours=hours, team=team, yes=yes, dry_run=dry_run)
     if dry_run:
         state.out(request)
         return
@@ -266,6 +293,8 @@ def sweep(
     Not an array job: AWS documents array jobs only as collections of single-node child jobs.
     """
     state = state_of(ctx)
+    if hours is not None:
+        hours_timeout(hours)
     points = grid_points(parse_grid(grid))
     common = parse_env_file(env_file) if env_file else {}
     fleet, template = build_request(

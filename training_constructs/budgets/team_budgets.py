@@ -4,7 +4,7 @@ alerts at 80% and stops a team at 100% (config/budget_functions.py, docs/budgets
 
 Idle, this costs about nothing: an on-demand table bills per request and per GB stored (DynamoDB pricing,
 on-demand capacity), the functions per invocation, and the enforcement's schedule (every ENFORCE_MINUTES)
-is about 8,700 short invocations a month. docs/costs.md has the figures.
+is 8,928 short invocations in a 31-day month (31 x 288). docs/costs.md has the figures.
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ class TeamBudgets(Construct):
         settings: BudgetSettings,
         queues: Sequence[PricedQueue],
         timeout_seconds: int,
+        attempts: int,
+        check_definitions: Sequence[str],
         topic: sns.ITopic,
         log_retention: logs.RetentionDays,
     ) -> None:
@@ -104,6 +106,8 @@ class TeamBudgets(Construct):
                     for q in queues
                 ],
                 timeout_seconds=timeout_seconds,
+                attempts=attempts,
+                check_definitions=check_definitions,
             )
         )
         queue_arns = [q.queue.job_queue_arn for q in queues]
@@ -111,10 +115,10 @@ class TeamBudgets(Construct):
         self.ledger_function = self._function(
             "LedgerFunction",
             handler="on_job_event",
-            description="Writes each training job's node-hours and dollars into the budget ledger; cancels on "
+            description="Writes each training job's node-hours and dollars into the budget ledger; stops on "
             "arrival a job that cannot fit its team's budget",
             log_retention=log_retention,
-            actions=["batch:CancelJob"],
+            actions=["batch:TerminateJob"],
             job_arns=job_arns,
             topic=None,
         )
@@ -124,7 +128,7 @@ class TeamBudgets(Construct):
             description="Alerts a team at 80% of its monthly budget; at 100% cancels its queued jobs and stops "
             "its running ones (checkpoints kept)",
             log_retention=log_retention,
-            actions=["batch:CancelJob", "batch:TerminateJob"],
+            actions=["batch:TerminateJob"],
             job_arns=job_arns,
             topic=topic,
         )
@@ -160,16 +164,20 @@ class TeamBudgets(Construct):
         log_group = logs.LogGroup(scope, "Logs", retention=log_retention, removal_policy=RemovalPolicy.RETAIN)
         role = logging_role(scope, "Role", log_group)
         self.table.grant_read_write_data(role)
-        # CancelJob and TerminateJob take a job ARN (Service Authorization Reference, AWS Batch), which names
-        # no queue: the code acts only on jobs of this deployment's queues (the BUDGETS document's).
+        # TerminateJob takes a job ARN and no Batch condition key names a job's queue (Service Authorization
+        # Reference, AWS Batch): IAM cannot narrow this to the deployment's queues, the code does (it acts
+        # only on jobs of the BUDGETS document's queues; tests/test_budget_functions.py).
         role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=[job_arns]))
         environment = {budget_functions.BUDGETS_ENV: self.document}
+        # DescribeJobs (both: the ledger's events may lack the job's tags) and ListJobs support no
+        # resource-level permissions (the same reference).
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["batch:DescribeJobs", *(["batch:ListJobs"] if topic is not None else [])], resources=["*"]
+            )
+        )
         if topic is not None:
             grant_publish_to_alerts(role, topic)
-            # ListJobs and DescribeJobs support no resource-level permissions (the same reference).
-            role.add_to_principal_policy(
-                iam.PolicyStatement(actions=["batch:ListJobs", "batch:DescribeJobs"], resources=["*"])
-            )
             environment[budget_functions.TOPIC_ENV] = topic.topic_arn
         function = lambda_.Function(
             scope,
@@ -184,21 +192,18 @@ class TeamBudgets(Construct):
             environment=environment,
         )
         depend_on_policy_only(function, role)
-        self._acknowledge(role, job_arns, list_jobs=topic is not None)
+        self._acknowledge(role, job_arns)
         return function
 
-    def _acknowledge(self, role: iam.Role, job_arns: str, *, list_jobs: bool) -> None:
+    def _acknowledge(self, role: iam.Role, job_arns: str) -> None:
         stack = Stack.of(self)
         findings = {
             f"Resource::{nag_name(stack, job_arns)}": (
-                "batch:CancelJob/TerminateJob take a job ARN, which names no queue; the code acts only on jobs of "
-                "this deployment's queues"
+                "batch:TerminateJob takes a job ARN and no condition key names a job's queue: the functions may "
+                "cancel any job in the account and region; the code only touches jobs in this deployment's queues"
             ),
+            "Resource::*": "batch:DescribeJobs and ListJobs only, which support no resource-level permissions",
         }
-        if list_jobs:
-            findings["Resource::*"] = (
-                "batch:ListJobs and DescribeJobs only, which support no resource-level permissions"
-            )
         for finding, reason in findings.items():
             Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
                 Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason)

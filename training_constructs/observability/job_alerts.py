@@ -15,6 +15,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from config.budget_ledger import REASON_PREFIX as BUDGET_REASON_PREFIX
 from config.job_events import TRAINCTL_CANCEL_PREFIX
 
 # Batch sends "Batch Job State Change" events for every transition (Batch user guide, "Job state
@@ -25,9 +26,12 @@ ALERT_STATUSES = ("FAILED",)
 
 
 def alert_detail(job_queue_arns: Sequence[str]) -> dict[str, Any]:
-    """The rule's detail pattern: FAILED jobs of these queues, except those `trainctl cancel` ended.
+    """The rule's detail pattern: FAILED jobs of these queues, except those `trainctl cancel` ended and
+    those a team budget stopped (its enforcement sends one alert per team instead of one per job).
 
-    A cancel through trainctl leaves its reason (config/job_events.py) in detail.statusReason. A
+    A cancel through trainctl leaves its reason (config/job_events.py) in detail.statusReason, a budget
+    stop its own (config/budget_ledger.py). `anything-but` takes several prefixes (aws-cdk-lib's
+    Match.anythingButPrefix renders them as one list). A
     FAILED job whose event carries no statusReason still alerts: `anything-but` matches only a field
     that is present, hence the `exists: false` branch (EventBridge user guide, "Content filtering in
     Amazon EventBridge event patterns": anything-but with prefix, exists, $or).
@@ -36,7 +40,7 @@ def alert_detail(job_queue_arns: Sequence[str]) -> dict[str, Any]:
         "status": list(ALERT_STATUSES),
         "jobQueue": list(job_queue_arns),
         "$or": [
-            {"statusReason": [{"anything-but": {"prefix": TRAINCTL_CANCEL_PREFIX}}]},
+            {"statusReason": [{"anything-but": {"prefix": [TRAINCTL_CANCEL_PREFIX, BUDGET_REASON_PREFIX]}}]},
             {"statusReason": [{"exists": False}]},
         ],
     }
