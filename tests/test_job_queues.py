@@ -122,25 +122,28 @@ def batch_event(queue_arn, status, reason=None):
     return {"source": "aws.batch", "detail-type": "Batch Job State Change", "detail": detail}
 
 
-def test_a_trainctl_cancel_pages_nobody_and_every_other_failure_does():
-    # The rule's pattern as deployed, with the queue references resolved to one ARN, matched by moto's
-    # implementation of EventBridge's pattern rules (prefix, anything-but, exists, $or).
+def alert_matcher(variant):
+    """The alert rule's pattern as deployed in `variant`, its queue references resolved to one ARN, and a
+    matcher for it: moto's implementation of EventBridge's pattern rules (prefix, anything-but, exists, $or)."""
     from moto.events.models import EventPattern
 
-    queue = "arn:aws:batch:us-east-1:123456789012:job-queue/gpu"
-    _, rule = alert_rule("default")
+    _, rule = alert_rule(variant)
     pattern = json.loads(json.dumps(rule["EventPattern"]))
-    pattern["detail"]["jobQueue"] = [queue]
-    matcher = EventPattern.load(json.dumps(pattern))
+    pattern["detail"]["jobQueue"] = [QUEUE_ARN]
+    return pattern, EventPattern.load(json.dumps(pattern))
 
+
+QUEUE_ARN = "arn:aws:batch:us-east-1:123456789012:job-queue/gpu"
+BUDGET_STOP = "budget: team vision reached $1,010 of its $1,000 budget for November 2026: stopped"
+
+
+def test_a_trainctl_cancel_pages_nobody_and_every_other_failure_does():
+    queue = QUEUE_ARN
+    pattern, matcher = alert_matcher("default")
     assert not matcher.matches_event(batch_event(queue, "FAILED", TRAINCTL_CANCEL_REASON))
     assert not matcher.matches_event(batch_event(queue, "FAILED", f"{TRAINCTL_CANCEL_REASON} (sweep gpu-1)"))
-    # A budget stop: the enforcement alerts once per team, not once per job.
-    budget_stop = "budget: team vision reached $1,010 of its $1,000 budget for November 2026: stopped"
-    assert not matcher.matches_event(batch_event(queue, "FAILED", budget_stop))
-    assert pattern["detail"]["$or"][0]["statusReason"] == [
-        {"anything-but": {"prefix": [TRAINCTL_CANCEL_PREFIX, "budget:"]}}
-    ]
+    # Without budgets, the documented single-prefix form (no list).
+    assert pattern["detail"]["$or"][0]["statusReason"] == [{"anything-but": {"prefix": TRAINCTL_CANCEL_PREFIX}}]
     for reason in (
         "Essential container in task exited",
         "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
@@ -152,6 +155,19 @@ def test_a_trainctl_cancel_pages_nobody_and_every_other_failure_does():
     assert matcher.matches_event(batch_event(queue, "FAILED"))
     assert not matcher.matches_event(batch_event(queue, "SUCCEEDED", "Essential container in task exited"))
     assert not matcher.matches_event(batch_event(queue + "-other", "FAILED", "Essential container in task exited"))
+
+
+def test_with_budgets_a_budget_stop_pages_nobody_per_job():
+    # The enforcement alerts once per team; the per-job alert leaves budget stops out, and only there.
+    assert VARIANTS["p5-four-nodes"].get("budgets")
+    pattern, matcher = alert_matcher("p5-four-nodes")
+    assert pattern["detail"]["$or"][0]["statusReason"] == [
+        {"anything-but": {"prefix": [TRAINCTL_CANCEL_PREFIX, "budget:"]}}
+    ]
+    assert not matcher.matches_event(batch_event(QUEUE_ARN, "FAILED", BUDGET_STOP))
+    assert not matcher.matches_event(batch_event(QUEUE_ARN, "FAILED", TRAINCTL_CANCEL_REASON))
+    assert matcher.matches_event(batch_event(QUEUE_ARN, "FAILED", "Essential container in task exited"))
+    assert matcher.matches_event(batch_event(QUEUE_ARN, "FAILED"))
 
 
 def test_ecs_exec_is_on_by_default_and_the_context_key_removes_it_and_its_permissions():

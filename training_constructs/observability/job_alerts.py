@@ -15,7 +15,6 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from config.budget_ledger import REASON_PREFIX as BUDGET_REASON_PREFIX
 from config.job_events import TRAINCTL_CANCEL_PREFIX
 
 # Batch sends "Batch Job State Change" events for every transition (Batch user guide, "Job state
@@ -25,22 +24,24 @@ from config.job_events import TRAINCTL_CANCEL_PREFIX
 ALERT_STATUSES = ("FAILED",)
 
 
-def alert_detail(job_queue_arns: Sequence[str]) -> dict[str, Any]:
-    """The rule's detail pattern: FAILED jobs of these queues, except those `trainctl cancel` ended and
-    those a team budget stopped (its enforcement sends one alert per team instead of one per job).
+def alert_detail(job_queue_arns: Sequence[str], *, quiet_prefixes: Sequence[str]) -> dict[str, Any]:
+    """The rule's detail pattern: FAILED jobs of these queues, except those whose reason starts with one of
+    `quiet_prefixes`: those `trainctl cancel` ended (config/job_events.py) and, with budgets, those a team
+    budget stopped (config/budget_ledger.py; its enforcement sends one alert per team instead of one per job).
 
-    A cancel through trainctl leaves its reason (config/job_events.py) in detail.statusReason, a budget
-    stop its own (config/budget_ledger.py). `anything-but` takes several prefixes (aws-cdk-lib's
-    Match.anythingButPrefix renders them as one list). A
-    FAILED job whose event carries no statusReason still alerts: `anything-but` matches only a field
-    that is present, hence the `exists: false` branch (EventBridge user guide, "Content filtering in
-    Amazon EventBridge event patterns": anything-but with prefix, exists, $or).
+    One prefix is written as EventBridge's documented `anything-but` prefix form (EventBridge user guide,
+    "Comparison operators": anything-but, begins with). Several are written as one list, as aws-cdk-lib's
+    Match.anythingButPrefix renders them; only deployments with budgets use that form, so a deployment
+    without them keeps the documented one. A FAILED job whose event carries no statusReason still alerts:
+    `anything-but` matches only a field that is present, hence the `exists: false` branch (same guide:
+    exists, $or).
     """
+    prefix: str | list[str] = quiet_prefixes[0] if len(quiet_prefixes) == 1 else list(quiet_prefixes)
     return {
         "status": list(ALERT_STATUSES),
         "jobQueue": list(job_queue_arns),
         "$or": [
-            {"statusReason": [{"anything-but": {"prefix": [TRAINCTL_CANCEL_PREFIX, BUDGET_REASON_PREFIX]}}]},
+            {"statusReason": [{"anything-but": {"prefix": prefix}}]},
             {"statusReason": [{"exists": False}]},
         ],
     }
@@ -50,7 +51,13 @@ class JobAlerts(Construct):
     """Attributes: `topic`, `rule`."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, job_queue_arns: Sequence[str], email: str | None
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        job_queue_arns: Sequence[str],
+        email: str | None,
+        quiet_prefixes: Sequence[str] = (TRAINCTL_CANCEL_PREFIX,),
     ) -> None:
         super().__init__(scope, construct_id)
         # EventBridge can publish to an encrypted topic only with a customer managed key whose
@@ -82,7 +89,7 @@ class JobAlerts(Construct):
             event_pattern=events.EventPattern(
                 source=["aws.batch"],
                 detail_type=["Batch Job State Change"],
-                detail=alert_detail(job_queue_arns),
+                detail=alert_detail(job_queue_arns, quiet_prefixes=quiet_prefixes),
             ),
             targets=[targets.SnsTopic(self.topic, message=message)],
         )
