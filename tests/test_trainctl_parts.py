@@ -398,3 +398,10 @@ def test_fleet_capacity_counts_a_whole_instance_per_node() -> None:
     check_nodes(fleet, room.nodes, room)
     with pytest.raises(TrainctlError, match=f"holds at most {room.nodes} nodes"):
         check_nodes(fleet, room.nodes + 1, room)
+    # sweep has no --nodes option: its refusal names the job definition's count, not a flag it lacks.
+    from trainctl.preflight import SWEEP
+
+    with pytest.raises(TrainctlError) as refused:
+        check_nodes(fleet, room.nodes + 1, room, inputs=SWEEP)
+    assert str(refused.value).startswith(f"the job definition's nodes {room.nodes + 1}: fleet gpu holds at most")
+    assert "pass --nodes" not in str(refused.value)

@@ -30,16 +30,22 @@ def describe_definition(batch: Any, arn: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Inputs:
-    """Where a job's settings came from, so that a refusal names what to change: submit's options, or the
-    fields of a task file (`run` has no --nodes or --share)."""
+    """Where a job's settings came from, so that a refusal names what to change: submit's options, the
+    fields of a task file (`run` has no --nodes or --share), or the job definition for the fields a
+    command has no option for (`sweep` takes its node count from the definition)."""
 
     task_file: str | None = None
+    from_definition: frozenset[str] = frozenset()
 
     def name(self, field: str) -> str:
+        if field in self.from_definition:
+            return f"the job definition's {field}"
         # The file is named once, in what to change.
         return f"--{field}" if self.task_file is None else f"{field}:"
 
     def set_to(self, field: str, value: str) -> str:
+        if field in self.from_definition:
+            return f"redeploy the fleet with {field} {value} (its job definition)"
         return f"pass --{field} {value}" if self.task_file is None else f"set {field}: {value} in {self.task_file}"
 
     def drop(self, field: str) -> str:
@@ -47,6 +53,8 @@ class Inputs:
 
 
 FLAGS = Inputs()
+# sweep has no --nodes: its jobs take the job definition's node count.
+SWEEP = Inputs(from_definition=frozenset({"nodes"}))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from trainctl.estimate import ASK_ABOVE_USD, HoursOption, TeamOption, YesOption,
 from trainctl.jobs import watch as watch_job
 from trainctl.preflight import (
     FLAGS,
+    SWEEP,
     Inputs,
     capacity,
     check_nodes,
@@ -298,7 +299,11 @@ def sweep(
     points = grid_points(parse_grid(grid))
     common = parse_env_file(env_file) if env_file else {}
     fleet, template = build_request(
-        state, make_task({"fleet": fleet_name, "share": share}, where="--"), new_share=new_share, dry_run=dry_run
+        state,
+        make_task({"fleet": fleet_name, "share": share}, where="--"),
+        new_share=new_share,
+        dry_run=dry_run,
+        inputs=SWEEP,
     )
     sweep_id = f"{fleet.name}-{base.timestamp()}"
     requests = [
