@@ -18,7 +18,7 @@ export PATH := $(BIN):$(PATH)
 # No telemetry or notices from the CLI: these machines reach only package registries.
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: bootstrap synth test faults deploy diff destroy bench bench-checkpoints bench-trainctl lint format docs docs-gen clean
+.PHONY: bootstrap synth typecheck test faults deploy diff destroy bench bench-checkpoints bench-trainctl lint format docs docs-gen clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,7 +54,12 @@ bootstrap: $(VENV)/.runtime $(VENV)/.trainctl node_modules/.installed
 synth: bootstrap
 	$(CDK) synth --quiet $(ARGS)
 
-test: bootstrap $(VENV)/.dev
+# mypy --strict ([tool.mypy] in pyproject.toml: trainctl, the launcher, tools and the typed config
+# modules) as its own step, before the suite: untimed, so a cold run on a loaded machine cannot fail it.
+typecheck: $(VENV)/.dev
+	$(BIN)/python -m mypy
+
+test: bootstrap $(VENV)/.dev typecheck
 	$(BIN)/pytest $(ARGS)
 
 # The fault catalog (trainctl/rehearsal/catalog.py): every entry rehearsed on this machine with the real

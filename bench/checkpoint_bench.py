@@ -1,4 +1,4 @@
-"""`make bench-checkpoints`: what container/checkpoint_sync.py costs, against moto's S3 server on
+"""`make bench-checkpoints`: what container/launcher/checkpoint_sync.py costs, against moto's S3 server on
 127.0.0.1 (a versioned bucket, as the stack's).
 
 - idle poll: one periodic sync over --files checkpoint files that are all uploaded already (the
@@ -24,7 +24,7 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "container"))
+sys.path.insert(0, str(ROOT / "container" / "launcher"))
 from checkpoint_commit import Rule  # noqa: E402
 from checkpoint_sync import NodeStore, Watcher  # noqa: E402
 

@@ -10,7 +10,7 @@ was submitted (trainctl, the console, the AWS CLI).
 job-alert topic; at 100% one alert, the team's queued jobs cancelled and its running jobs terminated
 (TerminateJob for both) with a reason that starts "budget:". TerminateJob stops a running job's containers
 (SIGTERM, then SIGKILL after the stop timeout: ECS developer guide, "Stopping a task"), which is the
-launcher's stop path: it uploads the checkpoints before it exits (container/distributed_run.sh). Markers
+launcher's stop path: it uploads the checkpoints before it exits (container/launcher/). Markers
 in the ledger table, written after each alert and stop, keep a later pass from repeating it. Only jobs of
 this deployment's queues whose team is the one over budget are touched.
 

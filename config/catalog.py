@@ -139,7 +139,7 @@ RT_CORE_GPUS = frozenset({"A10G", "L4", "L40S", "RTX PRO 6000", "RTX PRO 4500", 
 # The oldest NVIDIA driver documented for each Blackwell GPU; older drivers do not know the GPU.
 # The ECS AL2023 GPU AMI pins its driver per release (aws/amazon-ecs-ami NVIDIA_DRIVER_VERSION:
 # 580.159.03 in the 20260820 release, above every figure here), but a fleet can meet an older AMI,
-# so the job definitions carry the figure (MIN_NVIDIA_DRIVER) and container/driver_check.py
+# so the job definitions carry the figure (MIN_NVIDIA_DRIVER) and container/launcher/driver_check.py
 # refuses to start on an older driver.
 # - B200: NVIDIA GPU Operator platform support, "HGX B200 requires a driver container version of
 #   570.133.20 or later" (NVIDIA/cloud-native-docs gpu-operator/platform-support.rst).

@@ -56,14 +56,14 @@ EFA_COUNTER_METRICS = {
 # The CloudWatch agent's nvidia_gpu input names its metrics nvidia_smi_<measurement>.
 GPU_MEASUREMENTS = ("utilization_gpu", "memory_used", "temperature_gpu")
 GPU_UTILIZATION = "nvidia_smi_utilization_gpu"
-# Cold start of one node (container/cold_start.py, one line per node): the image pull, container
+# Cold start of one node (container/launcher/cold_start.py, one line per node): the image pull, container
 # start to the launcher, the fabric preflight, and torchrun's start to its first worker (rendezvous).
 COLD_START_IMAGE_PULL = "ColdStartImagePullSeconds"
 COLD_START_CONTAINER_TO_LAUNCHER = "ColdStartContainerToLauncherSeconds"
 COLD_START_PREFLIGHT = "ColdStartPreflightSeconds"
 COLD_START_RENDEZVOUS = "ColdStartRendezvousSeconds"
 # Self-healing (issue 31), dimension Fleet: a node that took itself out after a node fault (an EMF line
-# from container/node_fault.py in the job's log), and a job Batch retried after a failed attempt
+# from container/launcher/node_fault.py in the job's log), and a job Batch retried after a failed attempt
 # (from Batch job state change events, training_constructs/observability/job_metrics.py).
 NODES_TAKEN_OUT = "NodesTakenOut"
 JOBS_RESUMED = "JobsResumed"

@@ -116,8 +116,8 @@ def alerts(world: dict[str, Any]) -> list[str]:
 
 def take_out_lines(world: dict[str, Any], fleet: str, reasons: list[str], noise: int = 3) -> None:
     """What a job's log stream holds: the trainer's output, and one take-out line per node that took
-    itself out (the line container/node_fault.py prints, as the awslogs driver ships it)."""
-    sys.path.insert(0, str(ROOT / "container"))
+    itself out (the line container/launcher/node_fault.py prints, as the awslogs driver ships it)."""
+    sys.path.insert(0, str(ROOT / "container" / "launcher"))
     import node_fault
 
     logs = world["client"]("logs")

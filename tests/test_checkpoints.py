@@ -21,7 +21,7 @@ from tests.harness import ROOT
 from tests.local_aws import moto_server
 from tests.test_launcher import LAUNCHER, base_env
 
-sys.path.insert(0, str(ROOT / "container"))
+sys.path.insert(0, str(ROOT / "container" / "launcher"))
 import checkpoint_sync
 from checkpoint_commit import ArrivalWatch, Rule, open_for_writing, process_tree
 

@@ -1,4 +1,4 @@
-"""Each node's cold-start line (container/cold_start.py, started by distributed_run.sh on ECS) against
+"""Each node's cold-start line (container/launcher/cold_start.py, started by distributed_run.sh on ECS) against
 a fake ECS task metadata v4 endpoint and a fake IMDS on 127.0.0.1, and without them."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from config import metrics
 from tests.harness import ROOT
 
 CONTAINER = ROOT / "container"
-sys.path.insert(0, str(CONTAINER))
+sys.path.insert(0, str(CONTAINER / "launcher"))
 import cold_start  # noqa: E402
 
 INSTANCE = "i-0123456789abcdef0"
@@ -119,7 +119,7 @@ def test_launcher_on_ecs_prints_one_line_with_every_number(tmp_path, endpoint):
     efa = tmp_path / "infiniband"
     efa.mkdir()
     (efa / "uverbs0").touch()
-    # The preflight also asks libfabric for its EFA provider (container/preflight.py).
+    # The preflight also asks libfabric for its EFA provider (container/launcher/preflight.py).
     tools = tmp_path / "bin"
     tools.mkdir()
     (tools / "fi_info").write_text("#!/bin/sh\necho 'provider: efa'\n")
@@ -167,7 +167,7 @@ def test_without_a_metadata_endpoint_the_launcher_prints_no_line(tmp_path):
 
 def run_module(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(CONTAINER / "cold_start.py"), "--launcher-start", str(time.time()), *args],
+        [sys.executable, str(CONTAINER / "launcher" / "cold_start.py"), "--launcher-start", str(time.time()), *args],
         env=clean_env(**env), capture_output=True, text=True, timeout=30,
     )  # fmt: skip
 
@@ -212,7 +212,7 @@ def test_names_are_the_shared_metric_names():
 
 
 def test_module_is_python_3_10_and_stdlib_only():
-    source = (CONTAINER / "cold_start.py").read_text()
+    source = (CONTAINER / "launcher" / "cold_start.py").read_text()
     tree = ast.parse(source, feature_version=(3, 10))
     modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
@@ -221,6 +221,8 @@ def test_module_is_python_3_10_and_stdlib_only():
 
 
 def test_images_carry_the_module():
+    # The images copy the launcher's folder whole (tests/test_registry.py); the module is in it.
+    assert (CONTAINER / "launcher" / "cold_start.py").is_file()
     for dockerfile in CONTAINER.glob("*/Dockerfile"):
-        assert "COPY cold_start.py /opt/training/" in dockerfile.read_text(), dockerfile
-    assert "!cold_start.py" in (CONTAINER / ".dockerignore").read_text().splitlines()
+        assert "COPY launcher/ /opt/training/launcher/" in dockerfile.read_text().splitlines(), dockerfile
+    assert "!launcher/" in (CONTAINER / ".dockerignore").read_text().splitlines()

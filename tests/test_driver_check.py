@@ -1,4 +1,4 @@
-"""container/driver_check.py against a real H100 node's driver files (tests/fixtures), and the
+"""container/launcher/driver_check.py against a real H100 node's driver files (tests/fixtures), and the
 minimums the catalog hands to the job definitions."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from config.catalog import CATALOG, MIN_NVIDIA_DRIVER
 from tests.harness import ROOT
 
-sys.path.insert(0, str(ROOT / "container"))
+sys.path.insert(0, str(ROOT / "container" / "launcher"))
 import driver_check
 
 # Byte-for-byte copies of what a real H100 node printed (2026-11-23, driver 580.159.04).
@@ -48,7 +48,7 @@ def test_the_h100_node_passes_every_catalog_minimum_and_fails_a_newer_one():
 
 
 def test_command_line_exits_2_with_one_line(tmp_path):
-    script = ROOT / "container" / "driver_check.py"
+    script = ROOT / "container" / "launcher" / "driver_check.py"
     old = subprocess.run(
         [sys.executable, str(script), "--minimum", "600.1", "--proc-version", str(PROC_VERSION)],
         capture_output=True,

@@ -1,4 +1,4 @@
-"""The hang watch (container/progress_watch.py) through the real launcher: a stand-in trainer that stops
+"""The hang watch (container/launcher/progress_watch.py) through the real launcher: a stand-in trainer that stops
 heartbeating (and SIGSTOPs itself, as `trainctl rehearse`'s stop-rank fault does) ends the attempt within
 seconds with one line naming the rank and node that stopped first and where the stacks are; the stacks
 of a stopped rank come from py-spy; the evidence goes to a local S3 (moto on 127.0.0.1); the exit code
@@ -27,9 +27,11 @@ from training_constructs.jobs import workloads
 from training_constructs.jobs.multi_node_job import RETRY_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "container"))
+sys.path.insert(0, str(ROOT / "container" / "launcher"))
+import ending  # noqa: E402
 import hang_evidence as evidence  # noqa: E402
 import progress_watch as watch  # noqa: E402
+import watchers  # noqa: E402
 
 BUCKET = "hang-evidence"
 
@@ -44,12 +46,17 @@ def wait_in_collective():
     while True:
         time.sleep(1)
 
-for step in range(int(os.environ["FAKE_STEPS"])):
+# FAKE_AFTER: a peer's stop file; this rank steps on until the peer has stopped, as a rank of a real job
+# does until it blocks in the collective the stopped rank never joins (whatever each node's start took).
+after = os.environ.get("FAKE_AFTER")
+step = 0
+while step < int(os.environ["FAKE_STEPS"]) or (after and not Path(after).exists()):
+    step += 1
     train_step()
     if os.environ["FAKE_MODE"] == "heartbeat":
         Path(os.environ["TRAINING_HEARTBEAT_FILE"]).touch()
     else:
-        print(f"step {step}", flush=True)
+        print(f"step {step - 1}", flush=True)
 if os.environ.get("FAKE_STOP"):
     Path(os.environ["FAKE_PID_FILE"]).write_text(str(os.getpid()))
     os.kill(os.getpid(), signal.SIGSTOP)
@@ -192,8 +199,8 @@ def test_a_hang_is_retried_once_then_reported_and_a_hardware_sign_makes_it_a_nod
     assert [watch.hang_exit(attempt, hardware=False) for attempt in (1, 2, 3)] == [75, 124, 124]
     assert watch.hang_exit(2, hardware=True) == 75
     assert retried(watch.hang_exit(1, False)) and not retried(watch.hang_exit(2, False))
-    launcher = LAUNCHER.read_text()
-    assert f"readonly HANG_EXIT={watch.HANG_EXIT}\n" in launcher
+    # The launcher ends the main node with the watch's code (ending.for_report keeps 124: not retried).
+    assert ending.HANG_EXIT == watch.HANG_EXIT and ending.HANG_EXIT in ending.FINAL_CODES
     reports = {0: report(0, 5000, hardware="NVIDIA Xid needing a GPU reset or a new node: 79")}
     code, line = watch.verdict(reports, 1, attempt=2, now=5400)
     assert code == 75 and "node 0 shows a hardware fault: NVIDIA Xid" in line and "retried once" not in line
@@ -303,6 +310,7 @@ def test_the_main_node_names_the_child_that_stopped_first(tmp_path):
     report_port = free_port()
     common = {"AWS_BATCH_JOB_NUM_NODES": "2", "NODE_REPORT_PORT": str(report_port), "AWS_BATCH_JOB_ATTEMPT": "1"}
     main_env = node_env(tmp_path, "main", **common) | fake_trainer(tmp_path, 0, "output", steps=12)
+    main_env["FAKE_AFTER"] = str(tmp_path / "rank-1.pid")
     child_env = node_env(tmp_path, "child", **common, AWS_BATCH_JOB_NODE_INDEX="1", AWS_BATCH_JOB_ID="hj7#1")
     child_env |= fake_trainer(tmp_path, 1, "heartbeat", steps=5, stop=True) | {"MASTER_PORT": main_env["MASTER_PORT"]}
     main = start(main_env)
@@ -340,4 +348,4 @@ def test_the_launcher_refuses_a_bad_hang_seconds(tmp_path):
 
 def test_the_flight_recorder_path_lies_under_the_launchers_progress_folder():
     assert workloads.HANG_ENVIRONMENT["TORCH_FR_DUMP_TEMP_FILE"].startswith(workloads.PROGRESS_DIR + "/")
-    assert f'progress_dir="${{PROGRESS_DIR:-{workloads.PROGRESS_DIR}}}"' in LAUNCHER.read_text()
+    assert watchers.DEFAULT_PROGRESS_DIR == workloads.PROGRESS_DIR

@@ -253,7 +253,7 @@ def test_the_icd_under_its_rpm_name_passes(node, capsys, name):
 def test_the_boot_check_and_the_preflight_share_one_icd_rule():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("preflight_rule", ROOT / "container" / "preflight.py")
+    spec = importlib.util.spec_from_file_location("preflight_rule", ROOT / "container" / "launcher" / "preflight.py")
     assert spec and spec.loader
     preflight = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(preflight)
@@ -322,7 +322,7 @@ def test_the_node_gets_the_same_program_less_its_docstrings_and_comments(script)
 def test_scripts_parse_on_the_oldest_interpreters_they_run_on():
     # AL2023's system python on the nodes; Python 3.10 in the images.
     ast.parse(Path(boot_check.__file__).read_text(), feature_version=(3, 9))
-    ast.parse((ROOT / "container" / "preflight.py").read_text(), feature_version=(3, 10))
+    ast.parse((ROOT / "container" / "launcher" / "preflight.py").read_text(), feature_version=(3, 10))
 
 
 class Recorder(http.server.BaseHTTPRequestHandler):

@@ -283,7 +283,7 @@ def test_allows_matches_iam_wildcards():
 
 def test_job_role_reads_the_workdirs_trainctl_uploads():
     """Every node's launcher reads <dataset bucket>/workdirs/<digest>.tar.gz with the job role
-    (container/workdir_fetch.py); the test above keeps every write to that bucket away from jobs."""
+    (container/launcher/workdir_fetch.py); the test above keeps every write to that bucket away from jobs."""
     dataset_objects = set()
     for statement in job_policy_statements("default"):
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
@@ -321,7 +321,7 @@ def test_jobs_stack_deploys_after_images_and_buckets():
 
 
 def test_the_job_role_may_describe_jobs_and_do_nothing_else_in_batch():
-    """The main node's watcher (container/node_watch.py) calls DescribeJobs on its child node jobs, and nothing
+    """The main node's watcher (container/launcher/node_watch.py) calls DescribeJobs on its child node jobs, and nothing
     else in Batch. DescribeJobs takes no resource type (Service Authorization Reference, AWS Batch), so "*";
     with ECS Exec off it stands alone on "*"."""
     assert NODE_WATCH_ACTIONS == ("batch:DescribeJobs",)

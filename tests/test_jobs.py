@@ -250,10 +250,10 @@ def test_retries_infrastructure_failures_and_exits_on_application_errors(profile
 
 
 def test_the_retried_exit_code_is_the_one_the_preflight_exits_with():
-    source = (ROOT / "container" / "preflight.py").read_text()
-    launcher = (ROOT / "container" / "distributed_run.sh").read_text()
+    source = (ROOT / "container" / "launcher" / "preflight.py").read_text()
+    launcher = (ROOT / "container" / "launcher" / "ending.py").read_text()
     assert f"PREFLIGHT_EXIT = {PREFLIGHT_EXIT_CODE}\n" in source
-    assert f"readonly PREFLIGHT_EXIT={PREFLIGHT_EXIT_CODE}\n" in launcher
+    assert f"NODE_FAULT_EXIT = {PREFLIGHT_EXIT_CODE}\n" in launcher
 
 
 def test_timeouts_default_to_the_seed_hour_and_the_benchmark_is_shorter():
@@ -446,7 +446,7 @@ def test_every_job_definition_turns_on_the_hang_watch_and_the_flight_recorder(pr
 
 
 def test_a_hang_after_its_retry_ends_the_job_and_a_first_one_is_retried():
-    # The launcher's codes for a hang: 75 on the first attempt, 124 after (container/progress_watch.py).
+    # The launcher's codes for a hang: 75 on the first attempt, 124 after (container/launcher/progress_watch.py).
     rules = job_definition("default", "Gpu", "TrainingJob")["RetryStrategy"]["EvaluateOnExit"]
     retried_codes = {r["OnExitCode"] for r in rules if r["Action"] == "RETRY" and "OnExitCode" in r}
     assert "75" in retried_codes and "124" not in retried_codes

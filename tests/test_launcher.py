@@ -18,7 +18,7 @@ import pytest
 from tests.harness import ROOT
 
 LAUNCHER = ROOT / "container" / "distributed_run.sh"
-BENCH = ROOT / "container" / "allreduce_bench.py"
+BENCH = ROOT / "container" / "benchmark" / "allreduce_bench.py"
 
 
 def free_port() -> int:

@@ -110,7 +110,7 @@ def test_interface_endpoints_on_request():
 @pytest.mark.parametrize("variant", ["default", "pinned-az-endpoints"])
 def test_the_training_subnets_reach_aws_apis_through_nat_with_or_without_interface_endpoints(variant):
     """Job containers call AWS APIs that no endpoint may carry: the main node's DescribeJobs on its child node jobs
-    (container/node_watch.py) needs the Batch API, and `batch` is an interface endpoint only on request. Every
+    (container/launcher/node_watch.py) needs the Batch API, and `batch` is an interface endpoint only on request. Every
     training subnet's default route is a NAT gateway, and natGateways cannot be 0 (tests/test_context.py)."""
     template = synth(variant).templates[STACK]
     subnets = {

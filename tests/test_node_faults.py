@@ -14,7 +14,7 @@ from tests.test_launcher import LAUNCHER, base_env, free_port, launch
 from training_constructs.observability.node_metrics import collector as xid
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "container"))
+sys.path.insert(0, str(ROOT / "container" / "launcher"))
 import node_fault  # noqa: E402
 
 XID_79 = "[ 8812.000001] NVRM: Xid (PCI:0000:00:1e): 79, pid=4242, name=python, GPU has fallen off the bus."

@@ -1,4 +1,4 @@
-"""container/node_watch.py against a stand-in Batch API on 127.0.0.1 that answers DescribeJobs (POST
+"""container/launcher/node_watch.py against a stand-in Batch API on 127.0.0.1 that answers DescribeJobs (POST
 /v1/describejobs, REST-JSON: botocore's batch model) as Batch does for node jobs `<id>#<n>`. The watcher
 runs as the launcher runs it: its own process, boto3 finding the endpoint in AWS_ENDPOINT_URL; a `sleep`
 stands in for the launcher, which SIGUSR1 ends."""
@@ -30,8 +30,8 @@ from tests.batch_stub import (
 )
 from tests.harness import ROOT
 
-WATCHER = ROOT / "container" / "node_watch.py"
-sys.path.insert(0, str(ROOT / "container"))
+WATCHER = ROOT / "container" / "launcher" / "node_watch.py"
+sys.path.insert(0, str(ROOT / "container" / "launcher"))
 import node_watch  # noqa: E402
 
 

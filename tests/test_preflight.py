@@ -1,4 +1,4 @@
-"""container/preflight.py against fake device trees and stand-in tools that print what the real ones
+"""container/launcher/preflight.py against fake device trees and stand-in tools that print what the real ones
 print (the H100 node's nvidia-smi and vulkaninfo output in tests/fixtures), in-process; and the
 launcher's use of it (exit code, one line, socket interface), one subprocess each."""
 
@@ -17,7 +17,7 @@ from tests.harness import ROOT
 
 # Real output of an NVIDIA H100 node (tests/fixtures/nvidia-h100/README.md says which command).
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-h100"
-_spec = importlib.util.spec_from_file_location("preflight", ROOT / "container" / "preflight.py")
+_spec = importlib.util.spec_from_file_location("preflight", ROOT / "container" / "launcher" / "preflight.py")
 assert _spec and _spec.loader
 preflight = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(preflight)

@@ -28,8 +28,14 @@ def test_both_images_are_staged_from_container_without_docker():
     assert files == ["isaaclab/Dockerfile", "trainium/Dockerfile"]
     for asset in assets.values():
         staged = Path(result.assembly.directory) / asset["source"]["directory"]
-        for name in ("distributed_run.sh", "allreduce_bench.py", "checkpoint_sync.py", "preflight.py"):
+        for name in (
+            "distributed_run.sh",
+            "launcher/__main__.py",
+            "launcher/preflight.py",
+            "benchmark/allreduce_bench.py",
+        ):
             assert (staged / name).exists(), name
+        assert not list(staged.rglob("__pycache__"))
         assert asset["source"]["platform"] == "linux/amd64"
 
 
@@ -92,30 +98,39 @@ def test_dockerfiles_pass_hadolint(dockerfile):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+# What every image copies into /opt/training/: the shim the job definitions run, the launcher's folder as
+# it is (the shim runs it as a folder), and the benchmark's files beside the shim (the job definitions run
+# /opt/training/allreduce_bench.py).
+IMAGE_COPIES = [
+    "COPY distributed_run.sh /opt/training/",
+    "COPY launcher/ /opt/training/launcher/",
+    "COPY benchmark/ /opt/training/",
+]
+
+
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[p.parent.name for p in DOCKERFILES])
 def test_dockerfiles_pin_their_base_and_copy_the_launcher(dockerfile):
     text = dockerfile.read_text()
     base_arg = next(line for line in text.splitlines() if line.startswith("ARG ") and "IMAGE=" in line)
     assert ":" in base_arg.split("=", 1)[1] and not base_arg.endswith(":latest")
-    assert "COPY distributed_run.sh allreduce_bench.py checkpoint_sync.py preflight.py /opt/training/" in text
+    copies = [line for line in text.splitlines() if line.startswith("COPY") and "/opt/training/" in line]
+    assert copies == IMAGE_COPIES
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[p.parent.name for p in DOCKERFILES])
-def test_every_launcher_file_is_copied_into_the_image(dockerfile):
-    copied = set()
-    for line in dockerfile.read_text().splitlines():
-        words = line.split()
-        if words[:1] == ["COPY"] and words[-1] == "/opt/training/":
-            copied.update(words[1:-1])
-    # The launcher runs its Python modules from beside it; one left out fails only on a node. The
-    # NVIDIA driver check has nothing to check on a Neuron node.
-    beside = {p.name for p in (ROOT / "container").iterdir() if p.suffix in (".py", ".sh")}
-    if dockerfile.parent.name == "trainium":
-        beside -= {"driver_check.py"}
-    assert beside <= copied, beside - copied
-    # .dockerignore lets through only what it names: a copied file it leaves out fails the build.
-    allowed = {line[1:] for line in (ROOT / "container" / ".dockerignore").read_text().splitlines() if line[:1] == "!"}
-    assert copied <= allowed, copied - allowed
+def test_container_holds_the_shim_alone_beside_the_image_folders():
+    # Nothing flat that belongs to a phase: the launcher's modules are in launcher/, the benchmark's in
+    # benchmark/. The benchmark's files land beside the shim in the image, so no name may repeat.
+    container = ROOT / "container"
+    assert {p.name for p in container.iterdir() if p.suffix in (".py", ".sh")} == {"distributed_run.sh"}
+    assert (container / "launcher" / "__main__.py").is_file()
+    benchmark = {p.name for p in (container / "benchmark").iterdir() if p.suffix == ".py"}
+    assert "allreduce_bench.py" in benchmark and "distributed_run.sh" not in benchmark
+    assert not benchmark & {p.name for p in (container / "launcher").iterdir()}
+    # .dockerignore lets through only what it names: a copied folder it leaves out fails the build.
+    allowed = {line[1:] for line in (container / ".dockerignore").read_text().splitlines() if line[:1] == "!"}
+    assert {"distributed_run.sh", "launcher/", "benchmark/"} <= allowed
+    # What tests leave beside the modules stays out of the build context and the asset's hash.
+    assert {"**/__pycache__", "**/*.pyc"} <= set((container / ".dockerignore").read_text().splitlines())
 
 
 def dockerfile_lines(name):

@@ -290,8 +290,8 @@ def test_cancel_terminates_a_queued_job(world: World, trainctl: Any) -> None:
 
 # ----------------------------------------------------------------------------------------------- checkpoints
 def _checkpoint_sync() -> Any:
-    """container/checkpoint_sync.py, which writes the layout trainctl reads (it imports its neighbour)."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "container"))
+    """container/launcher/checkpoint_sync.py, which writes the layout trainctl reads (it imports its neighbour)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "container" / "launcher"))
     try:
         import checkpoint_sync
     finally:
@@ -366,9 +366,9 @@ def test_checkpoints_list_and_download_what_each_nodes_manifest_names(
 
 # ----------------------------------------------------------------------------------------------- check
 def _allreduce_bench() -> Any:
-    """container/allreduce_verdicts.py: the functions with which allreduce_bench.py makes its verdicts,
-    node checks, metric line and summary line, without torch (importing torch costs seconds)."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "container"))
+    """container/benchmark/allreduce_verdicts.py: the functions with which allreduce_bench.py makes its
+    verdicts, node checks, metric line and summary line, without torch (importing torch costs seconds)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "container" / "benchmark"))
     try:
         import allreduce_verdicts
     finally:

@@ -155,7 +155,7 @@ def test_node_line_takes_the_launchers_hardware_line_too() -> None:
 
 
 def test_node_line_takes_the_watchers_line_that_names_no_host() -> None:
-    # A child that died without a report: the main node's watcher read it in Batch (container/node_watch.py).
+    # A child that died without a report: the main node's watcher read it in Batch (container/launcher/node_watch.py).
     line = (
         "distributed_run.sh: node 1: Batch says FAILED: Essential container in task exited, exit code 137; "
         "ending this job with exit 75 so that Batch retries it on other nodes"
@@ -164,15 +164,17 @@ def test_node_line_takes_the_watchers_line_that_names_no_host() -> None:
 
 
 def test_the_exit_codes_are_the_launchers():
-    # trainctl reads attempts' exit codes with the container's meanings (container/ is not importable as
-    # a package, so it is loaded by path as the launcher tests do).
+    # trainctl reads attempts' exit codes with the launcher's meanings (container/launcher/ runs as a
+    # folder whose modules import one another by name, so it is put on the path as the launcher tests do).
     import importlib.util
     from pathlib import Path
 
     from trainctl import recovery
 
     def load(name: str) -> Any:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / "container" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).parent.parent / "container" / "launcher" / f"{name}.py"
+        )
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -180,8 +182,10 @@ def test_the_exit_codes_are_the_launchers():
 
     preflight = load("preflight")
     assert recovery.NODE_FAULT_EXIT == preflight.PREFLIGHT_EXIT
-    sys.path.insert(0, str(Path(__file__).parent.parent / "container"))  # progress_watch imports its neighbours
+    sys.path.insert(0, str(Path(__file__).parent.parent / "container" / "launcher"))  # they import neighbours
+    import ending
     import progress_watch
 
-    assert recovery.HANG_EXIT == progress_watch.HANG_EXIT
-    assert recovery.SHARED_FAULT_EXIT == preflight.IMAGE_EXIT
+    assert recovery.HANG_EXIT == progress_watch.HANG_EXIT == ending.HANG_EXIT
+    assert recovery.SHARED_FAULT_EXIT == preflight.IMAGE_EXIT == ending.IMAGE_EXIT
+    assert recovery.NODE_FAULT_EXIT == ending.NODE_FAULT_EXIT

@@ -31,7 +31,7 @@ from trainctl.taskfile import load_task
 from trainctl.workdir import PREFIX, SETUP_ENV, URI_ENV, check_definition_script, check_script, pack, upload
 from training_constructs.jobs.workloads import ISAACLAB_TRAIN_SCRIPT
 
-sys.path.insert(0, str(ROOT / "container"))
+sys.path.insert(0, str(ROOT / "container" / "launcher"))
 import workdir_fetch  # container/ is on the path only from here
 
 LAUNCHER = ROOT / "container" / "distributed_run.sh"

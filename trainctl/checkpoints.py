@@ -1,6 +1,6 @@
-"""A training job's checkpoints, in container/checkpoint_sync.py's layout: under
+"""A training job's checkpoints, in container/launcher/checkpoint_sync.py's layout: under
 <CHECKPOINT_URI>/<lineage>/ (the job's CHECKPOINT_LINEAGE, which the capacity fallback gives a job it
-resubmits, else its id; container/distributed_run.sh) node I keeps its files under `node-I/` and,
+resubmits, else its id; container/launcher/restore_phase.py) node I keeps its files under `node-I/` and,
 written after them, the manifest `node-I.manifest.json` ({"format": 1, "files": {name: {size,
 mtime_ns, version_id}}}) naming every complete file and the S3 version that holds it. Only what a
 manifest names is a checkpoint: other objects under `node-I/` are uploads a kill cut short or files
@@ -25,7 +25,7 @@ from trainctl.jobs import job_environment
 MANIFEST_FORMAT = 1
 _MANIFEST = re.compile(r"node-(\d+)\.manifest\.json")
 _PARTIAL_SUFFIX = ".partial"
-# The launcher's variable (container/distributed_run.sh), set by the capacity fallback's resubmitter.
+# The launcher's variable (container/launcher/node_settings.py), set by the capacity fallback's resubmitter.
 LINEAGE_VARIABLE = "CHECKPOINT_LINEAGE"
 
 
@@ -90,7 +90,7 @@ def _manifest_files(node: int, key: str, body: bytes) -> list[CheckpointFile]:
             for name, e in sorted(document["files"].items())
         ]
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise TrainctlError(f"{key} is not a checkpoint manifest (container/checkpoint_sync.py writes them)") from None
+        raise TrainctlError(f"{key} is not a checkpoint manifest (container/launcher/checkpoint_sync.py writes them)") from None
 
 
 def download(

@@ -3,7 +3,7 @@
 The resubmitter (training_constructs/jobs/capacity_fallback/resubmit.py) tags the cancelled job with its
 successor (`training:fallback-job`) and the successor with the job it continues (`training:fallback-of`),
 and gives the successor's nodes CHECKPOINT_LINEAGE, under which the launcher keeps the checkpoints
-(container/distributed_run.sh): every job of a lineage trains on under one checkpoint prefix. `show`,
+(container/launcher/restore_phase.py): every job of a lineage trains on under one checkpoint prefix. `show`,
 `why`, `cancel` and `checkpoints` follow the lineage from any of its job ids.
 """
 

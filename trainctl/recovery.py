@@ -4,9 +4,9 @@ and how long Batch took to resume it on fresh nodes.
 A job's attempts (DescribeJobs `attempts`) hold each attempt's start, stop, exit code and log stream,
 and a retried job keeps its job id (Batch user guide, "Automated job retries"). The node that failed
 and what it found is the launcher's line in the main node's log of that attempt
-(container/distributed_run.sh): "distributed_run.sh: node N (host): ...", or "node N: Batch says ..." when
-the main node's watcher (container/node_watch.py) saw the child fail in Batch, which `node_line` picks out
-of the lines a caller read (`tail` below). A hang's line (container/progress_watch.py) reads "node N (host):
+(container/launcher/ending.py): "distributed_run.sh: node N (host): ...", or "node N: Batch says ..." when
+the main node's watcher (container/launcher/node_watch.py) saw the child fail in Batch, which `node_line` picks out
+of the lines a caller read (`tail` below). A hang's line (container/launcher/progress_watch.py) reads "node N (host):
 hang: ...; rank R on node N stopped first (...); stacks at s3://.../evidence/attempt-A/; ...": the story
 tells it as a hang and prints where the stacks are.
 """
@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-# container/preflight.py PREFLIGHT_EXIT and IMAGE_EXIT; the launcher's node-fault exit is 75 too.
+# container/launcher/preflight.py PREFLIGHT_EXIT and IMAGE_EXIT; the launcher's node-fault exit is 75 too.
 NODE_FAULT_EXIT = 75
 SHARED_FAULT_EXIT = 78
-# container/progress_watch.py HANG_EXIT: a hang seen again after its retry.
+# container/launcher/progress_watch.py HANG_EXIT: a hang seen again after its retry.
 HANG_EXIT = 124
 # The launcher's line for a node fault: a child's report on the main node, or its own hardware fault; a hang.
 NODE_LINE = re.compile(r"distributed_run\.sh: (node \d+(?: \([^)]*\))?: .*)")

@@ -1,7 +1,7 @@
 """Code that goes with a job (`workdir:` in a task file, `submit --workdir`, docs/workdir.md): the folder packed
 into one deterministic archive (the files its .gitignore files leave in, no .git), stored once per content hash
 in the deployment's dataset bucket under workdirs/, and fetched and unpacked by every node's launcher before
-the rendezvous (container/workdir_fetch.py, which runs the task's `setup:` after the unpack)."""
+the rendezvous (container/launcher/workdir_fetch.py, which runs the task's `setup:` after the unpack)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from trainctl.taskfile import LAUNCHER, Task
 PREFIX = "workdirs/"
 # Code, not data: a folder past this (after .gitignore) is refused; datasets belong in the dataset bucket.
 MAX_BYTES = 100 * 1024 * 1024
-# What the launcher reads (container/distributed_run.sh, container/workdir_fetch.py).
+# What the launcher reads (container/launcher/job_code.py, container/launcher/workdir_fetch.py).
 URI_ENV = "WORKDIR_URI"
 SETUP_ENV = "WORKDIR_SETUP"
 IGNORE_FILE = ".gitignore"

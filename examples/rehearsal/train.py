@@ -6,7 +6,7 @@ launcher's CHECKPOINT_DIR, and resumes from the newest complete checkpoint it fi
     distributed_run.sh examples/rehearsal/train.py --steps 80 --checkpoint-every 10 --step-seconds 0.1
 
 Checkpoints: rank 0 writes `checkpoint-<step>.pt` under a temporary name and renames it into place, so a
-file with the final name is always whole (the launcher uploads it at once, container/checkpoint_sync.py).
+file with the final name is always whole (the launcher uploads it at once, container/launcher/checkpoint_sync.py).
 On start, every rank looks for the newest file that loads (a torn one is skipped, older ones are tried):
 rank 0 may have run on any node in the last attempt, and each node restores its own files, so the ranks
 agree on the newest step and the rank holding it sends its weights to the others.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 # training_constructs/health/node_recovery.py TAKE_OUT_GRACE_SECONDS (a test keeps the two equal).
 TAKE_OUT_GRACE_SECONDS = 10.0
-# container/node_fault.py XID_FAULTS, TAKE_OUT; container/preflight.py's shared-fault file.
+# container/launcher/node_fault.py XID_FAULTS, TAKE_OUT; container/launcher/preflight.py's shared-fault file.
 XID_FAULTS = "xid-faults"
 TAKE_OUT = "take-out"
 SHARED_FAULT = "shared-fault"

@@ -136,7 +136,7 @@ class LocalS3:
             return []
 
     def manifest_files(self, bucket: str, prefix: str) -> list[str]:
-        """The files the checkpoint manifests under `prefix` list (container/checkpoint_sync.py's layout:
+        """The files the checkpoint manifests under `prefix` list (container/launcher/checkpoint_sync.py's layout:
         `node-<i>.manifest.json` beside `node-<i>/`), by name; empty when there are none."""
         client = self.client()
         names: set[str] = set()

@@ -42,6 +42,14 @@ IMAGE_DIR = str(Path(LAUNCHER).parent) + "/"
 RESUBMIT = Path("training_constructs/jobs/capacity_fallback/resubmit.py")
 
 
+def image_file(checkout: Path, name: str) -> Path:
+    """Where a file of the images' /opt/training/ lies in the checkout: the Dockerfiles copy the shim and
+    launcher/ as they are, and benchmark/'s files into /opt/training/ itself."""
+    container = checkout / "container"
+    beside, benchmark = container / name, container / "benchmark" / name
+    return benchmark if benchmark.exists() and not beside.exists() else beside
+
+
 def _free_port_pair() -> int:
     """A port P with P + 1 free too (the rendezvous and the launcher's node-report port)."""
     for _ in range(50):
@@ -106,7 +114,7 @@ class Runtime:
 
     def _map(self, argument: str, *, relative: bool) -> str:
         if argument.startswith(IMAGE_DIR):
-            return str(self.checkout / "container" / argument[len(IMAGE_DIR) :])
+            return str(image_file(self.checkout, argument[len(IMAGE_DIR) :]))
         # relative: paths relative to this checkout (without a workdir, whose files the launcher unpacks).
         if relative and argument and not argument.startswith(("-", "/")) and (self.checkout / argument).is_file():
             return str(self.checkout / argument)
@@ -159,7 +167,7 @@ class Runtime:
         return [self._map(a, relative=URI_ENV not in spec.environment) for a in spec.command], env
 
     def lineage(self, job: Any) -> str:
-        """The S3 prefix the launcher keeps this job's checkpoints under (container/distributed_run.sh):
+        """The S3 prefix the launcher keeps this job's checkpoints under (container/launcher/restore_phase.py):
         the job's lineage (CHECKPOINT_LINEAGE, which the capacity fallback carries to a resubmitted job),
         else its id."""
         uri = str(job.spec.environment.get("CHECKPOINT_URI", ""))

@@ -73,7 +73,7 @@ class BreakerFleet:
     # boot check under the fleet's name and log group, so their faults trip the same breaker.
     compute_environment_arns: tuple[str, ...]
     boot_check_log_group: logs.ILogGroup
-    # Where the fleet's jobs log, take-out lines included (container/node_fault.py).
+    # Where the fleet's jobs log, take-out lines included (container/launcher/node_fault.py).
     job_log_group: logs.ILogGroup
     max_nodes: int
 

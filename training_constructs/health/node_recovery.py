@@ -5,7 +5,7 @@ user-data commands for the host side, and the host directory every job container
   boot check's `shared-fault`, the node collector's `xid-faults` (node_metrics/collector.py follows
   the kernel log on GPU nodes), the launcher's `take-out` marker. Every job definition mounts it
   read-write at the same path (multi_node_job.py).
-- training-node-take-out.path watches for `take-out` (container/node_fault.py writes it last, after a
+- training-node-take-out.path watches for `take-out` (container/launcher/node_fault.py writes it last, after a
   failed device preflight, a hardware fault during training or a stop with a GPU-reset Xid recorded, so
   that the container's exit is on its way to Batch). Its service, one command after the other
   (take_out_steps):

@@ -69,7 +69,7 @@ class RetryRule:
     on_exit_code: str | None = None
 
 
-# The launcher's exit code for a node that failed its preflight (container/preflight.py
+# The launcher's exit code for a node that failed its preflight (container/launcher/preflight.py
 # PREFLIGHT_EXIT; a test keeps the two equal).
 PREFLIGHT_EXIT_CODE = 75
 
@@ -82,7 +82,7 @@ PREFLIGHT_EXIT_CODE = 75
 # a hardware fault during training) is a node, not the application: retried. Only a main-node failure
 # retries a multi-node job, and the job's statusReason and exit code are the main node's (Batch user
 # guide, "Multi-node parallel jobs"): a child that fails tells the main node, which then exits 75
-# (container/node_fault.py).
+# (container/launcher/node_fault.py).
 RETRY_RULES = (
     RetryRule("RETRY", on_status_reason="Host EC2*"),
     RetryRule("RETRY", on_reason="AGENT"),

@@ -32,7 +32,7 @@ ECS_EXEC_ACTIONS = (
 # stream actions on the log group the session writes to (here each fleet's job log group).
 ECS_EXEC_LOG_LOOKUP = ("logs:DescribeLogGroups",)
 ECS_EXEC_LOG_WRITES = ("logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents")
-# The main node's watcher (container/node_watch.py) reads its child node jobs: DescribeJobs, which takes
+# The main node's watcher (container/launcher/node_watch.py) reads its child node jobs: DescribeJobs, which takes
 # no resource type, so the resource is "*" (Service Authorization Reference, "Actions, resources, and
 # condition keys for AWS Batch"; Batch user guide, "Supported resource-level permissions for AWS Batch API
 # actions", which does not list it). Read only: a job's status, reasons and exit codes.
@@ -58,7 +58,7 @@ def grant_ecs_exec(role: iam.Role, log_groups: Sequence[logs.ILogGroup]) -> None
 
 def grant_node_watch(role: iam.Role) -> None:
     """Let the job containers describe Batch jobs: the main node sees a child node job that failed without
-    telling it (container/node_watch.py)."""
+    telling it (container/launcher/node_watch.py)."""
     role.add_to_principal_policy(iam.PolicyStatement(actions=list(NODE_WATCH_ACTIONS), resources=["*"]))
     Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
         Acknowledgment(

@@ -48,7 +48,7 @@ BENCH_ALLREDUCE_SIZES = "8K:1G"
 BENCH_ALLREDUCE_ITERS = 20
 
 
-# The launcher's hang watch (container/progress_watch.py, docs/health.md): a job in which no node makes
+# The launcher's hang watch (container/launcher/progress_watch.py, docs/health.md): a job in which no node makes
 # progress for HANG_SECONDS (never less than twice its slowest step) ends with every node's stacks.
 # HANG_SECONDS: a few minutes, as HyperPod's example hang rule (300 s). PyTorch's flight recorder
 # (torch/csrc/distributed/c10d: FlightRecorder.hpp reads TORCH_NCCL_TRACE_BUFFER_SIZE, 2000 entries by
@@ -98,7 +98,7 @@ def _node_environment(instance: InstanceSpec) -> dict[str, str]:
         # only at the first CUDA call otherwise; Blackwell needs CUDA 12.8 builds).
         environment["EXPECT_TORCH_CUDA"] = "1"
         if instance.min_nvidia_driver:
-            # container/driver_check.py refuses an older host driver (config/catalog.py cites it).
+            # container/launcher/driver_check.py refuses an older host driver (config/catalog.py cites it).
             environment["MIN_NVIDIA_DRIVER"] = instance.min_nvidia_driver
     if instance.runs_isaac_sim:
         # On both job definitions, so that the fleet check (the benchmark) proves Vulkan too.

@@ -5,7 +5,7 @@ A retried job goes back to RUNNABLE with the failed attempts in `attempts` (Batc
 change events": the event's detail is the job as DescribeJobs returns it; "Automated job retries").
 The function (resumed_alert_function/announce.py) names the latest of them, which an input transformer
 cannot pick out, and the job a capacity-fallback resubmission continues. The node that failed and why is
-the main node's last line in that attempt's log stream (container/distributed_run.sh: "node N (host):
+the main node's last line in that attempt's log stream (container/launcher/ending.py: "node N (host):
 ..."), which the message points to, with `trainctl why`.
 """
 

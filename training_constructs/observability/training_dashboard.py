@@ -294,7 +294,7 @@ class TrainingDashboard(Construct):
                     treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 )
             )
-        # Nodes that took themselves out after a node fault during a job (container/node_fault.py): each
+        # Nodes that took themselves out after a node fault during a job (container/launcher/node_fault.py): each
         # costs an instance, and a cause every node shares would repeat on every retry. This alarm only
         # alerts, early; the fleet's node-fault circuit breaker (boot_breaker.py) counts take-outs too and
         # disables the fleet at its own threshold.

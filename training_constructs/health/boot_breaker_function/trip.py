@@ -2,7 +2,7 @@
 enough of its nodes failed within the alarm's hour, and says so on the job-alert topic: which checks
 failed, and the command that turns the fleet back on. A node fault is a boot check's node fault (the
 node never registered) or a take-out (a node that found a fault in itself during a job and powered off:
-container/node_fault.py's NodesTakenOut line in the fleet's job log group).
+container/launcher/node_fault.py's NodesTakenOut line in the fleet's job log group).
 
 Invoked by an EventBridge rule on the fleet's breaker alarm entering ALARM, with a constant input
 naming the fleet, its compute environments, its boot-check and job log groups and its threshold. The

@@ -69,7 +69,7 @@ XID = re.compile(r"NVRM: Xid \(PCI:[^)]*\): (\d+)")
 ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d")
 # NVIDIA's RPM packaging (the ECS AL2023 GPU AMI's driver) installs nvidia_icd.<arch>.json, the .run
 # installer nvidia_icd.json (NVIDIA/yum-packaging-nvidia-driver nvidia-driver.spec; the container
-# toolkit's internal/discover/graphics.go looks for both). container/preflight.py uses the same pattern.
+# toolkit's internal/discover/graphics.go looks for both). container/launcher/preflight.py uses the same pattern.
 ICD_PATTERN = "nvidia_icd*.json"
 # The counts retried while the AMI finishes loading drivers and udev makes the device nodes.
 COUNTED = ("gpus", "neuron_devices", "efa_devices")

@@ -7,7 +7,7 @@ and a job's expected start, see BLOCK_EARLY_END) holds the present:
 same job definition, name, parameters, node count, environment and command, share identifier,
 priority, timeout, retries and tags; the instance type of each node range is the placement's. Every
 node range also gets CHECKPOINT_LINEAGE: the cancelled job's own, else its id, so that the launcher
-(container/distributed_run.sh) of the successor restores the original's checkpoints.
+(container/launcher/restore_phase.py) of the successor restores the original's checkpoints.
 Every decision is one JSON line in the function's log, which metric filters count.
 
 ROUTES (environment, JSON): queue ARN -> {"fleet", "placement" (0 = the fleet's own), "label",
@@ -32,7 +32,7 @@ SUCCESSOR_TAG = "training:fallback-job"
 # Set on the successor: the job it continues and the placement it was sent to.
 ORIGIN_TAG = "training:fallback-of"
 PLACEMENT_TAG = "training:placement"
-# The launcher keys checkpoints on it, else on the job id (container/distributed_run.sh).
+# The launcher keys checkpoints on it, else on the job id (container/launcher/node_settings.py).
 LINEAGE_VARIABLE = "CHECKPOINT_LINEAGE"
 # Errors worth another try (botocore's standard retry mode's throttling and transient codes).
 RETRIED_CODES = frozenset({"ThrottlingException", "TooManyRequestsException", "ServiceUnavailable", "InternalFailure"})

@@ -10,7 +10,7 @@
 - A heartbeat of 1, so that a dashboard can count the nodes of a fleet.
 - GPU nodes, meanwhile: every Xid that needs a GPU reset or a new node goes, as it appears in the kernel
   log (`dmesg --follow`), to <state dir>/xid-faults as "<epoch> <code> <line>". The job container reads
-  it through the mounted /var/lib/training-node when its trainer dies (container/node_fault.py): a
+  it through the mounted /var/lib/training-node when its trainer dies (container/launcher/node_fault.py): a
   container cannot read the host's kernel log.
 
 Each value goes out as a StatsD line with a Fleet tag to the agent's StatsD listener; the agent adds

@@ -133,7 +133,7 @@ class NodeReport:
 def _clock(epoch: float | None) -> str:
     if epoch is None:
         return "none"
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%H:%M:%S UTC")  # noqa: UP017 - Python 3.10
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%H:%M:%S UTC")
 
 
 def first_stopped(hung: Sequence[NodeReport]) -> NodeReport:

@@ -100,7 +100,7 @@ def instance_id() -> str:
                 f"{base}/latest/meta-data/instance-id", headers={"X-aws-ec2-metadata-token": token}
             )
             with urllib.request.urlopen(id_request, timeout=1) as response:  # noqa: S310
-                found = response.read().decode().strip()
+                found = str(response.read().decode()).strip()
             if re.fullmatch(r"i-[0-9a-f]{8,17}", found):
                 return found
         except OSError:

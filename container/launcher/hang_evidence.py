@@ -76,7 +76,7 @@ def dump_stacks(rank: Rank, seconds: float = PY_SPY_SECONDS) -> tuple[str, bool]
     for extra in modes:
         command = [tool, "dump", "--pid", str(rank.pid), *extra]
         try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=seconds, check=False)  # noqa: S603
+            result = subprocess.run(command, capture_output=True, text=True, timeout=seconds, check=False)
         except subprocess.TimeoutExpired:
             errors.append(f"{' '.join(command[1:])}: no answer in {seconds:.0f} s")
             continue

@@ -1,0 +1,105 @@
+"""What one node's launcher holds while it runs: its settings, the signals it saw, the folder where
+the listener, the node watch and the hang watch leave their reports, and the helpers it started."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ending import Report
+from node_settings import Settings
+from node_tools import hostname, run_helper, say
+from stop_signals import StopSignals
+
+
+class EndNode(Exception):
+    """Ends the launcher with `code` (its line already said), from whichever phase decided it."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@dataclass
+class NodeState:
+    settings: Settings
+    signals: StopSignals
+    started: float = field(default_factory=time.time)
+    faults: Path | None = None  # the main node's report files (node_fault.py listen writes them)
+    listener: subprocess.Popen[bytes] | None = None
+    watcher: subprocess.Popen[bytes] | None = None
+    last_error: str = ""
+    told_main: bool = False
+    training_started: bool = False
+
+    @property
+    def since(self) -> str:
+        """The launcher's start, whole seconds (node_fault.py judge --since)."""
+        return str(int(self.started))
+
+    def reported(self) -> Report | None:
+        if self.faults is None:
+            return None
+        report = self.faults / "report"
+        try:
+            return Report.parse(report.read_text(errors="replace"))
+        except OSError:
+            return None
+
+    def node_line(self, text: str) -> str:
+        return f"node {self.settings.index} ({hostname()}): {text}"
+
+    def tell_main(self, code: int, text: str) -> None:
+        """A child tells the main node, once, why it fails (retrying for NODE_REPORT_SECONDS)."""
+        batch = self.settings.batch
+        self.told_main = True
+        if batch is None or batch.report_to is None:
+            return
+        run_helper(
+            self.settings.python.stdlib,
+            "node_fault.py",
+            "report",
+            "--address",
+            batch.report_to,
+            "--port",
+            str(batch.report_port),
+            "--code",
+            str(code),
+            "--job",
+            self.settings.job_id,
+            "--within",
+            str(batch.report_seconds),
+            "--line",
+            self.node_line(text),
+            to_stderr=True,
+        )
+
+    def mark(self, line: str) -> None:
+        """The take-out marker: the host stops taking tasks and powers off once it exists."""
+        run_helper(self.settings.python.stdlib, "node_fault.py", "mark", "--line", line)
+
+    def judge(self, *args: str) -> str:
+        """node_fault.py judge: the hardware fault this node's host recorded, or ''."""
+        result = run_helper(
+            self.settings.python.stdlib, "node_fault.py", "judge", "--since", self.since, *args, capture=True
+        )
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    def judge_stopped(self) -> str:
+        """A stopped node (Batch stops every other node when the main node ends) judges itself by the
+        host's Xid record alone, at once: a GPU needing a reset must not take the next job."""
+        fault = self.judge("--settle", "0", "--xid-only")
+        if fault:
+            say(
+                self.node_line(
+                    f"stopped with a hardware fault recorded: {fault}; asking the host to take this node out"
+                )
+            )
+        return fault
+
+    def stop_helpers(self) -> None:
+        for process in (self.listener, self.watcher):
+            if process is not None and process.poll() is None:
+                process.terminate()

@@ -1,0 +1,74 @@
+"""What the launcher asks of this node's tools: its name and address, its accelerators, and the
+helpers beside this file, each run with its own interpreter. Every look-up goes through PATH, as on
+the images, so that the rehearsal's stand-ins (hostname, nvidia-smi, neuron-ls) answer."""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from node_settings import NAME, BadInput
+
+HERE = Path(__file__).resolve().parent
+NC_COUNT = re.compile(r'"nc_count": *([0-9]+)')
+
+
+def say(message: str) -> None:
+    """One line on stderr, prefixed as every launcher line is (trainctl why and the alerts look for it)."""
+    print(f"{NAME}: {message}", file=sys.stderr, flush=True)
+
+
+def _output(command: Sequence[str]) -> str:
+    try:
+        return subprocess.run(list(command), capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return ""
+
+
+@functools.lru_cache(maxsize=1)
+def hostname() -> str:
+    return _output(["hostname"]).strip()
+
+
+def own_address() -> str:
+    words = _output(["hostname", "-I"]).split()
+    if not words:
+        raise BadInput("cannot find this node's private IPv4 address (hostname -I); set MASTER_ADDR")
+    return words[0]
+
+
+def count_accelerators() -> int:
+    """The GPUs nvidia-smi lists, else the NeuronCores of every Neuron device, else 1."""
+    if shutil.which("nvidia-smi"):
+        gpus = sum(1 for line in _output(["nvidia-smi", "--list-gpus"]).splitlines() if line.startswith("GPU "))
+        if gpus > 0:
+            return gpus
+    if shutil.which("neuron-ls"):
+        # Every device's "nc_count", wherever neuron-ls nests it.
+        cores = sum(int(n) for n in NC_COUNT.findall(_output(["neuron-ls", "--json-output"])))
+        if cores > 0:
+            return cores
+    return 1
+
+
+def helper(python: str, name: str, *args: str) -> list[str]:
+    """The command line of a helper script beside this file."""
+    return [python, str(HERE / name), *args]
+
+
+def run_helper(
+    python: str, name: str, *args: str, capture: bool = False, to_stderr: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Runs a helper to its end; with capture its stdout is returned (else it goes to this stdout, or
+    with to_stderr to this stderr); its stderr passes through."""
+    stdout = subprocess.PIPE if capture else (sys.stderr if to_stderr else None)
+    try:
+        return subprocess.run(helper(python, name, *args), stdout=stdout, text=True, check=False)
+    except OSError as error:
+        say(f"cannot run {name} with {python}: {error}")
+        return subprocess.CompletedProcess(helper(python, name, *args), 127, "", "")

@@ -1,0 +1,182 @@
+"""A node's life, phase by phase: settings, listener, preflight, the job's code, restore, rendezvous
+and training under supervision, judging the ending, the last upload and the take-out. Each phase is a
+module beside this one; what ends the node is decided in ending.py from what the phases observed.
+
+    distributed_run.sh train.py --flag value      (the shim beside this folder runs this package)
+
+The variables, the helpers and the exit codes: docs/health.md, docs/checkpoints.md, docs/workdir.md;
+ending.py lists the exit codes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+
+import ending
+from ending import Ending, Outcome
+from job_code import fetch_job_code
+from node_settings import BadInput, read_settings
+from node_state import EndNode, NodeState
+from node_tools import count_accelerators, own_address, say
+from preflight_phase import PreflightResult, export_socket_interface, failed, run_preflight
+from restore_phase import Restored, restore
+from stop_signals import StopSignals, mark_stopping
+from trainer import announce, become_trainer, command, start_trainer
+from watchers import hurry_node_watch, progress_dir, start_cold_start, start_copier, start_hang_watch, start_listener
+
+REPORT_POLL_SECONDS = 0.2
+
+
+def _finish(node: NodeState, result: Ending) -> int:
+    """Says the ending's line, and asks for the take-out last, so that the host takes the node out only
+    once this container's exit is on its way to Batch."""
+    if result.line:
+        say(result.line)
+    if result.mark:
+        node.mark(result.mark)
+    return result.code
+
+
+def _before_training(node: NodeState) -> tuple[list[str], Restored | None] | Ending:
+    """Preflight, the job's code, restore: the trainer's command line, or the node's ending."""
+    settings = node.settings
+    start_listener(node)
+    preflight_start = time.time()
+    checked = run_preflight(node)
+    if isinstance(checked, Ending):
+        return checked
+    preflight_seconds = time.time() - preflight_start
+    export_socket_interface(node, checked.socket_interface)
+    if failed(checked):
+        return _preflight_failed(node, checked)
+    if checked.status != 0:
+        raise BadInput(f"preflight.py could not check this node (exit {checked.status}, see above)")
+    fetch_job_code(node)
+    restored = restore(node)
+    line = command(node, [*settings.script, *(restored.resume if restored else ())])
+    announce(node, line)
+    start_cold_start(node, preflight_seconds)
+    if node.signals.stop_requested:
+        say("stopped (SIGTERM) before training started")
+        return ending.for_stop_before_training(node.judge_stopped())
+    report = node.reported()
+    if report is not None:
+        return ending.for_report(report)
+    return line, restored
+
+
+def _preflight_failed(node: NodeState, checked: PreflightResult) -> Ending:
+    # A child reports first and only then asks its host for the take-out: the host stops taking tasks
+    # and powers off once the marker exists, and the main node must hear why before that.
+    node.last_error = checked.last_error
+    if node.settings.batch is not None and node.settings.batch.report_to is not None:
+        node.tell_main(checked.status, checked.last_error or f"preflight exit {checked.status}")
+    return ending.for_preflight(checked.status, checked.last_error)
+
+
+def _wait_for_report(node: NodeState) -> None:
+    """A child's trainer may die of its fault a little after this one: its report gets a grace period."""
+    hurry_node_watch(node)
+    if node.listener is None:
+        return
+    grace = int(node.settings.get("NODE_REPORT_GRACE_SECONDS", "15"))
+    for _ in range(grace * 5):
+        if node.reported() is not None:
+            return
+        time.sleep(REPORT_POLL_SECONDS)
+
+
+def _train(node: NodeState, line: list[str], restored: Restored | None) -> Ending:
+    settings = node.settings
+    progress = progress_dir(node)
+    trainer = start_trainer(node, line, progress)
+    stopping = restored.state / "stopping" if restored else None
+    node.signals.supervise(trainer.pid, stopping)
+    copier = start_copier(node, restored, trainer.pid)
+    start_hang_watch(node, progress, restored, trainer.pid)
+    status = ending.exit_status(trainer.wait())
+    if status != 0:
+        # A crash counts back from its own time, like a stop.
+        mark_stopping(stopping)
+    hardware_fault = stopped_fault = ""
+    if node.signals.stop_requested:
+        stopped_fault = node.judge_stopped()
+    elif status != 0:
+        _wait_for_report(node)
+        if ending.should_check_hardware(status=status, stopped=False, reported=node.reported() is not None):
+            # XID_SETTLE_SECONDS (default 5): how long to wait for the host's Xid watcher after a crash.
+            hardware_fault = node.judge("--settle", settings.get("XID_SETTLE_SECONDS", "5"))
+            if hardware_fault:
+                say(
+                    node.node_line(
+                        f"trainer exited {status} on a hardware fault: {hardware_fault}; exiting"
+                        f" {ending.NODE_FAULT_EXIT} so that Batch retries on other nodes"
+                    )
+                )
+                if not settings.is_main:
+                    node.tell_main(ending.NODE_FAULT_EXIT, f"hardware fault: {hardware_fault}")
+    upload_failed = False
+    if restored is not None and copier is not None:
+        (restored.state / "status.tmp").write_text(f"{status}\n")
+        os.replace(restored.state / "status.tmp", restored.state / "status")
+        upload_failed = ending.exit_status(copier.wait()) != 0
+        shutil.rmtree(restored.state, ignore_errors=True)
+        if upload_failed:
+            say(f"final checkpoint upload to {restored.uri} FAILED; results of this attempt are only on this node")
+    outcome = Outcome(status, node.reported(), hardware_fault, stopped_fault, upload_failed)
+    return ending.after_training(outcome)
+
+
+def run(node: NodeState) -> int:
+    prepared = _before_training(node)
+    if isinstance(prepared, Ending):
+        return _finish(node, prepared)
+    line, restored = prepared
+    # From here on, a child's failure is judged after its trainer exits.
+    node.training_started = True
+    if node.settings.batch is None and restored is None:
+        return become_trainer(line)
+    return _finish(node, _train(node, line, restored))
+
+
+def main(args: Sequence[str]) -> int:
+    signals = StopSignals()
+    # A stop before training starts is remembered: the node would otherwise start training only to
+    # be SIGKILLed later.
+    signals.install()
+    node: NodeState | None = None
+    code = 1
+    try:
+        settings = read_settings(args, os.environ, accelerators=count_accelerators, own_address=own_address)
+        node = NodeState(settings=settings, signals=signals)
+        code = run(node)
+    except BadInput as error:
+        say(str(error))
+        code = ending.BAD_INPUT_EXIT
+        if node is not None:
+            node.last_error = str(error)
+    except EndNode as end:
+        code = end.code
+    except OSError as error:
+        say(f"{error}")
+        code = 1
+        if node is not None:
+            node.last_error = str(error)
+    finally:
+        if node is not None:
+            node.stop_helpers()
+            if ending.child_tells_main(
+                status=code,
+                is_child=not node.settings.is_main,
+                training_started=node.training_started,
+                told=node.told_main,
+            ):
+                node.tell_main(code, node.last_error or f"launcher exited {code} before the rendezvous")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

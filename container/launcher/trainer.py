@@ -1,0 +1,61 @@
+"""Rendezvous and run the trainer: torchrun (or `$PYTHON -m torch.distributed.run`, so Isaac Sim's
+python.sh works) on the script and its arguments. A single node without checkpoints becomes torchrun
+(exec); otherwise the trainer runs as a child, its output passed through the hang watch's relay when
+the watch is on, so that the relay stamps the time of its last line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from node_state import NodeState
+from node_tools import helper, say
+from watchers import OUTPUT_MARK
+
+
+def command(node: NodeState, script: Sequence[str]) -> list[str]:
+    settings = node.settings
+    return [*settings.runner, *settings.rendezvous_args(), *script]
+
+
+def announce(node: NodeState, line: Sequence[str]) -> None:
+    settings, batch = node.settings, node.settings.batch
+    shown = " ".join(line)
+    if batch is None:
+        say(f"single node, {settings.nproc} processes: {shown}")
+    else:
+        say(
+            f"node {batch.index} of {batch.nodes} (rank {batch.node_rank}, main {batch.main}), {settings.nproc}"
+            f" processes, rendezvous {batch.address}:{settings.port} id {settings.job_id}: {shown}"
+        )
+
+
+def become_trainer(line: Sequence[str]) -> int:
+    """The launcher's process becomes torchrun: nothing is left to do after it."""
+    sys.stderr.flush()
+    try:
+        os.execvp(line[0], list(line))  # noqa: S606 - the job's own command
+    except OSError as error:
+        say(f"cannot run {line[0]}: {error}")
+    return 127
+
+
+def _relay(node: NodeState, fd: int, folder: Path) -> subprocess.Popen[bytes]:
+    relay = helper(node.settings.python.stdlib, "progress_watch.py", "relay", "--fd", str(fd))
+    return subprocess.Popen([*relay, "--mark", str(folder / OUTPUT_MARK)], stdin=subprocess.PIPE)
+
+
+def start_trainer(node: NodeState, line: Sequence[str], progress: Path | None) -> subprocess.Popen[bytes]:
+    if progress is None:
+        return subprocess.Popen(list(line))
+    relays = (_relay(node, 1, progress), _relay(node, 2, progress))
+    try:
+        return subprocess.Popen(list(line), stdout=relays[0].stdin, stderr=relays[1].stdin)
+    finally:
+        # The relays end when the trainer and everything it started close the pipes.
+        for relay in relays:
+            if relay.stdin is not None:
+                relay.stdin.close()

@@ -1,0 +1,181 @@
+"""The helpers that watch a node while it runs, each a process of its own beside the trainer:
+
+- the listener (node_fault.py listen, main node of a multi-node job, from the launcher's start, before
+  its own preflight): a child's report, or a hang verdict, lands in the report file and SIGUSR1s this
+  launcher;
+- the node watch (node_watch.py, main node, on Batch: AWS_BATCH_JQ_NAME is set on every Batch job): a
+  child that dies without a word (killed, image never pulled, host lost) shows FAILED in its node job;
+  it asks DescribeJobs every NODE_WATCH_SECONDS (default 15; 0: off), every second once the trainer failed;
+- the checkpoint copier (checkpoint_sync.py watch): new complete files to S3 every
+  CHECKPOINT_SYNC_SECONDS, the last upload when the trainer ends or is stopped;
+- the hang watch (progress_watch.py watch, with HANG_SECONDS > 0 on Batch): progress is the heartbeat
+  file, else the trainer's output (stamped by the relay, trainer.py); a node past HANG_SECONDS dumps its
+  ranks' stacks and flight-recorder files and tells the main node;
+- the cold-start reporter (cold_start.py, on ECS): one metric line with where the node's first
+  minutes went.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from node_state import NodeState
+from node_tools import helper
+from restore_phase import Restored
+
+HEARTBEAT = "heartbeat"
+OUTPUT_MARK = "output"
+DEFAULT_PROGRESS_DIR = "/tmp/training-progress"  # noqa: S108 - the container's own scratch space
+
+
+def _start(command: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+
+def start_listener(node: NodeState) -> None:
+    """On the main node of a multi-node job: the listener, and on Batch the node watch."""
+    settings, batch = node.settings, node.settings.batch
+    if batch is None or not batch.is_main or batch.nodes <= 1:
+        return
+    node.faults = Path(tempfile.mkdtemp())
+    pid = str(os.getpid())
+    # Its output goes to a file: it must not hold the launcher's stdout and stderr open.
+    with open(node.faults / "listener.log", "wb") as log:
+        node.listener = _start(
+            helper(
+                settings.python.stdlib,
+                "node_fault.py",
+                "listen",
+                "--port",
+                str(batch.report_port),
+                "--pid",
+                pid,
+                "--out",
+                str(node.faults / "report"),
+                "--hangs",
+                str(node.faults / "hangs"),
+                "--job",
+                settings.job_id,
+            ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    if settings.get("AWS_BATCH_JQ_NAME"):
+        node.watcher = _start(
+            helper(
+                settings.python.node_watch,
+                "node_watch.py",
+                "--job",
+                settings.job_id,
+                "--nodes",
+                str(batch.nodes),
+                "--main",
+                str(batch.main),
+                "--pid",
+                pid,
+                "--out",
+                str(node.faults / "report"),
+                "--hurry",
+                str(node.faults / "trainer-failed"),
+                "--since",
+                f"{node.started:.6f}",
+                "--period",
+                settings.get("NODE_WATCH_SECONDS", "15"),
+            )
+        )
+
+
+def hurry_node_watch(node: NodeState) -> None:
+    """The trainer failed: the node watch asks every second through the report grace."""
+    if node.watcher is not None and node.faults is not None:
+        (node.faults / "trainer-failed").touch()
+
+
+def start_cold_start(node: NodeState, preflight_seconds: float) -> None:
+    if not node.settings.get("ECS_CONTAINER_METADATA_URI_V4"):
+        return
+    batch = node.settings.batch
+    # Watching this process's descendants for its first worker.
+    _start(
+        helper(
+            node.settings.python.cold_start,
+            "cold_start.py",
+            "--launcher-start",
+            f"{node.started:.6f}",
+            "--preflight-seconds",
+            format(preflight_seconds, ".6g"),
+            "--watch-pid",
+            str(os.getpid()),
+            "--rendezvous-start",
+            f"{time.time():.6f}",
+            "--rendezvous-timeout",
+            str(batch.join_timeout if batch else 60),
+        )
+    )
+
+
+def progress_dir(node: NodeState) -> Path | None:
+    """The hang watch's folder, ready, when the watch is on; the script may touch its heartbeat
+    (TRAINING_HEARTBEAT_FILE) each step."""
+    if node.settings.batch is None or node.settings.hang_seconds <= 0:
+        return None
+    folder = Path(node.settings.get("PROGRESS_DIR", DEFAULT_PROGRESS_DIR))
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in (HEARTBEAT, OUTPUT_MARK):
+        (folder / name).unlink(missing_ok=True)
+    os.environ["TRAINING_HEARTBEAT_FILE"] = str(folder / HEARTBEAT)
+    flight_recorder = node.settings.get("TORCH_FR_DUMP_TEMP_FILE")
+    if flight_recorder:
+        Path(flight_recorder).parent.mkdir(parents=True, exist_ok=True)
+    if node.faults is None:
+        node.faults = Path(tempfile.mkdtemp())
+    return folder
+
+
+def start_copier(node: NodeState, restored: Restored | None, trainer_pid: int) -> subprocess.Popen[bytes] | None:
+    if restored is None or node.settings.checkpoints is None:
+        return None
+    c = node.settings.checkpoints
+    return _start(
+        helper(
+            node.settings.python.checkpoint,
+            "checkpoint_sync.py",
+            "watch",
+            *restored.node_args,
+            "--pid",
+            str(trainer_pid),
+            "--sync-seconds",
+            c.sync_seconds,
+            "--settle-seconds",
+            c.settle_seconds,
+            "--final-seconds",
+            c.final_seconds,
+            str(restored.folder),
+        )
+    )
+
+
+def start_hang_watch(node: NodeState, folder: Path | None, restored: Restored | None, trainer_pid: int) -> None:
+    if folder is None:
+        return
+    settings, batch = node.settings, node.settings.batch
+    attempt = settings.get("AWS_BATCH_JOB_ATTEMPT", "1")
+    watching = [
+        "--pid", str(trainer_pid), "--launcher", str(os.getpid()), "--dir", str(folder),
+        "--hang-seconds", str(settings.hang_seconds), "--job", settings.job_id, "--node", str(settings.index),
+        "--nodes", str(batch.nodes if batch else 1), "--attempt", attempt, "--since", node.since,
+    ]  # fmt: skip
+    if restored is not None:
+        # Evidence beside the checkpoints: the prefix checkpoint_sync.py uses, whatever names the lineage.
+        watching += ["--uri", f"{restored.uri}evidence/attempt-{attempt}/node-{settings.index}/"]
+    if settings.is_main and node.faults is not None:
+        watching += ["--out", str(node.faults / "report"), "--hangs", str(node.faults / "hangs")]
+    elif batch is not None and batch.report_to is not None:
+        watching += ["--report-to", batch.report_to, "--report-port", str(batch.report_port)]
+        watching += ["--within", str(batch.report_seconds)]
+    # boto3 for the upload: checkpoint_sync.py's interpreter.
+    _start(helper(settings.python.checkpoint, "progress_watch.py", "watch", *watching))
