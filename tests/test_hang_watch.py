@@ -283,7 +283,11 @@ def test_a_stopped_rank_ends_the_attempt_with_its_stacks_in_s3_and_75_then_124(t
     for (attempt, (folder, started, node)), expected in zip(runs.items(), (75, 124), strict=True):
         _, err = node.communicate(timeout=60)
         elapsed = time.monotonic() - started
-        after_stop = time.time() - (folder / "rank-0.pid").stat().st_mtime
+        stopped = (folder / "rank-0.pid").stat().st_mtime
+        after_stop = time.time() - stopped
+        # What this machine took, now, to start the node and run five 0.1 s steps: the yardstick for the
+        # stop's detection, dumps and uploads (the same kinds of process work), whatever else it runs.
+        startup = elapsed - after_stop
         assert node.returncode == expected, err
         line = launcher_line(err)
         where = f"s3://{BUCKET}/runs/hj{attempt}/evidence/attempt-{attempt}/"
@@ -298,9 +302,9 @@ def test_a_stopped_rank_ends_the_attempt_with_its_stacks_in_s3_and_75_then_124(t
         assert "state T" in stacks and "<module>" in stacks and "trainer-0.py" in stacks
         # No hardware sign: no take-out.
         assert not (folder / "node" / "state" / "take-out").exists()
-        # Five 0.1 s steps, then a 1 s limit: the attempt ends a few seconds after the stop.
         print(f"\nattempt {attempt}: rank stopped -> stacks in S3, exit {expected} {after_stop:.1f} s later: {line}")
-        assert elapsed < 20
+        # The 1 s limit, the 0.1 s polls and the dumps: seconds on a quiet machine, never minutes.
+        assert after_stop < 10 + 2 * startup, (after_stop, startup)
 
 
 def test_the_main_node_names_the_child_that_stopped_first(tmp_path):

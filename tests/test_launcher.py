@@ -319,3 +319,13 @@ def test_gpu_preflight_counts_what_nvidia_smi_lists(env_probe, tmp_path, present
 def test_gpu_preflight_without_a_driver_finds_none(env_probe):
     result = run_probe(env_probe, **BATCH_MAIN, EXPECTED_GPUS="1")
     assert result.returncode == 75 and "expected 1 GPUs" in result.stderr and "found 0" in result.stderr
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single node: exec", "on Batch: supervised"])
+def test_a_trainer_that_cannot_be_run_ends_127_in_one_line(tmp_path, batch):
+    env = base_env(PYTHON=str(tmp_path / "no-such-python"), NPROC_PER_NODE="1")
+    if batch:
+        env |= {"AWS_BATCH_JOB_NUM_NODES": "1", "AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "127.0.0.1"}
+    result = subprocess.run([str(LAUNCHER), "train.py"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 127, result.stderr
+    assert f"distributed_run.sh: cannot run {tmp_path / 'no-such-python'}: " in result.stderr

@@ -210,3 +210,49 @@ def test_resume_arguments_name_the_newest_matching_folder(tmp_path: Path):
     assert restore_phase.resume_arguments("--resume  --x", "", tmp_path) == ("--resume", "--x")
     with pytest.raises(BadInput, match="RESUME_GLOB='a/b' is a file-name pattern"):
         restore_phase.resume_arguments("--resume", "a/b", tmp_path)
+
+
+def test_the_exit_code_table_in_the_docs_is_the_launchers():
+    text = (ROOT / "docs" / "health.md").read_text()
+    section = text.split("## How a node's attempt ends: the launcher's exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    codes = {row[0].strip("| ").split()[0]: row[2].startswith("yes") for row in rows}
+    expected = (0, 1, ending.BAD_INPUT_EXIT, ending.NODE_FAULT_EXIT, ending.IMAGE_EXIT, ending.HANG_EXIT)
+    assert set(codes) == {str(code) for code in (*expected, ending.STOPPED_EXIT)}
+    # The column says what the job definitions' retry strategy does.
+    assert all(codes[str(code)] is retried(code) for code in (*expected, ending.STOPPED_EXIT))
+
+
+# ------------------------------------------------------------------------------------------- the package
+LAUNCHER_DIR = ROOT / "container" / "launcher"
+SIBLINGS = {p.stem for p in LAUNCHER_DIR.glob("*.py")}
+
+
+def imports(name: str) -> set[str]:
+    import ast
+
+    tree = ast.parse((LAUNCHER_DIR / f"{name}.py").read_text(), feature_version=(3, 10))
+    found = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    found |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    return found
+
+
+def test_every_module_is_python_3_10_and_needs_only_stdlib_and_boto3():
+    # The images' oldest interpreter is 3.10; boto3 only for what talks to AWS (the copier, the node watch,
+    # the hang evidence, the workdir fetch), which run on the trainer's interpreter.
+    allowed = set(sys.stdlib_module_names) | {"__future__"} | SIBLINGS
+    for name in SIBLINGS:
+        assert imports(name) <= allowed | {"boto3", "botocore"}, name
+
+
+def test_the_launcher_process_itself_is_stdlib_only():
+    # It runs on a plain python3 that may lack boto3: what __main__ reaches through its siblings.
+    seen, todo = set(), ["__main__"]
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        found = imports(name)
+        assert found <= set(sys.stdlib_module_names) | {"__future__"} | SIBLINGS, (name, found - SIBLINGS)
+        todo += [s for s in found & SIBLINGS if s not in seen]
+    assert {"run_node", "ending", "node_settings", "stop_signals", "watchers", "trainer"} <= seen
+    assert not seen & {"checkpoint_sync", "node_watch", "progress_watch", "hang_evidence", "workdir_fetch"}

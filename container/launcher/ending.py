@@ -25,6 +25,7 @@ IMAGE_EXIT = 78
 # A hang seen again after its retry (progress_watch.py HANG_EXIT): not retried.
 HANG_EXIT = 124
 STOPPED_EXIT = 143
+COMMAND_NOT_FOUND_EXIT = 127  # the trainer's command cannot be run: the application's, not retried
 # The preflight's own verdicts; any other status means it could not check the node.
 PREFLIGHT_VERDICTS = (NODE_FAULT_EXIT, IMAGE_EXIT, BAD_INPUT_EXIT)
 # A child's code that is the job's too: no retry mends bad input, a shared fault or a repeated hang.

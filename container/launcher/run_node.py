@@ -92,7 +92,14 @@ def _wait_for_report(node: NodeState) -> None:
 def _train(node: NodeState, line: list[str], restored: Restored | None) -> Ending:
     settings = node.settings
     progress = progress_dir(node)
-    trainer = start_trainer(node, line, progress)
+    try:
+        trainer = start_trainer(node, line, progress)
+    except OSError as error:
+        # As a shell reports a command it cannot run.
+        say(f"cannot run {line[0]}: {error}")
+        if restored is not None:
+            shutil.rmtree(restored.state, ignore_errors=True)
+        return Ending(ending.COMMAND_NOT_FOUND_EXIT)
     stopping = restored.state / "stopping" if restored else None
     node.signals.supervise(trainer.pid, stopping)
     copier = start_copier(node, restored, trainer.pid)

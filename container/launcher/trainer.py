@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ending import COMMAND_NOT_FOUND_EXIT
 from node_state import NodeState
 from node_tools import helper, say
 from watchers import OUTPUT_MARK
@@ -40,7 +41,7 @@ def become_trainer(line: Sequence[str]) -> int:
         os.execvp(line[0], list(line))  # noqa: S606 - the job's own command
     except OSError as error:
         say(f"cannot run {line[0]}: {error}")
-    return 127
+    return COMMAND_NOT_FOUND_EXIT
 
 
 def _relay(node: NodeState, fd: int, folder: Path) -> subprocess.Popen[bytes]:
