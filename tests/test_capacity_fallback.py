@@ -433,8 +433,8 @@ def test_a_refused_resubmission_is_said_and_not_retried(world: World) -> None:
 
 
 def test_cost_counts_a_job_on_a_fallback_placement(world: World) -> None:
-    from trainctl.cost import finished_usages
     from trainctl.deployment import load_deployment
+    from trainctl.fleet.cost import finished_usages
 
     batch = world.client("batch")
     job_id = batch.submit_job(

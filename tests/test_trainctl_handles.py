@@ -21,9 +21,9 @@ from tests.test_trainctl import trainctl as trainctl
 from tests.test_trainctl import world as world
 from tests.trainctl_world import World, moto_environment
 from trainctl import handles
-from trainctl.capacity import SUCCESSOR_TAG
 from trainctl.cli import app
 from trainctl.errors import ExitCode
+from trainctl.fleet.capacity import SUCCESSOR_TAG
 from trainctl.requests import SWEEP_TAG
 
 STUB = ROOT / "tests" / "fixtures" / "rehearsal_node.sh"

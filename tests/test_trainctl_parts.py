@@ -21,12 +21,12 @@ from config.prices import NOT_FOUND, NOT_PUBLISHED, PRICES
 from tests.harness import ROOT
 from trainctl.aws import aws_errors
 from trainctl.checkpoints import CheckpointFile, checkpoint_location, download
-from trainctl.cost import JobUsage, summarize, usage_of
 from trainctl.deployment import _FLEET_OUTPUTS, JOBS_STACK, Deployment, Fleet, fleets_from_outputs
 from trainctl.errors import ExitCode, TrainctlError
+from trainctl.fleet.cost import JobUsage, summarize, usage_of
+from trainctl.fleet.verdict import last_verdict
 from trainctl.logs import LogLine, NodeStream, StreamReader, interleave, parse_nodes
 from trainctl.requests import grid_points, parse_grid, point_name, submit_request
-from trainctl.verdict import last_verdict
 from trainctl.why import explain
 
 
@@ -383,8 +383,8 @@ def test_a_share_identifier_with_a_star_covers_its_prefix() -> None:
 
 def test_fleet_capacity_counts_a_whole_instance_per_node() -> None:
     from config.catalog import CATALOG
-    from trainctl.compute import FleetCompute
     from trainctl.deployment import Fleet
+    from trainctl.fleet.compute import FleetCompute
     from trainctl.preflight import capacity, check_nodes
 
     environment = {"computeResources": {"maxvCpus": 384, "instanceTypes": ["p5.48xlarge"]}}

@@ -23,12 +23,12 @@ from typing import Annotated, Any
 import typer
 
 from config.budget_ledger import TEAM_TAG, Budgets, Estimate, TeamSpend, money, refusal, unknown_team
-from trainctl.budget import load_budgets, team_spends
 from trainctl.commands.base import State, note
-from trainctl.compute import fleet_compute
-from trainctl.cost import price_per_hour
 from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError
+from trainctl.fleet.budget import load_budgets, team_spends
+from trainctl.fleet.compute import fleet_compute
+from trainctl.fleet.cost import price_per_hour
 from trainctl.preflight import describe_definition
 from trainctl.requests import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
 

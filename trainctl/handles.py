@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from trainctl.capacity import SUCCESSOR_TAG
 from trainctl.deployment import Deployment, Fleet
 from trainctl.display import age
 from trainctl.errors import TrainctlError, clip
+from trainctl.fleet.capacity import SUCCESSOR_TAG
 from trainctl.jobs import DONE, STATES, describe_jobs, list_job_ids, owned_job
 from trainctl.requests import JOB_NAME
 

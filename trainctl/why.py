@@ -10,7 +10,7 @@ from typing import Any
 
 from config.budget_ledger import REASON_PREFIX as BUDGET_REASON
 from config.catalog import InstanceSpec
-from trainctl.capacity import wait_reasons
+from trainctl.fleet.capacity import wait_reasons
 from trainctl.jobs import node_requirements, num_nodes
 from trainctl.recovery import Tail, attempt_story
 

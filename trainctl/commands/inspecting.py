@@ -17,10 +17,10 @@ from trainctl.checkpoints import checkpoint_location, lineage_id, list_checkpoin
 from trainctl.checkpoints import download as download_checkpoints
 from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, app, console, note, reports_errors, state_of
-from trainctl.compute import fleet_compute
-from trainctl.cost import price_per_hour, usage_of
 from trainctl.display import human_size, parse_since, styled_state, when
 from trainctl.errors import ExitCode
+from trainctl.fleet.compute import fleet_compute
+from trainctl.fleet.cost import price_per_hour, usage_of
 from trainctl.handles import JOB_HELP, owned
 from trainctl.jobs import DONE, describe_jobs, num_nodes
 from trainctl.lineage import follow, lineage_lines

@@ -16,10 +16,10 @@ from rich.table import Table
 
 from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, State, app, console, note, reports_errors, state_of
-from trainctl.compute import fleet_compute
 from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.estimate import ASK_ABOVE_USD, HoursOption, TeamOption, YesOption, before_submit, hours_timeout
+from trainctl.fleet.compute import fleet_compute
 from trainctl.jobs import watch as watch_job
 from trainctl.preflight import (
     FLAGS,
