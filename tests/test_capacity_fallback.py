@@ -236,7 +236,7 @@ def test_jobs_of_older_revisions_and_of_trainctl_image_families_are_resubmitted_
 ) -> None:
     """Issue 46: the resubmitter was allowed only the deployed `name:revision` ARNs, so a `trainctl run
     --image` job (its `<name>-trainctl` family) and a job submitted before a redeploy were refused."""
-    from trainctl.preflight import describe_definition, with_image
+    from trainctl.submitting.preflight import describe_definition, with_image
 
     batch = Recorder(world.client("batch"))
     deployed = describe_definition(batch, world.training["gpu"])

@@ -24,7 +24,7 @@ from trainctl import handles
 from trainctl.cli import app
 from trainctl.errors import ExitCode
 from trainctl.fleet.capacity import SUCCESSOR_TAG
-from trainctl.requests import SWEEP_TAG
+from trainctl.submitting.requests import SWEEP_TAG
 
 STUB = ROOT / "tests" / "fixtures" / "rehearsal_node.sh"
 UNFINISHED = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")

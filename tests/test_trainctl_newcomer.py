@@ -26,8 +26,8 @@ from tests.trainctl_world import REGION, World
 from trainctl.aws import Aws
 from trainctl.ecs_exec import PortForward, parse_ports
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.requests import JOB_NAME_RULE
-from trainctl.taskfile import LAUNCHER, load_task
+from trainctl.submitting.requests import JOB_NAME_RULE
+from trainctl.submitting.taskfile import LAUNCHER, load_task
 
 ROOT = Path(__file__).resolve().parents[1]
 # Nothing listens on port 9: a command that asked AWS first would exit 3, not 2.

@@ -26,7 +26,7 @@ from trainctl.errors import ExitCode, TrainctlError
 from trainctl.fleet.cost import JobUsage, summarize, usage_of
 from trainctl.fleet.verdict import last_verdict
 from trainctl.logs import LogLine, NodeStream, StreamReader, interleave, parse_nodes
-from trainctl.requests import grid_points, parse_grid, point_name, submit_request
+from trainctl.submitting.requests import grid_points, parse_grid, point_name, submit_request
 from trainctl.why import explain
 
 
@@ -364,7 +364,7 @@ def test_human_sizes_and_durations() -> None:
 
 
 def test_attempts_keep_the_definitions_retry_rules() -> None:
-    from trainctl.preflight import retry_with_attempts
+    from trainctl.submitting.preflight import retry_with_attempts
 
     # SubmitJob's retryStrategy replaces the definition's: without the rules, an application error retries.
     rules = [{"action": "RETRY", "onStatusReason": "Host EC2*"}, {"action": "EXIT", "onReason": "*"}]
@@ -374,7 +374,7 @@ def test_attempts_keep_the_definitions_retry_rules() -> None:
 
 
 def test_a_share_identifier_with_a_star_covers_its_prefix() -> None:
-    from trainctl.preflight import known_share
+    from trainctl.submitting.preflight import known_share
 
     identifiers = ["llama", "sweep*"]
     assert known_share("llama", identifiers) and known_share("sweepH1", identifiers)
@@ -385,7 +385,7 @@ def test_fleet_capacity_counts_a_whole_instance_per_node() -> None:
     from config.catalog import CATALOG
     from trainctl.deployment import Fleet
     from trainctl.fleet.compute import FleetCompute
-    from trainctl.preflight import capacity, check_nodes
+    from trainctl.submitting.preflight import capacity, check_nodes
 
     environment = {"computeResources": {"maxvCpus": 384, "instanceTypes": ["p5.48xlarge"]}}
     # A node that asks for fewer vCPUs than the instance has still takes the whole instance.
@@ -399,7 +399,7 @@ def test_fleet_capacity_counts_a_whole_instance_per_node() -> None:
     with pytest.raises(TrainctlError, match=f"holds at most {room.nodes} nodes"):
         check_nodes(fleet, room.nodes + 1, room)
     # sweep has no --nodes option: its refusal names the job definition's count, not a flag it lacks.
-    from trainctl.preflight import SWEEP
+    from trainctl.submitting.preflight import SWEEP
 
     with pytest.raises(TrainctlError) as refused:
         check_nodes(fleet, room.nodes + 1, room, inputs=SWEEP)

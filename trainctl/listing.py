@@ -21,7 +21,7 @@ from trainctl.fleet.compute import fleet_compute
 from trainctl.fleet.cost import price_per_hour, usage_of
 from trainctl.handles import RECENT, short_ids
 from trainctl.jobs import DONE, STATES, describe_jobs, list_job_ids, num_nodes
-from trainctl.requests import SWEEP_TAG
+from trainctl.submitting.requests import SWEEP_TAG
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ from trainctl.fleet.status import fleet_status
 from trainctl.fleet.verdict import HEALTHY, last_verdict, verdict_summary
 from trainctl.jobs import main_node
 from trainctl.logs import StreamReader, node_streams
-from trainctl.requests import submit_request
+from trainctl.submitting.requests import submit_request
 
 
 class CostGrouping(enum.StrEnum):
