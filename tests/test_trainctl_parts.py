@@ -20,14 +20,14 @@ from config.catalog import CATALOG
 from config.prices import NOT_FOUND, NOT_PUBLISHED, PRICES
 from tests.harness import ROOT
 from trainctl.aws import aws_errors
-from trainctl.checkpoints import CheckpointFile, checkpoint_location, download
 from trainctl.deployment import _FLEET_OUTPUTS, JOBS_STACK, Deployment, Fleet, fleets_from_outputs
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.fleet.cost import JobUsage, summarize, usage_of
 from trainctl.fleet.verdict import last_verdict
-from trainctl.logs import LogLine, NodeStream, StreamReader, interleave, parse_nodes
+from trainctl.inspecting.checkpoints import CheckpointFile, checkpoint_location, download
+from trainctl.inspecting.logs import LogLine, NodeStream, StreamReader, interleave, parse_nodes
+from trainctl.inspecting.why import explain
 from trainctl.submitting.requests import grid_points, parse_grid, point_name, submit_request
-from trainctl.why import explain
 
 
 # ----------------------------------------------------------------------------------------------- prices
@@ -320,12 +320,19 @@ def test_exit_codes_are_documented_in_the_jobs_page() -> None:
 
 
 def test_trainctl_never_imports_cdk() -> None:
-    for path in (ROOT / "trainctl").glob("*.py"):
+    for path in (ROOT / "trainctl").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
             assert not any(n.split(".")[0] in ("aws_cdk", "constructs", "cdk_nag") for n in names), path
+
+
+def test_trainctl_keeps_few_modules_at_the_top() -> None:
+    # What a user does has a subpackage (commands/ over submitting/, inspecting/, fleet/, rehearsal/); only
+    # what every part shares stays at the top.
+    top = [p for p in (ROOT / "trainctl").iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()]
+    assert len(top) <= 16, sorted(p.name for p in top)
 
 
 def test_trainctl_is_typed_strictly() -> None:

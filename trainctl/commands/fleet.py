@@ -16,8 +16,8 @@ from trainctl.fleet.capacity import NO_CAPACITY_WAIT
 from trainctl.fleet.cost import GROUPINGS, finished_usages, parse_prices, parse_since, summarize, unpriced_types
 from trainctl.fleet.status import fleet_status
 from trainctl.fleet.verdict import HEALTHY, last_verdict, verdict_summary
+from trainctl.inspecting.logs import StreamReader, node_streams
 from trainctl.jobs import main_node
-from trainctl.logs import StreamReader, node_streams
 from trainctl.submitting.requests import submit_request
 
 

@@ -19,7 +19,7 @@ from trainctl.display import age, human_duration, styled_state, when
 from trainctl.errors import TrainctlError, clip
 from trainctl.fleet.compute import fleet_compute
 from trainctl.fleet.cost import price_per_hour, usage_of
-from trainctl.handles import RECENT, short_ids
+from trainctl.inspecting.handles import RECENT, short_ids
 from trainctl.jobs import DONE, STATES, describe_jobs, list_job_ids, num_nodes
 from trainctl.submitting.requests import SWEEP_TAG
 
