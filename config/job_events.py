@@ -10,6 +10,6 @@ TRAINCTL_CANCEL_PREFIX = "cancelled with trainctl"
 TRAINCTL_CANCEL_REASON = f"{TRAINCTL_CANCEL_PREFIX} cancel"
 
 # `trainctl run --image` registers its revisions in a family of its own beside the deployed job
-# definition's: `<deployed name>-trainctl` (trainctl/preflight.py). The capacity resubmitter may submit
+# definition's: `<deployed name>-trainctl` (trainctl/submitting/preflight.py). The capacity resubmitter may submit
 # jobs of both families (training_constructs/jobs/capacity_fallback).
 TRAINCTL_FAMILY_SUFFIX = "-trainctl"

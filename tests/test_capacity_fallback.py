@@ -236,7 +236,7 @@ def test_jobs_of_older_revisions_and_of_trainctl_image_families_are_resubmitted_
 ) -> None:
     """Issue 46: the resubmitter was allowed only the deployed `name:revision` ARNs, so a `trainctl run
     --image` job (its `<name>-trainctl` family) and a job submitted before a redeploy were refused."""
-    from trainctl.preflight import describe_definition, with_image
+    from trainctl.submitting.preflight import describe_definition, with_image
 
     batch = Recorder(world.client("batch"))
     deployed = describe_definition(batch, world.training["gpu"])
@@ -433,8 +433,8 @@ def test_a_refused_resubmission_is_said_and_not_retried(world: World) -> None:
 
 
 def test_cost_counts_a_job_on_a_fallback_placement(world: World) -> None:
-    from trainctl.cost import finished_usages
     from trainctl.deployment import load_deployment
+    from trainctl.fleet.cost import finished_usages
 
     batch = world.client("batch")
     job_id = batch.submit_job(

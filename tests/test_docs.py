@@ -256,7 +256,7 @@ def test_troubleshooting_quotes_trainctls_own_messages():
     # Each message as the page quotes it, "..." for the part that names the user's value: every other piece
     # must be in trainctl's source, so a reworded message fails here until the page follows.
     from trainctl.aws import NO_REGION
-    from trainctl.ecs_exec import INSTALL_PLUGIN
+    from trainctl.inspecting.ecs_exec import INSTALL_PLUGIN
 
     section = page("troubleshooting.md").split("## trainctl's messages")[1].split("\n## ")[0]
     messages = re.findall(r"^\| (`+) ?(.+?) ?\1 \|", section, re.M)

@@ -10,7 +10,7 @@ from config.context import read_settings
 from config.job_events import TRAINCTL_CANCEL_PREFIX, TRAINCTL_CANCEL_REASON
 from tests.harness import VARIANTS, resources, synth
 from tests.test_jobs import CAPACITY, STACK, container, job_roles, queue_ids
-from trainctl.workdir import PREFIX as WORKDIR_PREFIX
+from trainctl.submitting.workdir import PREFIX as WORKDIR_PREFIX
 from training_constructs.jobs.training_jobs import ECS_EXEC_ACTIONS, NODE_WATCH_ACTIONS
 
 

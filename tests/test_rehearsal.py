@@ -22,7 +22,7 @@ from trainctl.rehearsal.definition import RetryRule, job_spec
 from trainctl.rehearsal.faults import fault_node, parse_fault
 from trainctl.rehearsal.nodes import container_processes
 from trainctl.rehearsal.session import Options, rehearse
-from trainctl.taskfile import make_task
+from trainctl.submitting.taskfile import make_task
 
 STUB = ROOT / "tests" / "fixtures" / "rehearsal_node.sh"
 # The job definitions' rules (training_constructs/jobs/multi_node_job.py RETRY_RULES, in the API's shape;

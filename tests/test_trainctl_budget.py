@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 from config import budget_ledger as ledger
 from tests.test_budget_functions import create_ledger, spend
 from tests.trainctl_world import DATASET_BUCKET, World, moto_environment, served_world
-from trainctl import estimate
 from trainctl.cli import app
 from trainctl.errors import ExitCode
+from trainctl.submitting import estimate
 
 TABLE = "ledger"
 DOCUMENT: dict[str, Any] = {

@@ -25,7 +25,7 @@ from tests.test_trainctl import world as world
 from tests.trainctl_world import REGION, World
 from trainctl.aws import Aws
 from trainctl.errors import ExitCode
-from trainctl.taskfile import LAUNCHER
+from trainctl.submitting.taskfile import LAUNCHER
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = "batch-gpu-cluster"

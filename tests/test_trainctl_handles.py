@@ -20,11 +20,11 @@ from tests.test_trainctl import ok_json, one_error_line  # fixtures
 from tests.test_trainctl import trainctl as trainctl
 from tests.test_trainctl import world as world
 from tests.trainctl_world import World, moto_environment
-from trainctl import handles
-from trainctl.capacity import SUCCESSOR_TAG
 from trainctl.cli import app
 from trainctl.errors import ExitCode
-from trainctl.requests import SWEEP_TAG
+from trainctl.fleet.capacity import SUCCESSOR_TAG
+from trainctl.inspecting import handles
+from trainctl.submitting.requests import SWEEP_TAG
 
 STUB = ROOT / "tests" / "fixtures" / "rehearsal_node.sh"
 UNFINISHED = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
@@ -154,7 +154,7 @@ def test_short_ids_grow_past_eight_characters_only_where_two_ids_share_them() ->
 
 
 def test_the_id_column_shows_the_full_id_of_a_job_too_old_for_a_prefix_to_find() -> None:
-    from trainctl.listing import table_lines
+    from trainctl.inspecting.listing import table_lines
 
     now_ms = 100 * 86_400_000
     day_ms = 86_400_000

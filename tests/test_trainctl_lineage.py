@@ -151,7 +151,8 @@ def test_a_capacity_cancel_not_yet_resubmitted_says_the_successor_may_still_come
 def test_the_lineages_names_agree_wherever_they_are_written() -> None:
     """The launcher, the resubmitter (a Lambda asset of its own file), the alert's function and trainctl
     each spell the variable and the tags; the launcher's is pinned by tests/test_checkpoints.py."""
-    from trainctl import capacity, checkpoints
+    from trainctl.fleet import capacity
+    from trainctl.inspecting import checkpoints
     from training_constructs.observability.resumed_alert_function import announce
 
     assert resubmit.LINEAGE_VARIABLE == checkpoints.LINEAGE_VARIABLE == "CHECKPOINT_LINEAGE"

@@ -24,10 +24,10 @@ from tests.test_trainctl import world as world
 from tests.test_trainctl_daily import CLUSTER, CLUSTER_ARN, running_job_with_a_task
 from tests.trainctl_world import REGION, World
 from trainctl.aws import Aws
-from trainctl.ecs_exec import PortForward, parse_ports
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.requests import JOB_NAME_RULE
-from trainctl.taskfile import LAUNCHER, load_task
+from trainctl.inspecting.ecs_exec import PortForward, parse_ports
+from trainctl.submitting.requests import JOB_NAME_RULE
+from trainctl.submitting.taskfile import LAUNCHER, load_task
 
 ROOT = Path(__file__).resolve().parents[1]
 # Nothing listens on port 9: a command that asked AWS first would exit 3, not 2.
@@ -337,7 +337,7 @@ def reaped(pid_file: Path) -> bool:
 def test_when_one_forwarding_ends_the_others_are_stopped_and_waited_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trainctl import ecs_exec
+    from trainctl.inspecting import ecs_exec
 
     monkeypatch.setattr(ecs_exec, "PLUGIN_STOP_SECONDS", 0.5)
     started = time.monotonic()
@@ -348,7 +348,7 @@ def test_when_one_forwarding_ends_the_others_are_stopped_and_waited_for(
 
 
 def test_ctrl_c_stops_every_forwarding_and_waits_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainctl import ecs_exec
+    from trainctl.inspecting import ecs_exec
 
     def interrupted(seconds: float) -> None:
         if (tmp_path / "a").exists() and (tmp_path / "b").exists():  # both stand-ins are forwarding

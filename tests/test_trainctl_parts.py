@@ -19,14 +19,14 @@ from config.catalog import CATALOG
 from config.prices import NOT_FOUND, NOT_PUBLISHED, PRICES
 from tests.harness import ROOT
 from trainctl.aws import aws_errors
-from trainctl.checkpoints import CheckpointFile, checkpoint_location, download
-from trainctl.cost import JobUsage, summarize, usage_of
 from trainctl.deployment import _FLEET_OUTPUTS, JOBS_STACK, Deployment, Fleet, fleets_from_outputs
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.logs import LogLine, NodeStream, StreamReader, interleave, parse_nodes
-from trainctl.requests import grid_points, parse_grid, point_name, submit_request
-from trainctl.verdict import last_verdict
-from trainctl.why import explain
+from trainctl.fleet.cost import JobUsage, summarize, usage_of
+from trainctl.fleet.verdict import last_verdict
+from trainctl.inspecting.checkpoints import CheckpointFile, checkpoint_location, download
+from trainctl.inspecting.logs import LogLine, NodeStream, StreamReader, interleave, parse_nodes
+from trainctl.inspecting.why import explain
+from trainctl.submitting.requests import grid_points, parse_grid, point_name, submit_request
 
 
 # ----------------------------------------------------------------------------------------------- prices
@@ -319,12 +319,19 @@ def test_exit_codes_are_documented_in_the_jobs_page() -> None:
 
 
 def test_trainctl_never_imports_cdk() -> None:
-    for path in (ROOT / "trainctl").glob("*.py"):
+    for path in (ROOT / "trainctl").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
             assert not any(n.split(".")[0] in ("aws_cdk", "constructs", "cdk_nag") for n in names), path
+
+
+def test_trainctl_keeps_few_modules_at_the_top() -> None:
+    # What a user does has a subpackage (commands/ over submitting/, inspecting/, fleet/, rehearsal/); only
+    # what every part shares stays at the top.
+    top = [p for p in (ROOT / "trainctl").iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()]
+    assert len(top) <= 16, sorted(p.name for p in top)
 
 
 def test_the_strict_type_check_covers_trainctl_and_the_launcher() -> None:
@@ -367,7 +374,7 @@ def test_human_sizes_and_durations() -> None:
 
 
 def test_attempts_keep_the_definitions_retry_rules() -> None:
-    from trainctl.preflight import retry_with_attempts
+    from trainctl.submitting.preflight import retry_with_attempts
 
     # SubmitJob's retryStrategy replaces the definition's: without the rules, an application error retries.
     rules = [{"action": "RETRY", "onStatusReason": "Host EC2*"}, {"action": "EXIT", "onReason": "*"}]
@@ -377,7 +384,7 @@ def test_attempts_keep_the_definitions_retry_rules() -> None:
 
 
 def test_a_share_identifier_with_a_star_covers_its_prefix() -> None:
-    from trainctl.preflight import known_share
+    from trainctl.submitting.preflight import known_share
 
     identifiers = ["llama", "sweep*"]
     assert known_share("llama", identifiers) and known_share("sweepH1", identifiers)
@@ -386,9 +393,9 @@ def test_a_share_identifier_with_a_star_covers_its_prefix() -> None:
 
 def test_fleet_capacity_counts_a_whole_instance_per_node() -> None:
     from config.catalog import CATALOG
-    from trainctl.compute import FleetCompute
     from trainctl.deployment import Fleet
-    from trainctl.preflight import capacity, check_nodes
+    from trainctl.fleet.compute import FleetCompute
+    from trainctl.submitting.preflight import capacity, check_nodes
 
     environment = {"computeResources": {"maxvCpus": 384, "instanceTypes": ["p5.48xlarge"]}}
     # A node that asks for fewer vCPUs than the instance has still takes the whole instance.
@@ -402,7 +409,7 @@ def test_fleet_capacity_counts_a_whole_instance_per_node() -> None:
     with pytest.raises(TrainctlError, match=f"holds at most {room.nodes} nodes"):
         check_nodes(fleet, room.nodes + 1, room)
     # sweep has no --nodes option: its refusal names the job definition's count, not a flag it lacks.
-    from trainctl.preflight import SWEEP
+    from trainctl.submitting.preflight import SWEEP
 
     with pytest.raises(TrainctlError) as refused:
         check_nodes(fleet, room.nodes + 1, room, inputs=SWEEP)

@@ -1,4 +1,4 @@
-"""`trainctl why`'s story of every attempt (trainctl/recovery.py): a job resumed after a node fault says
+"""`trainctl why`'s story of every attempt (trainctl/inspecting/recovery.py): a job resumed after a node fault says
 which node failed, what it found and how long the resume took, reading the main node's log on a local
 AWS API (moto on 127.0.0.1)."""
 
@@ -13,8 +13,8 @@ import boto3
 import pytest
 
 from tests.local_aws import moto_server
-from trainctl.recovery import attempt_story, log_tail, node_line
-from trainctl.why import explain
+from trainctl.inspecting.recovery import attempt_story, log_tail, node_line
+from trainctl.inspecting.why import explain
 
 MAIN_LINE = (
     "distributed_run.sh: node 1 (ip-10-0-1-7): preflight failed on node 1 (ip-10-0-1-7): expected 32 EFA devices "
@@ -169,7 +169,7 @@ def test_the_exit_codes_are_the_launchers():
     import importlib.util
     from pathlib import Path
 
-    from trainctl import recovery
+    from trainctl.inspecting import recovery
 
     def load(name: str) -> Any:
         spec = importlib.util.spec_from_file_location(

@@ -26,9 +26,9 @@ from tests.test_trainctl import world as world
 from tests.trainctl_world import DATASET_BUCKET, World
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.rehearsal.session import Options, rehearse
-from trainctl.taskfile import LAUNCHER as LAUNCHER_IN_IMAGE
-from trainctl.taskfile import load_task
-from trainctl.workdir import PREFIX, SETUP_ENV, URI_ENV, check_definition_script, check_script, pack, upload
+from trainctl.submitting.taskfile import LAUNCHER as LAUNCHER_IN_IMAGE
+from trainctl.submitting.taskfile import load_task
+from trainctl.submitting.workdir import PREFIX, SETUP_ENV, URI_ENV, check_definition_script, check_script, pack, upload
 from training_constructs.jobs.workloads import ISAACLAB_TRAIN_SCRIPT
 
 sys.path.insert(0, str(ROOT / "container" / "launcher"))

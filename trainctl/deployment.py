@@ -70,7 +70,7 @@ class Deployment:
     region: str
     fleets: dict[str, Fleet]
     checkpoint_bucket: str | None
-    # Datasets, and the workdirs trainctl uploads (trainctl/workdir.py).
+    # Datasets, and the workdirs trainctl uploads (trainctl/submitting/workdir.py).
     dataset_bucket: str | None = None
 
     def fleet(self, name: str) -> Fleet:

@@ -31,7 +31,7 @@ import tarfile
 import time
 
 NAME = "workdir_fetch.py"
-# trainctl/workdir.py names every archive by the sha256 of its tar.
+# trainctl/submitting/workdir.py names every archive by the sha256 of its tar.
 DIGEST_NAME = re.compile(r"(?:^|/)([0-9a-f]{64})\.tar\.gz$")
 
 

@@ -9,9 +9,9 @@ import typer
 from rich.table import Table
 
 from config.budget_ledger import TeamSpend, money, month_name
-from trainctl.budget import load_budgets, team_spends
 from trainctl.commands.base import app, console, reports_errors, state_of
 from trainctl.errors import TrainctlError
+from trainctl.fleet.budget import load_budgets, team_spends
 
 NO_BUDGETS = "no budgets in this deployment: set the budgets context key and redeploy (docs/budgets.md)"
 

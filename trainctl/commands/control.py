@@ -14,17 +14,17 @@ from typing import Annotated, Any
 import typer
 
 from config.job_events import TRAINCTL_CANCEL_REASON
-from trainctl import ecs_exec
-from trainctl.capacity import CAPACITY_CANCEL
 from trainctl.commands.base import State, app, note, reports_errors, state_of
-from trainctl.compute import fleet_compute
 from trainctl.display import parse_since
-from trainctl.ecs_exec import run_plugins
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.handles import JOB_HELP, RECENT_TEXT, UNFINISHED, Handles, owned, short_ids, unfinished_jobs
+from trainctl.fleet.capacity import CAPACITY_CANCEL
+from trainctl.fleet.compute import fleet_compute
+from trainctl.inspecting import ecs_exec
+from trainctl.inspecting.ecs_exec import run_plugins
+from trainctl.inspecting.handles import JOB_HELP, RECENT_TEXT, UNFINISHED, Handles, owned, short_ids, unfinished_jobs
+from trainctl.inspecting.lineage import follow
+from trainctl.inspecting.listing import JobFilter, list_jobs
 from trainctl.jobs import DONE, owned_job
-from trainctl.lineage import follow
-from trainctl.listing import JobFilter, list_jobs
 
 
 @app.command()

@@ -8,17 +8,17 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from trainctl.capacity import NO_CAPACITY_WAIT
 from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, State, app, console, note, reports_errors, state_of
 from trainctl.commands.submitting import check_share, follow
-from trainctl.cost import GROUPINGS, finished_usages, parse_prices, parse_since, summarize, unpriced_types
 from trainctl.errors import ExitCode
+from trainctl.fleet.capacity import NO_CAPACITY_WAIT
+from trainctl.fleet.cost import GROUPINGS, finished_usages, parse_prices, parse_since, summarize, unpriced_types
+from trainctl.fleet.status import fleet_status
+from trainctl.fleet.verdict import HEALTHY, last_verdict, verdict_summary
+from trainctl.inspecting.logs import StreamReader, node_streams
 from trainctl.jobs import main_node
-from trainctl.logs import StreamReader, node_streams
-from trainctl.requests import submit_request
-from trainctl.status import fleet_status
-from trainctl.verdict import HEALTHY, last_verdict, verdict_summary
+from trainctl.submitting.requests import submit_request
 
 
 class CostGrouping(enum.StrEnum):
@@ -90,7 +90,7 @@ def _show_status(state: State) -> None:
             jobs_text,
         )
     console().print(table)
-    # Capacity waits under the table, one line per fleet that has one (trainctl/capacity.py).
+    # Capacity waits under the table, one line per fleet that has one (trainctl/fleet/capacity.py).
     for row in rows:
         if row.get("capacity", NO_CAPACITY_WAIT) != NO_CAPACITY_WAIT:
             console().print(f"fleet {row['fleet']}: {row['capacity']}", highlight=False)

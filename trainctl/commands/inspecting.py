@@ -13,22 +13,22 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
 
-from trainctl.checkpoints import checkpoint_location, lineage_id, list_checkpoints
-from trainctl.checkpoints import download as download_checkpoints
 from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, app, console, note, reports_errors, state_of
-from trainctl.compute import fleet_compute
-from trainctl.cost import price_per_hour, usage_of
 from trainctl.display import human_size, parse_since, styled_state, when
 from trainctl.errors import ExitCode
-from trainctl.handles import JOB_HELP, owned
+from trainctl.fleet.compute import fleet_compute
+from trainctl.fleet.cost import price_per_hour, usage_of
+from trainctl.inspecting.checkpoints import checkpoint_location, lineage_id, list_checkpoints
+from trainctl.inspecting.checkpoints import download as download_checkpoints
+from trainctl.inspecting.handles import JOB_HELP, owned
+from trainctl.inspecting.lineage import follow, lineage_lines
+from trainctl.inspecting.listing import COLUMN_NAMES, JobFilter, list_jobs, parse_columns, parse_states, table_lines
+from trainctl.inspecting.logs import LogLine, StreamReader, interleave, node_streams, parse_nodes
+from trainctl.inspecting.recovery import log_tail
+from trainctl.inspecting.showing import node_rows
+from trainctl.inspecting.why import explain
 from trainctl.jobs import DONE, describe_jobs, num_nodes
-from trainctl.lineage import follow, lineage_lines
-from trainctl.listing import COLUMN_NAMES, JobFilter, list_jobs, parse_columns, parse_states, table_lines
-from trainctl.logs import LogLine, StreamReader, interleave, node_streams, parse_nodes
-from trainctl.recovery import log_tail
-from trainctl.showing import node_rows
-from trainctl.why import explain
 
 # `jobs` lists jobs created this recently unless --since says otherwise.
 DEFAULT_SINCE = timedelta(days=7)
@@ -224,7 +224,7 @@ def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB",
         environment=compute.environment,
         instance=compute.instance,
         now=datetime.now(UTC),
-        # Each failed attempt's node line, read from the end of its log stream (trainctl/recovery.py).
+        # Each failed attempt's node line, read from the end of its log stream (trainctl/inspecting/recovery.py).
         tail=log_tail(state.aws.client("logs")),
     )
     lineage = follow(state.batch, job)

@@ -10,12 +10,12 @@ import typer
 from trainctl.commands.base import app, console, note, reports_errors, state_of
 from trainctl.errors import ExitCode
 from trainctl.naming import camel_keys
-from trainctl.preflight import describe_definition
 from trainctl.rehearsal import report
 from trainctl.rehearsal.faults import KINDS, TRIGGERS
 from trainctl.rehearsal.session import Options, Terminated
 from trainctl.rehearsal.session import rehearse as run_rehearsal
-from trainctl.taskfile import load_task
+from trainctl.submitting.preflight import describe_definition
+from trainctl.submitting.taskfile import load_task
 
 FAULT_HELP = (
     "A fault, KIND[:NODE][=VALUE][@TRIGGER]; repeatable. Kinds: "

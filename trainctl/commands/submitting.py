@@ -16,12 +16,12 @@ from rich.table import Table
 
 from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, State, app, console, note, reports_errors, state_of
-from trainctl.compute import fleet_compute
 from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.estimate import ASK_ABOVE_USD, HoursOption, TeamOption, YesOption, before_submit, hours_timeout
+from trainctl.fleet.compute import fleet_compute
 from trainctl.jobs import watch as watch_job
-from trainctl.preflight import (
+from trainctl.submitting.estimate import ASK_ABOVE_USD, HoursOption, TeamOption, YesOption, before_submit, hours_timeout
+from trainctl.submitting.preflight import (
     FLAGS,
     SWEEP,
     Inputs,
@@ -31,8 +31,8 @@ from trainctl.preflight import (
     retry_with_attempts,
     with_image,
 )
-from trainctl.preflight import check_share as check_share_of
-from trainctl.requests import (
+from trainctl.submitting.preflight import check_share as check_share_of
+from trainctl.submitting.requests import (
     SWEEP_TAG,
     check_flags,
     grid_points,
@@ -42,11 +42,11 @@ from trainctl.requests import (
     point_name,
     submit_request,
 )
-from trainctl.taskfile import MAX_ATTEMPTS, Task, load_task, make_task
-from trainctl.workdir import check_definition_script
-from trainctl.workdir import environment as workdir_environment
-from trainctl.workdir import prepare as prepare_workdir
-from trainctl.workdir import stage as stage_workdir
+from trainctl.submitting.taskfile import MAX_ATTEMPTS, Task, load_task, make_task
+from trainctl.submitting.workdir import check_definition_script
+from trainctl.submitting.workdir import environment as workdir_environment
+from trainctl.submitting.workdir import prepare as prepare_workdir
+from trainctl.submitting.workdir import stage as stage_workdir
 
 # sweep asks before submitting more jobs than this (each one is a whole multi-node job).
 SWEEP_CAP = 20
@@ -91,7 +91,7 @@ def build_request(
     check: Callable[[Fleet, dict[str, Any]], object] | None = None,
 ) -> tuple[Fleet, dict[str, Any]]:
     """The SubmitJob request for a task, after every refusal that needs no submission: the fleet's
-    capacity, the share, `check` (the price and the budget: trainctl/estimate.py), and only then (for
+    capacity, the share, `check` (the price and the budget: trainctl/submitting/estimate.py), and only then (for
     another image) the job definition revision it needs and the workdir's upload, so that a refused or
     declined job leaves neither behind. `inputs` says whether the task came from options or a task file,
     for the refusals to name the right one."""
@@ -223,7 +223,7 @@ def submit(
 def _checker(
     state: State, *, hours: float | None, team: str | None, yes: bool, dry_run: bool
 ) -> Callable[[Fleet, dict[str, Any]], object]:
-    """build_request's check: the price line, the budget's refusal and the question (trainctl/estimate.py)."""
+    """build_request's check: the price line, the budget's refusal and the question (trainctl.submitting.estimate)."""
     return lambda fleet, request: before_submit(
         state, fleet, [request], hours=hours, team=team, yes=yes, dry_run=dry_run
     )

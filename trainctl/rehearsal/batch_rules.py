@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from trainctl.capacity import CAPACITY_CANCEL
+from trainctl.fleet.capacity import CAPACITY_CANCEL
 from trainctl.rehearsal.definition import RetryRule
 
 # ECS StopTask is "the equivalent of docker stop": the stop signal, then SIGKILL after 30 s
@@ -23,7 +23,7 @@ EXITED_REASON = "Essential container in task exited"
 # with "Host EC2*". The exit code is absent.
 HOST_LOST_REASON = "Host EC2 (instance {instance}) terminated."
 # API CreateJobQueue jobStateTimeLimitActions: the reason of a job the queue cancelled while it waited
-# for capacity (trainctl/capacity.py holds it). The rehearsal cancels at once where Batch waits the queue's
+# for capacity (trainctl/fleet/capacity.py holds it). The rehearsal cancels at once where Batch waits the queue's
 # limit (10 minutes at least).
 CAPACITY_CANCEL_REASON = CAPACITY_CANCEL
 # A container whose image could not be pulled: the container's reason (CDK's Reason.CANNOT_PULL_CONTAINER

@@ -26,7 +26,7 @@ from typing import Any
 
 from trainctl.errors import TrainctlError
 from trainctl.rehearsal.session import Options, checkout, rehearse
-from trainctl.taskfile import load_task
+from trainctl.submitting.taskfile import load_task
 
 TASK = Path("examples/rehearsal/task.yaml")
 # The reference script checkpoints every CHECKPOINT_EVERY steps: checkpoint K is step K * CHECKPOINT_EVERY.

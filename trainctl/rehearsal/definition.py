@@ -12,7 +12,7 @@ from typing import Any
 
 from trainctl.deployment import JOBS_STACK, fleets_from_outputs
 from trainctl.errors import TrainctlError
-from trainctl.taskfile import Task
+from trainctl.submitting.taskfile import Task
 
 # Bucket names the rehearsal gives to the buckets a template names through another stack's export
 # ("TrainingData-CheckpointBucketArn" -> "checkpointbucket"): any valid name would do, as long as every

@@ -1,7 +1,7 @@
 """What a rehearsal saw: a timeline per attempt (each node's host, start, exit and reason, and what the
 launcher said), the checkpoint each attempt resumed from and the last it completed, how long the fault
 took to end the attempt and training to resume, and the verdict `trainctl why` gives for the same story
-(the same code: trainctl/why.py)."""
+(the same code: trainctl/inspecting/why.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from trainctl.inspecting.why import explain
 from trainctl.rehearsal.nodes import NodeRun
 from trainctl.rehearsal.records import Attempt, JobRun, Rehearsal, epoch_milliseconds
-from trainctl.why import explain
 
 # The launcher's own lines, the checkpoint copier's restore line and the reference script's resume line.
 LAUNCHER_LINE = re.compile(r"^distributed_run\.sh: (.*)$")

@@ -28,8 +28,8 @@ from trainctl.rehearsal.definition import JobSpec, RetryRule
 from trainctl.rehearsal.hosts import Devices
 from trainctl.rehearsal.local_s3 import CREDENTIALS, LocalS3
 from trainctl.rehearsal.nodes import NodeRun
-from trainctl.taskfile import LAUNCHER
-from trainctl.workdir import URI_ENV
+from trainctl.submitting.taskfile import LAUNCHER
+from trainctl.submitting.workdir import URI_ENV
 
 # Checks of software a CPU machine has no stand-in for; each is named in the report.
 NOT_REHEARSED = ("EXPECT_TORCH_CUDA", "EXPECT_VULKAN", "MIN_NVIDIA_DRIVER", "NCCL_NET")

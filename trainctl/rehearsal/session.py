@@ -24,11 +24,11 @@ from trainctl.rehearsal.engine import Engine
 from trainctl.rehearsal.faults import Fault, fault_node, parse_fault
 from trainctl.rehearsal.local_s3 import LocalS3
 from trainctl.rehearsal.runtime import Runtime
-from trainctl.taskfile import Task, make_task
-from trainctl.workdir import check_definition_script
-from trainctl.workdir import environment as workdir_environment
-from trainctl.workdir import prepare as prepare_workdir
-from trainctl.workdir import upload as upload_workdir
+from trainctl.submitting.taskfile import Task, make_task
+from trainctl.submitting.workdir import check_definition_script
+from trainctl.submitting.workdir import environment as workdir_environment
+from trainctl.submitting.workdir import prepare as prepare_workdir
+from trainctl.submitting.workdir import upload as upload_workdir
 
 # Every node runs on this machine, each with its own loopback address and its own processes.
 MAX_NODES = 16

@@ -25,7 +25,7 @@ from typing import Any
 
 from trainctl.aws import aws_errors
 from trainctl.errors import TrainctlError, clip
-from trainctl.showing import cluster_of_task, node_jobs
+from trainctl.inspecting.showing import cluster_of_task, node_jobs
 
 PLUGIN = "session-manager-plugin"
 INSTALL_PLUGIN = (

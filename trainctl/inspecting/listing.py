@@ -14,14 +14,14 @@ from typing import Any
 
 from rich.markup import escape
 
-from trainctl.compute import fleet_compute
-from trainctl.cost import price_per_hour, usage_of
 from trainctl.deployment import Deployment
 from trainctl.display import age, human_duration, styled_state, when
 from trainctl.errors import TrainctlError, clip
-from trainctl.handles import RECENT, short_ids
+from trainctl.fleet.compute import fleet_compute
+from trainctl.fleet.cost import price_per_hour, usage_of
+from trainctl.inspecting.handles import RECENT, short_ids
 from trainctl.jobs import DONE, STATES, describe_jobs, list_job_ids, num_nodes
-from trainctl.requests import SWEEP_TAG
+from trainctl.submitting.requests import SWEEP_TAG
 
 
 @dataclass(frozen=True, kw_only=True)

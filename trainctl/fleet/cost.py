@@ -16,9 +16,9 @@ from typing import Any
 
 from config.prices import PRICES
 from trainctl import display
-from trainctl.compute import fleet_compute
 from trainctl.deployment import Deployment
 from trainctl.errors import TrainctlError
+from trainctl.fleet.compute import fleet_compute
 from trainctl.jobs import DONE, describe_jobs, list_job_ids
 
 GROUPINGS = ("share", "queue", "name")

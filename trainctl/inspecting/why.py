@@ -10,9 +10,9 @@ from typing import Any
 
 from config.budget_ledger import REASON_PREFIX as BUDGET_REASON
 from config.catalog import InstanceSpec
-from trainctl.capacity import wait_reasons
+from trainctl.fleet.capacity import wait_reasons
+from trainctl.inspecting.recovery import Tail, attempt_story
 from trainctl.jobs import node_requirements, num_nodes
-from trainctl.recovery import Tail, attempt_story
 
 # Why Batch holds a RUNNABLE job, as the start of its statusReason, and the reasons a queue's
 # jobStateTimeLimitActions act on (Batch user guide, "Jobs stuck in a RUNNABLE status"). A job the

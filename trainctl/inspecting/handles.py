@@ -15,12 +15,12 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from trainctl.capacity import SUCCESSOR_TAG
 from trainctl.deployment import Deployment, Fleet
 from trainctl.display import age
 from trainctl.errors import TrainctlError, clip
+from trainctl.fleet.capacity import SUCCESSOR_TAG
 from trainctl.jobs import DONE, STATES, describe_jobs, list_job_ids, owned_job
-from trainctl.requests import JOB_NAME
+from trainctl.submitting.requests import JOB_NAME
 
 # Batch job ids are UUIDs (API SubmitJob, jobId); one written whole is described without listing.
 FULL_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

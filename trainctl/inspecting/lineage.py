@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainctl.capacity import ORIGIN_TAG, SUCCESSOR_TAG
+from trainctl.fleet.capacity import ORIGIN_TAG, SUCCESSOR_TAG
 from trainctl.jobs import DONE, describe_jobs
 
 # More hops than a fleet has placements; a loop in hand-edited tags ends here too.

@@ -7,8 +7,8 @@ from typing import Any
 
 from config.catalog import CATALOG, InstanceSpec
 from trainctl.aws import aws_errors
-from trainctl.capacity import queue_with_placement
 from trainctl.deployment import Fleet
+from trainctl.fleet.capacity import queue_with_placement
 
 
 @dataclass(frozen=True)

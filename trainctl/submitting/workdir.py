@@ -21,7 +21,7 @@ from pathspec import GitIgnoreSpec
 
 from trainctl.aws import aws_errors
 from trainctl.errors import ExitCode, TrainctlError, clip_path
-from trainctl.taskfile import LAUNCHER, Task
+from trainctl.submitting.taskfile import LAUNCHER, Task
 
 # Under the dataset bucket, which the job role reads (stacks/jobs_stack.py) and no job writes.
 PREFIX = "workdirs/"

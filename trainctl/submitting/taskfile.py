@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator
 
 from trainctl.errors import TrainctlError
-from trainctl.requests import (
+from trainctl.submitting.requests import (
     ENV_NAME,
     JOB_NAME,
     JOB_NAME_RULE,

@@ -23,14 +23,14 @@ from typing import Annotated, Any
 import typer
 
 from config.budget_ledger import TEAM_TAG, Budgets, Estimate, TeamSpend, money, refusal, unknown_team
-from trainctl.budget import load_budgets, team_spends
 from trainctl.commands.base import State, note
-from trainctl.compute import fleet_compute
-from trainctl.cost import price_per_hour
 from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError
-from trainctl.preflight import describe_definition
-from trainctl.requests import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
+from trainctl.fleet.budget import load_budgets, team_spends
+from trainctl.fleet.compute import fleet_compute
+from trainctl.fleet.cost import price_per_hour
+from trainctl.submitting.preflight import describe_definition
+from trainctl.submitting.requests import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
 
 # On a terminal, a job (or sweep) that may cost more than this is confirmed before it is submitted.
 ASK_ABOVE_USD = 1000.0
@@ -101,7 +101,7 @@ def _estimate(
     request = requests[0]
     named = str(request["jobDefinition"])
     # A dry run with --image names the revision it would register in words; that revision copies the
-    # deployed definition's nodes and timeout (trainctl/preflight.py, with_image).
+    # deployed definition's nodes and timeout (trainctl/submitting/preflight.py, with_image).
     definition = describe_definition(state.batch, named if named.startswith("arn:") else fleet.training_definition)
     nodes = int(
         (request.get("nodeOverrides") or {}).get("numNodes")

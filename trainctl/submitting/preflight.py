@@ -9,9 +9,9 @@ from typing import Any
 
 from config.job_events import TRAINCTL_FAMILY_SUFFIX
 from trainctl.aws import aws_errors
-from trainctl.compute import FleetCompute
 from trainctl.deployment import Fleet
 from trainctl.errors import TrainctlError
+from trainctl.fleet.compute import FleetCompute
 from trainctl.jobs import node_requirements
 
 # Tags on a job definition revision trainctl registered for another image.

@@ -25,7 +25,7 @@ CAPACITY_CANCEL = f"Canceled by JobStateTimeLimit action due to reason: {CAPACIT
 # Tags the resubmitter sets (training_constructs/jobs/capacity_fallback/resubmit.py).
 SUCCESSOR_TAG = "training:fallback-job"
 ORIGIN_TAG = "training:fallback-of"
-# trainctl's own key on a described queue (trainctl/compute.py): the fleet's placements and which
+# trainctl's own key on a described queue (trainctl/fleet/compute.py): the fleet's placements and which
 # one the queue is. Not a Batch field.
 PLACEMENT_KEY = "trainctlPlacement"
 _WINDOW = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\dZ)\.\.(\d{4}-\d\d-\d\dT\d\d:\d\dZ)")

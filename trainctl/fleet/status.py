@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainctl.capacity import capacity_summary, fleet_capacity
-from trainctl.compute import fleet_compute
 from trainctl.deployment import Fleet
+from trainctl.fleet.capacity import capacity_summary, fleet_capacity
+from trainctl.fleet.compute import fleet_compute
 from trainctl.jobs import STATES, list_job_ids
 
 
