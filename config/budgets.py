@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from config.budget_ledger import QueuePrice, document
+from budget_ledger.ledger import QueuePrice, document
 from config.context_keys import TEAM_PATTERN
 from config.key_refusals import fail
 from config.placements import LAMBDA_ENVIRONMENT_BYTES, QUEUE_ARN_CHARS

@@ -1,45 +1,29 @@
 """Reads the app's context keys once, checks the rules between them and builds AppSettings.
 
-The keys themselves are declared in config/context_keys.py. Values from `-c key=value` arrive as
-strings, values from cdk.json as JSON types; both are accepted. The first problem found is raised as a
-one-line ConfigError that names the key (or `fleets.<name>.<field>`), the value and what is allowed
-(config/key_refusals.py words it).
+The keys themselves are declared in config/context_keys.py, and the fleets' keys are read in
+config/context_fleets.py. Values from `-c key=value` arrive as strings, values from cdk.json as JSON
+types; both are accepted. The first problem found is raised as a one-line ConfigError that names the key
+(or `fleets.<name>.<field>`), the value and what is allowed (config/key_refusals.py words it).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from config import limits, pcs, refusals, schedule_rules, zones
+from config import limits, pcs, refusals, schedule_rules
 from config.budgets import read_budgets
-from config.catalog import CATALOG, AcceleratorKind, InstanceSpec
-from config.context_keys import (
-    EFA_TYPES,
-    FLAT_FIELDS,
-    FLAT_FLEET_KEYS,
-    FLAT_FLEETS,
-    KEYS,
-    RESERVED_NAMES,
-    ConfigError,
-    Context,
-    FleetModel,
-    snake,
-    upper_first,
-)
+from config.context_fleets import check_az, instance_of, read_fleets, refuse_ended_windows, zone_table_skips
+from config.context_keys import EFA_TYPES, KEYS, ConfigError, Context
 from config.instance_types import botocore_version, ec2_instance_types
 from config.key_refusals import fail, from_pydantic
-from config.placements import LAMBDA_ENVIRONMENT_BYTES, PlacementError, ended, fallback_placements, routes_bytes
 from config.settings import (
-    FLEET_ID_SUFFIXES,
     AppSettings,
-    CapacityReservation,
     FleetSettings,
     HealthCheckSchedule,
     ImageSettings,
@@ -49,7 +33,6 @@ from config.settings import (
     PcsSettings,
     RootVolume,
     Share,
-    fleet_construct_id,
 )
 
 
@@ -66,158 +49,10 @@ def check_keys(context: Mapping[str, Any]) -> None:
         raise ConfigError(f"unknown context key {name!r}: {hint}")
 
 
-def _instance(path: str, name: str, allowed: tuple[str, ...], family: str) -> InstanceSpec:
-    spec = CATALOG.get(name)
-    if spec is not None and spec.efa_supported and name in allowed:
-        return spec
-    listed = ", ".join(allowed)
-    # A short list in full; otherwise the closest names and where the catalog is.
-    choices = listed if len(listed) <= 60 else refusals.did_you_mean(name, allowed, "docs/reference/catalog.md")
-    if spec is None:
-        problem = "not in the instance catalog"
-    elif not spec.efa_supported:
-        problem = "has no EFA (multi-node training needs it)"
-    else:
-        problem = f"a {spec.accelerator_kind} type, not {family}"
-    raise fail(path, name, problem, f"{family} types; {choices}")
-
-
-def _fleet(
-    name: str,
-    model: FleetModel,
-    path: Callable[[str], str],
-    allowed: tuple[str, ...],
-    family: str,
-    region: str | None,
-    skipped: frozenset[str],
-) -> FleetSettings:
-    instance = _instance(path("instanceType"), model.instance_type, allowed, family)
-    max_nodes = max(model.nodes, 4) if model.max_nodes is None else model.max_nodes
-    if max_nodes < model.nodes:
-        raise fail(path("maxNodes"), model.max_nodes, f"out of range {model.nodes}..{limits.MAX_NODES}")
-    if model.capacity_reservation_type == "capacity-block" and not model.capacity_reservation_id:
-        problem = f"needs {path('capacityReservationId')}, the block's cr- id"
-        raise fail(path("capacityReservationType"), model.capacity_reservation_type, problem)
-    az = model.availability_zone
-    _check_az(path("availabilityZone"), az, region, skipped)
-    if model.ami_id and instance.accelerator_kind is AcceleratorKind.NVIDIA_GPU:
-        problem = "GPU fleets take AWS's current ECS GPU AMI through Batch (docs/fleets.md)"
-        raise fail(path("amiId"), model.ami_id, problem)
-    reservation = model.capacity_reservation_id and CapacityReservation(
-        reservation_id=model.capacity_reservation_id, kind=model.capacity_reservation_type
-    )
-    fleet = FleetSettings(
-        name=name,
-        instance=instance,
-        nodes=model.nodes,
-        max_nodes=max_nodes,
-        availability_zone=az,
-        image_uri=model.image,
-        capacity_reservation=reservation,
-        ami_id=model.ami_id,
-    )
-    if not model.fallback:
-        return fleet
-    try:
-        where = lambda i, f: path("fallback") + (f"[{i}]" if i >= 0 else "") + (f".{f}" if f else "")  # noqa: E731
-        fallback = fallback_placements(fleet.own_placement, model.fallback, where, region)
-    except PlacementError as error:
-        raise fail(error.path, error.value, error.problem, error.allowed) from None
-    return dataclasses.replace(fleet, fallback=fallback)
-
-
-def _refuse_ended_windows(fleets: tuple[FleetSettings, ...], now: datetime) -> None:
-    """A Capacity Block placement whose window lies wholly in the past can never take a job."""
-    for fleet in fleets:
-        for index, placement in enumerate(fleet.fallback):
-            if placement.window and ended(placement.window, now):
-                # Only `fleets` takes fallback placements.
-                path, end = f"fleets.{fleet.name}.fallback[{index}].end", placement.window.end
-                problem = f"the Capacity Block's window ended before this synth ({now:%Y-%m-%dT%H:%MZ})"
-                raise fail(path, end, problem, "a window that has not ended; remove the placement")
-
-
-def _check_az(path: str, az: str | None, region: str | None, skipped: frozenset[str]) -> None:
-    found = az and zones.az_problem(az, region, skipped)
-    if found:
-        raise fail(path, az, *found)
-
-
-def _zone_table_skips(ctx: Any) -> frozenset[str]:
-    """The regions skipZoneTable names, each region-shaped."""
-    names = [n.strip() for n in ctx.skip_zone_table.split(",") if n.strip()]
-    for name in names:
-        if not zones.REGION.fullmatch(name):
-            raise fail("skipZoneTable", ctx.skip_zone_table, f"{refusals.shown(name)} is not a region name")
-    return frozenset(names)
-
-
-def _fleets(ctx: Any, given: Mapping[str, Any], region: str | None) -> tuple[FleetSettings, ...]:
-    skipped = _zone_table_skips(ctx)
-    if ctx.fleets is not None:
-        flat = next((k for k in FLAT_FLEET_KEYS if k in given), None)
-        if flat:
-            raise ConfigError(f"context keys fleets and {flat} cannot be mixed: describe every fleet in fleets")
-        if not ctx.fleets:
-            raise fail("fleets", {}, "no fleet")
-        if len(ctx.fleets) > limits.MAX_FLEETS:
-            raise fail("fleets", f"{len(ctx.fleets)} fleets", f"at most {limits.MAX_FLEETS}")
-        seen: dict[str, str] = {}
-        for name in ctx.fleets:
-            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,31}", name):
-                raise fail("fleets", name, "a fleet name is a letter, then up to 31 letters and digits")
-            if fleet_construct_id(name).lower() in RESERVED_NAMES:
-                problem = f"{name!r} is taken by the stacks' own {RESERVED_NAMES[name.lower()]!r}"
-                allowed = "a fleet name that is not one of the stacks' own ids (in any case)"
-                raise fail("fleets", name, problem, allowed)
-            if name.lower() in seen:
-                raise fail("fleets", name, f"names {seen[name.lower()]!r} and {name!r} differ only in case")
-            seen[name.lower()] = name
-        _check_fleet_ids(tuple(ctx.fleets))
-        built = tuple(
-            _fleet(name, m, lambda f, n=name: f"fleets.{n}.{f}", EFA_TYPES, "EFA-capable", region, skipped)
-            for name, m in ctx.fleets.items()
-        )
-        size = routes_bytes(built)
-        if size > LAMBDA_ENVIRONMENT_BYTES:
-            placements = sum(len(f.fallback) for f in built)
-            problem = f"the capacity fallback's routes take about {size} bytes of Lambda's 4 KB environment"
-            raise fail("fleets", f"{placements} fallback placements", problem, "fewer fallback placements")
-        return built
-    fleets = []
-    for prefix, (family, types, _) in FLAT_FLEETS.items():
-        if getattr(ctx, f"{prefix}_purchase_option") == "spot":
-            # Batch user guide, multi-node-parallel-jobs: MNP jobs are not supported on Spot.
-            problem = "AWS Batch multi-node parallel jobs do not run on Spot compute environments"
-            raise fail(f"{prefix}PurchaseOption", "spot", problem)
-        if getattr(ctx, f"{prefix}_instance_type") == "none":
-            continue
-        fields = {f: getattr(ctx, f"{prefix}_{snake(f)}") for f in FLAT_FIELDS}
-        model = FleetModel.model_validate(fields)
-        fleets.append(_fleet(prefix, model, lambda f, p=prefix: p + upper_first(f), types, family, region, skipped))
-    if not fleets:
-        raise ConfigError("context keys gpuInstanceType=none and trainiumInstanceType=none leave no fleet to deploy")
-    return tuple(fleets)
-
-
-def _check_fleet_ids(names: tuple[str, ...]) -> None:
-    """Refuse two fleets whose stack-level ids meet: a fleet's construct id plus any suffix the stacks
-    add (FLEET_ID_SUFFIXES) must not be another fleet's, in any case (like the names themselves).
-    No stack's own id ends in a suffix (tests/test_context.py), so the reserved check covers those."""
-    claimed: dict[str, tuple[str, str]] = {}  # lower-case id -> (fleet, suffix)
-    for name in names:
-        for suffix in FLEET_ID_SUFFIXES:
-            child = fleet_construct_id(name) + suffix
-            other, _ = claimed.setdefault(child.lower(), (name, suffix))
-            if other != name:
-                problem = f"fleets {other!r} and {name!r} both make the construct id {child!r}"
-                raise fail("fleets", name, problem, "another name for one of them")
-
-
 def _network(ctx: Any, fleets: tuple[FleetSettings, ...], slurm: dict[str, int], region: str | None) -> NetworkSettings:
     az = ctx.availability_zone
-    skipped = _zone_table_skips(ctx)
-    _check_az("availabilityZone", az, region, skipped)
+    skipped = zone_table_skips(ctx)
+    check_az("availabilityZone", az, region, skipped)
     if ctx.nat_gateways > 2:
         raise fail("natGateways", ctx.nat_gateways, "out of range 1..2 (one per public subnet)")
     # Every placement of a fleet (its own, then its fallback ones) has a subnet in its AZ.
@@ -309,7 +144,7 @@ def _pcs(ctx: Any) -> PcsSettings | None:
     if not names:
         raise fail("pcsInstanceType", ctx.pcs_instance_type, "empty")
     settings = PcsSettings(
-        instances=tuple(_instance("pcsInstanceType", n, EFA_TYPES, "EFA-capable") for n in names),
+        instances=tuple(instance_of("pcsInstanceType", n, EFA_TYPES, "EFA-capable") for n in names),
         max_nodes=ctx.pcs_max_nodes,
         login_instance_type=login,
         ami_id=ctx.pcs_ami_id,
@@ -411,7 +246,7 @@ def _parallel_cluster(ctx: Any) -> ParallelClusterSettings:
         raise fail("pclusterInstanceType", ctx.pcluster_instance_type, "empty")
     return ParallelClusterSettings(
         enabled=ctx.parallel_cluster or ctx.slurm == "parallelcluster",
-        instances=tuple(_instance("pclusterInstanceType", n, EFA_TYPES, "EFA-capable") for n in names),
+        instances=tuple(instance_of("pclusterInstanceType", n, EFA_TYPES, "EFA-capable") for n in names),
         max_nodes=ctx.pcluster_max_nodes,
         head_node_instance_type=ctx.pcluster_head_node_instance_type,
         ssh_source=ctx.pcluster_ssh_source,
@@ -431,11 +266,11 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None, now:
     given = {k: v for k, v in context.items() if k in KEYS and v is not None}
     try:
         ctx = Context.model_validate(given)
-        fleets = _fleets(ctx, given, region)
+        fleets = read_fleets(ctx, given, region)
     except ValidationError as error:
         raise from_pydantic(error, given) from None
     if now is not None:
-        _refuse_ended_windows(fleets, now)
+        refuse_ended_windows(fleets, now)
     if ctx.log_retention_days not in limits.LOG_RETENTION_DAYS:
         near = sorted(sorted(limits.LOG_RETENTION_DAYS, key=lambda d: abs(d - ctx.log_retention_days))[:2])
         allowed = f"a CloudWatch Logs retention such as {near[0]} or {near[1]} (docs/reference/context-keys.md)"

@@ -106,7 +106,7 @@ KeyName = _pattern(r"^[\x20-\x7e]{1,255}$")
 Email = _pattern(r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")
 # Secrets Manager CreateSecret Name: 1..512 of letters, digits and /_+=.@- (API reference).
 SecretName = _pattern(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
-# A team on FIFO queues: the value of the trainctl:team tag (config/budget_ledger.py).
+# A team on FIFO queues: the value of the trainctl:team tag (budget_ledger/ledger.py).
 TEAM_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 TeamName = _pattern(TEAM_PATTERN)
 _IMAGE_TEXT = "an image as Batch takes it: ubuntu:22.04, user/repo:tag, registry/repo:tag or @sha256:digest"

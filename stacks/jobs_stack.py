@@ -9,7 +9,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from config.budget_ledger import REASON_PREFIX as BUDGET_REASON_PREFIX
+from budget_ledger.ledger import REASON_PREFIX as BUDGET_REASON_PREFIX
 from config.job_events import TRAINCTL_CANCEL_PREFIX
 from config.metrics import FLEET_ENV
 from config.settings import FleetSettings, JobSettings
@@ -225,7 +225,7 @@ class JobsStack(Stack):
                 topic=self.alerts.topic,
                 log_retention=log_retention,
             )
-            # trainctl reads the budgets from this (config/budget_ledger.py, Budgets.parse).
+            # trainctl reads the budgets from this (budget_ledger/ledger.py, Budgets.parse).
             CfnOutput(self, "Budgets", value=self.budgets.document)
 
         # Boot-check alarms, and with healthCheckSchedule the scheduled fleet check and its alarms.

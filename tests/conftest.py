@@ -66,6 +66,7 @@ _scratch_folder()
 SYNTH_FILES = frozenset(
     {
         "test_architecture.py",
+        "test_budgets_synth.py",
         "test_cfn_lint.py",
         "test_cloud_build.py",
         "test_compute.py",

@@ -1,7 +1,7 @@
-"""The budget functions (config/budget_functions.py) against moto's Batch, DynamoDB and SNS on 127.0.0.1:
-the ledger keeps the newest event, a job submitted around trainctl that cannot fit is cancelled on arrival,
-80% alerts once, 100% cancels that team's queued jobs and terminates its running ones with the budget
-reason, and a second enforcement changes nothing."""
+"""The budget functions (training_constructs/budgets/budget_functions.py) against moto's Batch, DynamoDB
+and SNS on 127.0.0.1: the ledger keeps the newest event, a job submitted around trainctl that cannot fit
+is cancelled on arrival, 80% alerts once, 100% cancels that team's queued jobs and terminates its running
+ones with the budget reason, and a second enforcement changes nothing."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 import boto3
 import pytest
 
-from config import budget_functions as functions
-from config import budget_ledger as ledger
+from budget_ledger import ledger
 from tests.trainctl_world import World, moto_environment, served_world
+from training_constructs.budgets import budget_functions as functions
 
 TEAMS = {"llama": 1000.0, "vision": 1000.0}
 

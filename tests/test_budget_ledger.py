@@ -1,4 +1,4 @@
-"""The budget ledger's arithmetic (config/budget_ledger.py) on hand-computed cases, and the budgets keys'
+"""The budget ledger's arithmetic (budget_ledger/ledger.py) on hand-computed cases, and the budgets keys'
 refusals (config/budgets.py). Every expected figure below is worked out in its comment."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from config.budget_ledger import (
+from budget_ledger.ledger import (
     REASON_PREFIX,
     Entry,
     Estimate,

@@ -262,7 +262,7 @@ def test_troubleshooting_quotes_trainctls_own_messages():
     messages = re.findall(r"^\| (`+) ?(.+?) ?\1 \|", section, re.M)
     assert len(messages) >= 15
     # The budget's refusal is worded where trainctl and the budget functions share it.
-    sources = [*(ROOT / "trainctl").rglob("*.py"), ROOT / "config" / "budget_ledger.py"]
+    sources = [*(ROOT / "trainctl").rglob("*.py"), ROOT / "budget_ledger" / "ledger.py"]
     source = "\n".join(path.read_text() for path in sources)
     for _, message in messages:
         pieces = [piece for piece in message.split("...") if len(piece.strip()) > 4]

@@ -1,5 +1,6 @@
 """Repository hygiene: lint, format, pins, documentation pages in step with the code."""
 
+import ast
 import json
 import re
 import subprocess
@@ -44,6 +45,35 @@ def test_python_requirements_are_pinned():
 def test_no_package_shadows_the_constructs_library():
     assert not (ROOT / "constructs").exists()
     assert not (ROOT / "constructs.py").exists()
+
+
+def imported_modules(path) -> dict[str, int]:
+    """Every module a file imports, at any depth (lazy imports in functions too) -> its first line."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            found.setdefault(name, node.lineno)
+    return found
+
+
+def test_config_imports_no_boto3():
+    # config/ holds typed settings only: code that calls AWS lives in trainctl/, budget_ledger/'s callers and
+    # the constructs' Lambda functions. Lazy imports count too (the scan sees instance_types.py's botocore).
+    found = {path.relative_to(ROOT).as_posix(): imported_modules(path) for path in (ROOT / "config").rglob("*.py")}
+    assert "botocore.loaders" in found["config/instance_types.py"]
+    boto3 = [
+        f"{path}:{line} imports {name}"
+        for path, modules in sorted(found.items())
+        for name, line in modules.items()
+        if name == "boto3" or name.startswith("boto3.")
+    ]
+    assert boto3 == []
 
 
 def docs_json(heredoc: str) -> dict:

@@ -17,7 +17,7 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from config import budget_ledger as ledger
+from budget_ledger import ledger
 from tests.test_budget_functions import create_ledger, spend
 from tests.trainctl_world import DATASET_BUCKET, World, moto_environment, served_world
 from trainctl.cli import app

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from config.budget_ledger import TeamSpend, money, month_name
+from budget_ledger.ledger import TeamSpend, money, month_name
 from trainctl.commands.base import app, console, reports_errors, state_of
 from trainctl.errors import TrainctlError
 from trainctl.fleet.budget import load_budgets, team_spends

@@ -1,5 +1,5 @@
 """The deployment's budgets as trainctl reads them: the jobs stack's `Budgets` output (the document the
-budget functions run with, config/budget_ledger.py) and the ledger table it names."""
+budget functions run with, budget_ledger/ledger.py) and the ledger table it names."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from config.budget_ledger import Budgets, TeamSpend
+from budget_ledger.ledger import Budgets, TeamSpend
 from trainctl.aws import Aws, aws_errors
 from trainctl.deployment import JOBS_STACK, outputs_of
 from trainctl.errors import ExitCode, TrainctlError

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from config.budget_ledger import REASON_PREFIX as BUDGET_REASON
+from budget_ledger.ledger import REASON_PREFIX as BUDGET_REASON
 from config.catalog import InstanceSpec
 from trainctl.fleet.capacity import wait_reasons
 from trainctl.inspecting.recovery import Tail, attempt_story

@@ -9,7 +9,7 @@ config/prices.py), config/prices.py's on-demand figure otherwise.
 
 On a terminal, a job whose most exceeds ASK_ABOVE_USD is confirmed first (`--yes` skips the question); in a
 script (stdin not a terminal) the line is printed and the job goes. With budgets, a job whose most exceeds
-its team's remainder this month is refused in one line with the figures (config/budget_ledger.py words it).
+its team's remainder this month is refused in one line with the figures (budget_ledger/ledger.py words it).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
-from config.budget_ledger import TEAM_TAG, Budgets, Estimate, TeamSpend, money, refusal, unknown_team
+from budget_ledger.ledger import TEAM_TAG, Budgets, Estimate, TeamSpend, money, refusal, unknown_team
 from trainctl.commands.base import State, note
 from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError
@@ -109,7 +109,8 @@ def _estimate(
         or 1
     )
     seconds = (request.get("timeout") or definition.get("timeout") or {}).get("attemptDurationSeconds")
-    # As the arrival check judges it (config/budget_functions.py): else the deployment's job timeout.
+    # As the arrival check judges it (training_constructs/budgets/budget_functions.py): else the deployment's
+    # job timeout.
     seconds = seconds or (budgets.timeout_seconds if budgets else None)
     if seconds is None:
         return "the job has no timeout, so the most it may cost has no bound (pass --hours to set one)"
@@ -137,7 +138,8 @@ def _team(budgets: Budgets, request: dict[str, Any], team: str | None) -> str | 
         if team not in budgets.teams:
             raise TrainctlError(f"--team {team}: no budget of that name; the teams are {', '.join(budgets.teams)}")
     detail = {"shareIdentifier": request.get("shareIdentifier"), "tags": request.get("tags") or {}}
-    # The arrival check would stop it (config/budget_functions.py): refuse it here, before it leaves.
+    # The arrival check would stop it (training_constructs/budgets/budget_functions.py): refuse it here,
+    # before it leaves.
     unknown = unknown_team(detail, budgets)
     if unknown:
         raise TrainctlError(f"{unknown} (--team)")

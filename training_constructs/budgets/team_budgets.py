@@ -1,6 +1,6 @@
 """Team budgets: a retained on-demand DynamoDB ledger, a function on Batch job state changes that writes it
 (and cancels on arrival a job that cannot fit its team's remainder), and a scheduled enforcement that
-alerts at 80% and stops a team at 100% (config/budget_functions.py, docs/budgets.md).
+alerts at 80% and stops a team at 100% (budget_functions.py beside this file, docs/budgets.md).
 
 Idle, this costs about nothing: an on-demand table bills per request and per GB stored (DynamoDB pricing,
 on-demand capacity), the functions per invocation, and the enforcement's schedule (every ENFORCE_MINUTES)
@@ -9,11 +9,24 @@ is 8,928 short invocations in a 31-day month (31 x 288). docs/costs.md has the f
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
+import jsii
+from aws_cdk import (
+    Acknowledgment,
+    AssetHashType,
+    BundlingOptions,
+    DockerImage,
+    Duration,
+    ILocalBundling,
+    RemovalPolicy,
+    Stack,
+    Validations,
+)
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
@@ -24,8 +37,9 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from config import budget_functions, budget_ledger
+from budget_ledger import ledger
 from config.settings import BudgetSettings
+from training_constructs.budgets import budget_functions
 from training_constructs.common.nag_names import nag_name
 from training_constructs.common.small_functions import (
     alarm_on_errors,
@@ -34,9 +48,31 @@ from training_constructs.common.small_functions import (
     logging_role,
 )
 
-CONFIG_DIR = Path(budget_ledger.__file__).resolve().parent
-# The functions run these two files of config/ and nothing else.
-FUNCTION_FILES = ["*", f"!{Path(budget_ledger.__file__).name}", f"!{Path(budget_functions.__file__).name}"]
+# The functions run these two files and nothing else, side by side at the asset's root: the handlers and
+# the ledger they share with trainctl (budget_functions.py imports it either way).
+FUNCTION_FILES = (Path(budget_functions.__file__).resolve(), Path(ledger.__file__).resolve())
+
+
+@jsii.implements(ILocalBundling)
+class _FunctionFiles:
+    """Bundles the asset on this machine by copying FUNCTION_FILES into it: no Docker, and the asset's hash
+    is that of the two files (AssetHashType.OUTPUT)."""
+
+    def try_bundle(self, output_dir: str, *, image: DockerImage, **_: Any) -> bool:
+        for source in FUNCTION_FILES:
+            shutil.copyfile(source, Path(output_dir) / source.name)
+        return True
+
+
+def function_code() -> lambda_.Code:
+    """The two files as one flat asset: CDK bundles it where it synthesizes a stack that has it (and says
+    "Bundling asset ..." on stderr), from two folders that Code.from_asset's exclude list cannot join."""
+    return lambda_.Code.from_asset(
+        str(FUNCTION_FILES[0].parent),
+        asset_hash_type=AssetHashType.OUTPUT,
+        # The image is never run: local bundling always succeeds.
+        bundling=BundlingOptions(image=DockerImage.from_registry("local-bundling-only"), local=_FunctionFiles()),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,20 +120,20 @@ class TeamBudgets(Construct):
             partition_key=dynamodb.Attribute(name="month", type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name="job", type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            time_to_live_attribute=budget_ledger.EXPIRES,
+            time_to_live_attribute=ledger.EXPIRES,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),
             removal_policy=RemovalPolicy.RETAIN,
         )
         self.document = stack.to_json_string(
-            budget_ledger.document(
+            ledger.document(
                 table=self.table.table_name,
                 teams={t.team: t.monthly_usd for t in settings.teams},
                 default_team=settings.default_team,
                 fair_share=settings.fair_share,
                 queues=[
-                    budget_ledger.QueuePrice(
+                    ledger.QueuePrice(
                         queue=q.queue.job_queue_arn,
                         fleet=q.fleet,
                         instance_type=q.instance_type,
@@ -185,7 +221,7 @@ class TeamBudgets(Construct):
             description=description,
             runtime=lambda_.Runtime.PYTHON_3_14,
             handler=f"{Path(budget_functions.__file__).stem}.{handler}",
-            code=lambda_.Code.from_asset(str(CONFIG_DIR), exclude=FUNCTION_FILES),
+            code=function_code(),
             timeout=Duration.minutes(2),
             role=role,
             log_group=log_group,

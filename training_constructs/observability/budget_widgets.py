@@ -1,15 +1,15 @@
 """The dashboard's spend-against-budget row: per team, what it has used this month (the enforcement's
-metric, config/budget_functions.py) against its budget and the 80% alert line."""
+metric, training_constructs/budgets/budget_functions.py) against its budget and the 80% alert line."""
 
 from __future__ import annotations
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
 
-from config.budget_functions import ENFORCE_MINUTES, SPENT_METRIC, TEAM_DIMENSION
-from config.budget_ledger import ALERT_FRACTIONS
+from budget_ledger.ledger import ALERT_FRACTIONS
 from config.metrics import NAMESPACE
 from config.settings import BudgetSettings
+from training_constructs.budgets.budget_functions import ENFORCE_MINUTES, SPENT_METRIC, TEAM_DIMENSION
 
 WIDTH = 24
 # Up to four teams side by side, then another row.

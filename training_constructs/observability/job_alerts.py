@@ -27,7 +27,7 @@ ALERT_STATUSES = ("FAILED",)
 def alert_detail(job_queue_arns: Sequence[str], *, quiet_prefixes: Sequence[str]) -> dict[str, Any]:
     """The rule's detail pattern: FAILED jobs of these queues, except those whose reason starts with one of
     `quiet_prefixes`: those `trainctl cancel` ended (config/job_events.py) and, with budgets, those a team
-    budget stopped (config/budget_ledger.py; its enforcement sends one alert per team instead of one per job).
+    budget stopped (budget_ledger/ledger.py; its enforcement sends one alert per team instead of one per job).
 
     One prefix is written as EventBridge's documented `anything-but` prefix form (EventBridge user guide,
     "Comparison operators": anything-but, begins with). Several are written as one list, as aws-cdk-lib's

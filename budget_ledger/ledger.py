@@ -2,8 +2,8 @@
 
 Pure arithmetic (a job's attempts -> dollars in a month), the deployment's budgets document and the
 DynamoDB item format, stdlib only: the two Lambda functions run it beside their handlers
-(config/budget_functions.py; training_constructs/budgets/ deploys them), and trainctl imports it to read
-the same ledger and the same document (the jobs stack's `Budgets` output).
+(training_constructs/budgets/budget_functions.py; team_budgets.py deploys them), and trainctl imports it to
+read the same ledger and the same document (the jobs stack's `Budgets` output).
 
 A job costs nodes x the instance-hour price of its fleet's placement, for every attempt, from the
 attempt's start (RUNNING) to its stop; an attempt still running accrues until now. Batch's DescribeJobs

@@ -14,7 +14,8 @@ launcher's stop path: it uploads the checkpoints before it exits (container/laun
 in the ledger table, written after each alert and stop, keep a later pass from repeating it. Only jobs of
 this deployment's queues whose team is the one over budget are touched.
 
-Both need only the stdlib and the boto3 that Lambda's Python runtime ships.
+Both need only the stdlib, the shared ledger (budget_ledger/ledger.py, which the asset carries beside this
+file) and the boto3 that Lambda's Python runtime ships.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 try:
-    from config import budget_ledger as ledger
-except ModuleNotFoundError:  # in Lambda the two files sit side by side at the asset's root
-    import budget_ledger as ledger  # type: ignore[import-not-found,no-redef]
+    from budget_ledger import ledger
+except ModuleNotFoundError:  # in Lambda ledger.py sits beside this file at the asset's root (team_budgets.py)
+    import ledger  # type: ignore[import-not-found,no-redef]
 
 BUDGETS_ENV = "BUDGETS"
 TOPIC_ENV = "ALERT_TOPIC_ARN"
