@@ -90,7 +90,8 @@ def _manifest_files(node: int, key: str, body: bytes) -> list[CheckpointFile]:
             for name, e in sorted(document["files"].items())
         ]
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise TrainctlError(f"{key} is not a checkpoint manifest (container/launcher/checkpoint_sync.py writes them)") from None
+        writer = "container/launcher/checkpoint_sync.py"
+        raise TrainctlError(f"{key} is not a checkpoint manifest ({writer} writes them)") from None
 
 
 def download(
