@@ -1,7 +1,7 @@
 """The all-reduce benchmark's result: rank 0 prints JSON lines with "verdict", "busbw_gbps",
 "failing_nodes" and "degraded_nodes" (container/benchmark/allreduce_bench.py) into the log stream of the
-node that holds rank 0; the last is short, since the full report can exceed the 16 KB at which Docker splits a log line. Other
-keys may be added, and other lines may be JSON too, so the result is the last JSON object that has a
+node that holds rank 0; the last is short, since the full report can exceed the 16 KB at which Docker splits
+a log line. Other keys may be added, and other lines may be JSON too, so the result is the last JSON object that has a
 "verdict", with the details (fraction_of_network, node_checks) of the full line before it."""
 
 from __future__ import annotations
