@@ -88,7 +88,7 @@ def test_per_node_check_names_the_slow_node_and_the_fabric_check_follows():
         "NODE_GBPS": "0.2",
         "TRAINING_FLEET": "gpu",
     }
-    args = ("allreduce_bench.py", "--sizes", "1M", "--iters", "2", "--warmup", "1", "--per-node")
+    args = ("benchmark/allreduce_bench.py", "--sizes", "1M", "--iters", "2", "--warmup", "1", "--per-node")
     # Main node: Batch never sets the main-address variable there; the test pins its address to loopback.
     main = launch(
         base_env(**common, AWS_BATCH_JOB_NODE_INDEX="0", AWS_BATCH_JOB_ID="4f2a9c#0", MASTER_ADDR="127.0.0.1"), *args
@@ -368,7 +368,7 @@ def test_cuda_two_gpu_sweep_through_the_launcher(needs_cuda):
     if needs_cuda.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
     env = base_env(NPROC_PER_NODE="2", MASTER_PORT=str(free_port()))
-    run = launch(env, "allreduce_bench.py", "--sizes", "8K:256M", "--iters", "5", "--backend", "nccl")
+    run = launch(env, "benchmark/allreduce_bench.py", "--sizes", "8K:256M", "--iters", "5", "--backend", "nccl")
     out, err = run.communicate(timeout=300)
     assert run.returncode == 0, err
     result = bench_line(out)
