@@ -64,6 +64,19 @@ wait_in_collective()
 """
 
 
+def processes_naming(text: str) -> list[int]:
+    """Live processes whose command line contains `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if entry.name.isdigit() and text in command:
+            found.append(int(entry.name))
+    return found
+
+
 def fake_trainer(tmp_path: Path, rank: int, mode: str, steps: int, stop: bool = False) -> dict[str, str]:
     """A PYTHON for the launcher that runs TRAINER as training rank `rank` (torchrun's variables set)."""
     script = tmp_path / f"trainer-{rank}.py"
@@ -336,6 +349,9 @@ def test_the_main_node_names_the_child_that_stopped_first(tmp_path):
     assert "stacks in each node's log" in line
     assert "wait_in_collective" in main_err  # the main node's own rank, dumped into its log
     assert "progress_watch.py: node 1" in child_err and "<module>" in child_err
+    # The child's hang watch went with its launcher, as a container's processes go with its first one: it
+    # does not linger retrying a report to the main node that is gone (and holding the log open).
+    assert not processes_naming(str(tmp_path / "child" / "progress"))
     stopped = (tmp_path / "rank-1.pid").stat().st_mtime
     print(f"\nchild's rank stopped -> main node exit 75 {ended - stopped:.1f} s later (HANG_SECONDS 1): {line}")
     assert ended - stopped < 15

@@ -3,15 +3,19 @@ the listener, the node watch and the hang watch leave their reports, and the hel
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ending import Report
 from node_settings import Settings
 from node_tools import hostname, run_helper, say
 from stop_signals import StopSignals
+
+RELAY_DRAIN_SECONDS = 5.0
 
 
 class EndNode(Exception):
@@ -30,6 +34,8 @@ class NodeState:
     faults: Path | None = None  # the main node's report files (node_fault.py listen writes them)
     listener: subprocess.Popen[bytes] | None = None
     watcher: subprocess.Popen[bytes] | None = None
+    helpers: list[subprocess.Popen[bytes]] = field(default_factory=list)  # every process it started but the trainer
+    relays: list[subprocess.Popen[bytes]] = field(default_factory=list)  # the trainer's output relays
     last_error: str = ""
     told_main: bool = False
     training_started: bool = False
@@ -99,7 +105,21 @@ class NodeState:
             )
         return fault
 
+    def spawn(self, command: list[str], **options: Any) -> subprocess.Popen[bytes]:
+        """A helper process, ended with this launcher as the container's end would end it."""
+        process: subprocess.Popen[bytes] = subprocess.Popen(command, **options)
+        self.helpers.append(process)
+        return process
+
     def stop_helpers(self) -> None:
-        for process in (self.listener, self.watcher):
-            if process is not None and process.poll() is None:
+        """When the launcher (the container's first process) exits, the container ends and every process
+        in it with it; here too, so that no helper outlives it (a child's hang watch would otherwise keep
+        retrying its report to a main node that is gone, for NODE_REPORT_SECONDS). The trainer's output
+        relays first get RELAY_DRAIN_SECONDS to pass on its last lines."""
+        deadline = time.monotonic() + RELAY_DRAIN_SECONDS
+        for relay in self.relays:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                relay.wait(max(0.0, deadline - time.monotonic()))
+        for process in [*self.relays, *self.helpers]:
+            if process.poll() is None:
                 process.terminate()

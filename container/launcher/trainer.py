@@ -53,6 +53,7 @@ def start_trainer(node: NodeState, line: Sequence[str], progress: Path | None) -
     if progress is None:
         return subprocess.Popen(list(line))
     relays = (_relay(node, 1, progress), _relay(node, 2, progress))
+    node.relays.extend(relays)
     try:
         return subprocess.Popen(list(line), stdout=relays[0].stdin, stderr=relays[1].stdin)
     finally:

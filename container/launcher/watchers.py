@@ -32,10 +32,6 @@ OUTPUT_MARK = "output"
 DEFAULT_PROGRESS_DIR = "/tmp/training-progress"  # noqa: S108 - the container's own scratch space
 
 
-def _start(command: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(command, **kwargs)  # type: ignore[call-overload,no-any-return]
-
-
 def start_listener(node: NodeState) -> None:
     """On the main node of a multi-node job: the listener, and on Batch the node watch."""
     settings, batch = node.settings, node.settings.batch
@@ -45,7 +41,7 @@ def start_listener(node: NodeState) -> None:
     pid = str(os.getpid())
     # Its output goes to a file: it must not hold the launcher's stdout and stderr open.
     with open(node.faults / "listener.log", "wb") as log:
-        node.listener = _start(
+        node.listener = node.spawn(
             helper(
                 settings.python.stdlib,
                 "node_fault.py",
@@ -65,7 +61,7 @@ def start_listener(node: NodeState) -> None:
             stderr=subprocess.STDOUT,
         )
     if settings.get("AWS_BATCH_JQ_NAME"):
-        node.watcher = _start(
+        node.watcher = node.spawn(
             helper(
                 settings.python.node_watch,
                 "node_watch.py",
@@ -100,7 +96,7 @@ def start_cold_start(node: NodeState, preflight_seconds: float) -> None:
         return
     batch = node.settings.batch
     # Watching this process's descendants for its first worker.
-    _start(
+    node.spawn(
         helper(
             node.settings.python.cold_start,
             "cold_start.py",
@@ -140,7 +136,7 @@ def start_copier(node: NodeState, restored: Restored | None, trainer_pid: int) -
     if restored is None or node.settings.checkpoints is None:
         return None
     c = node.settings.checkpoints
-    return _start(
+    return node.spawn(
         helper(
             node.settings.python.checkpoint,
             "checkpoint_sync.py",
@@ -178,4 +174,4 @@ def start_hang_watch(node: NodeState, folder: Path | None, restored: Restored | 
         watching += ["--report-to", batch.report_to, "--report-port", str(batch.report_port)]
         watching += ["--within", str(batch.report_seconds)]
     # boto3 for the upload: checkpoint_sync.py's interpreter.
-    _start(helper(settings.python.checkpoint, "progress_watch.py", "watch", *watching))
+    node.spawn(helper(settings.python.checkpoint, "progress_watch.py", "watch", *watching))
