@@ -159,7 +159,8 @@ def test_without_batch_variables_one_node_runs_standalone():
         ({"HANG_SECONDS": "1.5"}, "HANG_SECONDS='1.5'"),
         ({"CHECKPOINT_URI": "s3://b/p", "CHECKPOINT_SYNC_MINUTES": "0"}, "CHECKPOINT_SYNC_MINUTES='0'"),
         ({"CHECKPOINT_URI": "s3://b/p", "CHECKPOINT_FINAL_SECONDS": "-1"}, "CHECKPOINT_FINAL_SECONDS='-1'"),
-        ({"CHECKPOINT_LINEAGE": "a/../b"}, "CHECKPOINT_LINEAGE='a/../b'"),
+        ({"CHECKPOINT_LINEAGE": "a/../b"}, "CHECKPOINT_LINEAGE=a/../b is not a lineage id"),
+        ({"CHECKPOINT_LINEAGE": "my job"}, "CHECKPOINT_LINEAGE=my\\ job is not"),
         ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "2"}, "AWS_BATCH_JOB_NODE_INDEX=2 is not below"),
         ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1"}, "child node 1 has neither MASTER_ADDR"),
         ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "0", "NODE_REPORT_PORT": "29500"},
@@ -172,6 +173,14 @@ def test_a_bad_value_is_named_in_one_line(env, named):
     with pytest.raises(BadInput) as refused:
         settings(**env)
     assert named in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("a/../b", "a/../b"), ("my job", "my\\ job"), ("x;y", "x\\;y"), ("job42\nnext", "$'job42\\nnext'"), ("", "''")],
+)
+def test_a_refused_value_is_shown_as_bash_printf_q_shows_it(value, shown):
+    assert node_settings.shell_quoted(value) == shown
 
 
 def test_sync_minutes_are_still_honoured_and_seconds_win():
@@ -256,3 +265,16 @@ def test_the_launcher_process_itself_is_stdlib_only():
         todo += [s for s in found & SIBLINGS if s not in seen]
     assert {"run_node", "ending", "node_settings", "stop_signals", "watchers", "trainer"} <= seen
     assert not seen & {"checkpoint_sync", "node_watch", "progress_watch", "hang_evidence", "workdir_fetch"}
+
+
+def test_the_start_time_and_the_signal_handlers_come_before_the_launchers_imports():
+    # As the container's first process, a SIGTERM that comes while Python imports would be dropped; the
+    # start time is what the Xid judge, the node watch and the cold-start line count from.
+    import ast
+
+    body = ast.parse((LAUNCHER_DIR / "__main__.py").read_text()).body
+    statements = [ast.unparse(node) for node in body if not isinstance(node, ast.Expr) or "main(" in ast.unparse(node)]
+    order = [next(i for i, text in enumerate(statements) if key in text) for key in
+             ("started = time.time()", "signals.install()", "from run_node import main")]  # fmt: skip
+    assert order == sorted(order)
+    assert all(text.startswith("import ") for text in statements[: order[0]])

@@ -322,7 +322,14 @@ def test_ctrl_c_leaves_nothing_running(tmp_path):
               if line.startswith("REHEARSAL_CONTAINER=")}  # fmt: skip
     assert len(tokens) == 2 and all(container_processes(t) for t in tokens)
     cli.send_signal(signal.SIGINT)
-    _, err = cli.communicate(timeout=30)
+    try:
+        _, err = cli.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        # Where it is stuck, for the failure's message: its stacks, then it is killed.
+        spy = Path(sys.executable).parent / "py-spy"
+        stacks = subprocess.run([str(spy), "dump", "--pid", str(cli.pid)], capture_output=True, text=True, timeout=30)
+        cli.kill()
+        raise AssertionError(f"Ctrl-C did not end the rehearsal within 30 s:\n{stacks.stdout}{stacks.stderr}") from None
     assert cli.returncode == 130 and "every node was stopped" in err
     assert not any(container_processes(t) for t in tokens)
     assert os.listdir(records)  # the stand-ins ran

@@ -46,7 +46,7 @@ class Report:
         if not first:
             return None
         code, _, line = first.partition(" ")
-        return cls(int(code) if code.isdigit() else NODE_FAULT_EXIT, line)
+        return cls(int(code) if code.isascii() and code.isdigit() else NODE_FAULT_EXIT, line)
 
 
 @dataclass(frozen=True)

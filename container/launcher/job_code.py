@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from ending import exit_status
 from node_state import EndNode, NodeState
 from node_tools import run_helper
 
@@ -18,9 +19,10 @@ def fetch_job_code(node: NodeState) -> None:
         return
     folder = settings.get("WORKDIR_DIR", DEFAULT_DIR)
     os.environ["WORKDIR_DIR"] = folder
-    status = run_helper(settings.python.checkpoint, "workdir_fetch.py", "--dir", folder).returncode
+    status = exit_status(run_helper(settings.python.checkpoint, "workdir_fetch.py", "--dir", folder).returncode)
     if status != 0:
         node.last_error = f"workdir_fetch.py exited {status} (see the line above)"
         raise EndNode(status)
     if settings.get("WORKDIR_URI"):
         os.chdir(folder)
+        os.environ["PWD"] = folder  # as the shell's cd exported it

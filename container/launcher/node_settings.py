@@ -114,6 +114,14 @@ class Settings:
         ]
 
 
+def shell_quoted(value: str) -> str:
+    """As bash's printf %q writes a value: one line whatever it holds."""
+    if value.isprintable():
+        return "".join(c if c.isalnum() or c in "_@%+=:,./-" else "\\" + c for c in value) or "''"
+    escaped = value.encode("unicode_escape").decode("ascii").replace("'", "\\'")
+    return f"$'{escaped}'"
+
+
 def _value(env: Mapping[str, str], name: str) -> str | None:
     return env.get(name) or None
 
@@ -241,7 +249,7 @@ def read_settings(
     lineage = _value(env, "CHECKPOINT_LINEAGE")
     if lineage is not None and not LINEAGE.fullmatch(lineage):
         raise BadInput(
-            f"CHECKPOINT_LINEAGE={repr(lineage)[:80]} is not a lineage id: 1 to 128 letters, digits, '-' or '_'"
+            f"CHECKPOINT_LINEAGE={shell_quoted(lineage)[:80]} is not a lineage id: 1 to 128 letters, digits, '-' or '_'"
         )
     is_batch = bool(_value(env, "AWS_BATCH_JOB_NUM_NODES") or _value(env, "AWS_BATCH_JOB_NODE_INDEX"))
     return Settings(

@@ -105,9 +105,15 @@ class NodeState:
             )
         return fault
 
-    def spawn(self, command: list[str], **options: Any) -> subprocess.Popen[bytes]:
-        """A helper process, ended with this launcher as the container's end would end it."""
-        process: subprocess.Popen[bytes] = subprocess.Popen(command, **options)
+    def spawn(self, command: list[str], **options: Any) -> subprocess.Popen[bytes] | None:
+        """A helper process, ended with this launcher as the container's end would end it; one that cannot
+        start is said in one line and the node goes on without it, as a shell's background job would."""
+        try:
+            process: subprocess.Popen[bytes] = subprocess.Popen(command, stdin=subprocess.DEVNULL, **options)
+        except OSError as error:
+            name = Path(command[1]).name if len(command) > 1 else command[0]
+            say(f"cannot run {name} with {command[0]}: {error.strerror or error}")
+            return None
         self.helpers.append(process)
         return process
 
@@ -122,4 +128,4 @@ class NodeState:
                 relay.wait(max(0.0, deadline - time.monotonic()))
         for process in [*self.relays, *self.helpers]:
             if process.poll() is None:
-                process.terminate()
+                process.kill()

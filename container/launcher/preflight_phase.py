@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from ending import Ending, for_report, preflight_failed
+from ending import Ending, exit_status, for_report, preflight_failed
 from node_state import NodeState
 from node_tools import HERE
 
@@ -43,12 +43,15 @@ def run_preflight(node: NodeState) -> PreflightResult | Ending:
         try:
             process = subprocess.Popen(
                 [node.settings.python.preflight, str(HERE / "preflight.py")],
+                stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=errors,
                 start_new_session=True,
             )
         except OSError as error:
-            return PreflightResult(127, f"cannot run preflight.py: {error}", "")
+            line = f"cannot run preflight.py with {node.settings.python.preflight}: {error.strerror or error}"
+            print(line, file=sys.stderr, flush=True)
+            return PreflightResult(127, line, "")
         while True:
             status = process.poll()
             report = node.reported() if node.signals.fault_reported else None
@@ -69,7 +72,7 @@ def run_preflight(node: NodeState) -> PreflightResult | Ending:
     interfaces = [
         line[len("socket_interface=") :] for line in output_text.splitlines() if line.startswith("socket_interface=")
     ]
-    return PreflightResult(status, lines[-1] if lines else "", interfaces[-1] if interfaces else "")
+    return PreflightResult(exit_status(status), lines[-1] if lines else "", interfaces[-1] if interfaces else "")
 
 
 def failed(result: PreflightResult) -> bool:

@@ -59,8 +59,9 @@ def restore(node: NodeState) -> Restored | None:
     uri = settings.checkpoints.uri
     if not uri.startswith("s3://") or len(uri) <= len("s3://"):
         raise BadInput(f"CHECKPOINT_URI='{uri}' is not an s3:// URI")
-    folder = Path(settings.get("CHECKPOINT_DIR", DEFAULT_DIR))
-    os.environ["CHECKPOINT_DIR"] = str(folder)
+    given = settings.get("CHECKPOINT_DIR", DEFAULT_DIR)
+    os.environ["CHECKPOINT_DIR"] = given  # exported as given
+    folder = Path(given)
     folder.mkdir(parents=True, exist_ok=True)
     checkpoint_uri = f"{uri[:-1] if uri.endswith('/') else uri}/{settings.lineage}/"
     state = Path(tempfile.mkdtemp())

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 
 import ending
 from ending import Ending, Outcome
 from job_code import fetch_job_code
-from node_settings import BadInput, read_settings
+from node_settings import UINT, BadInput, read_settings
 from node_state import EndNode, NodeState
 from node_tools import count_accelerators, own_address, say
 from preflight_phase import PreflightResult, export_socket_interface, failed, run_preflight
@@ -30,14 +29,10 @@ from watchers import hurry_node_watch, progress_dir, start_cold_start, start_cop
 REPORT_POLL_SECONDS = 0.2
 
 
-def _finish(node: NodeState, result: Ending) -> int:
-    """Says the ending's line, and asks for the take-out last, so that the host takes the node out only
-    once this container's exit is on its way to Batch."""
+def _say(result: Ending) -> Ending:
     if result.line:
         say(result.line)
-    if result.mark:
-        node.mark(result.mark)
-    return result.code
+    return result
 
 
 def _before_training(node: NodeState) -> tuple[list[str], Restored | None] | Ending:
@@ -82,7 +77,9 @@ def _wait_for_report(node: NodeState) -> None:
     hurry_node_watch(node)
     if node.listener is None:
         return
-    grace = int(node.settings.get("NODE_REPORT_GRACE_SECONDS", "15"))
+    # A value that is no whole number of seconds waits not at all, as the shell's arithmetic did.
+    grace_text = node.settings.get("NODE_REPORT_GRACE_SECONDS", "15")
+    grace = int(grace_text) if UINT.fullmatch(grace_text) else 0
     for _ in range(grace * 5):
         if node.reported() is not None:
             return
@@ -95,8 +92,8 @@ def _train(node: NodeState, line: list[str], restored: Restored | None) -> Endin
     try:
         trainer = start_trainer(node, line, progress)
     except OSError as error:
-        # As a shell reports a command it cannot run.
-        say(f"cannot run {line[0]}: {error}")
+        # As a shell reports a command it cannot run (the trainer's, or its output relay's).
+        say(f"cannot run {error.filename or line[0]}: {error.strerror or error}")
         if restored is not None:
             shutil.rmtree(restored.state, ignore_errors=True)
         return Ending(ending.COMMAND_NOT_FOUND_EXIT)
@@ -126,10 +123,11 @@ def _train(node: NodeState, line: list[str], restored: Restored | None) -> Endin
                 if not settings.is_main:
                     node.tell_main(ending.NODE_FAULT_EXIT, f"hardware fault: {hardware_fault}")
     upload_failed = False
-    if restored is not None and copier is not None:
+    if restored is not None:
         (restored.state / "status.tmp").write_text(f"{status}\n")
         os.replace(restored.state / "status.tmp", restored.state / "status")
-        upload_failed = ending.exit_status(copier.wait()) != 0
+        # A copier that could not start uploaded nothing: as failed as one that gave up.
+        upload_failed = copier is None or ending.exit_status(copier.wait()) != 0
         shutil.rmtree(restored.state, ignore_errors=True)
         if upload_failed:
             say(f"final checkpoint upload to {restored.uri} FAILED; results of this attempt are only on this node")
@@ -137,53 +135,51 @@ def _train(node: NodeState, line: list[str], restored: Restored | None) -> Endin
     return ending.after_training(outcome)
 
 
-def run(node: NodeState) -> int:
+def run(node: NodeState) -> Ending:
     prepared = _before_training(node)
     if isinstance(prepared, Ending):
-        return _finish(node, prepared)
+        return _say(prepared)
     line, restored = prepared
     # From here on, a child's failure is judged after its trainer exits.
     node.training_started = True
     if node.settings.batch is None and restored is None:
-        return become_trainer(line)
-    return _finish(node, _train(node, line, restored))
+        return Ending(become_trainer(line))
+    return _say(_train(node, line, restored))
 
 
-def main(args: Sequence[str]) -> int:
-    signals = StopSignals()
-    # A stop before training starts is remembered: the node would otherwise start training only to
-    # be SIGKILLed later.
-    signals.install()
+def main(args: Sequence[str], *, signals: StopSignals, started: float) -> int:
+    """The node's life; its end in this order: the helpers stop (as the container's end would stop
+    them), a child that ends before training tells the main node why, and the take-out marker comes
+    last, so that the host takes the node out only once this container's exit is on its way to Batch."""
     node: NodeState | None = None
-    code = 1
+    result = Ending(1)
     try:
         settings = read_settings(args, os.environ, accelerators=count_accelerators, own_address=own_address)
-        node = NodeState(settings=settings, signals=signals)
-        code = run(node)
+        node = NodeState(settings=settings, signals=signals, started=started)
+        result = run(node)
     except BadInput as error:
-        say(str(error))
-        code = ending.BAD_INPUT_EXIT
-        if node is not None:
-            node.last_error = str(error)
+        result = _failed(node, str(error), ending.BAD_INPUT_EXIT)
     except EndNode as end:
-        code = end.code
+        result = Ending(end.code)
     except OSError as error:
-        say(f"{error}")
-        code = 1
-        if node is not None:
-            node.last_error = str(error)
+        result = _failed(node, str(error), 1)
     finally:
         if node is not None:
             node.stop_helpers()
             if ending.child_tells_main(
-                status=code,
+                status=result.code,
                 is_child=not node.settings.is_main,
                 training_started=node.training_started,
                 told=node.told_main,
             ):
-                node.tell_main(code, node.last_error or f"launcher exited {code} before the rendezvous")
-    return code
+                node.tell_main(result.code, node.last_error or f"launcher exited {result.code} before the rendezvous")
+            if result.mark:
+                node.mark(result.mark)
+    return result.code
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def _failed(node: NodeState | None, message: str, code: int) -> Ending:
+    say(message)
+    if node is not None:
+        node.last_error = message
+    return Ending(code)

@@ -16,7 +16,6 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -29,7 +28,6 @@ class StopSignals:
         self.fault_reported = False
         self._trainer_pid: int | None = None
         self._stopping_file: Path | None = None
-        self._on_report: Callable[[], None] | None = None
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._stop)
@@ -42,10 +40,6 @@ class StopSignals:
         self._stopping_file = stopping_file
         if self.stop_requested or self.fault_reported:
             self.stop_trainer()
-
-    def on_report(self, callback: Callable[[], None] | None) -> None:
-        """Called (in the handler) when a report arrives: the preflight uses it to stop its checks."""
-        self._on_report = callback
 
     def stop_trainer(self) -> None:
         """SIGTERM to torchrun, which passes it to its workers; the copier's cue to start its last upload."""
@@ -60,8 +54,6 @@ class StopSignals:
 
     def _report(self, signum: int, frame: FrameType | None) -> None:
         self.fault_reported = True
-        if self._on_report is not None:
-            self._on_report()
         self.stop_trainer()
 
 

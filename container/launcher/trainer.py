@@ -6,6 +6,7 @@ the watch is on, so that the relay stamps the time of its last line."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -37,6 +38,10 @@ def announce(node: NodeState, line: Sequence[str]) -> None:
 def become_trainer(line: Sequence[str]) -> int:
     """The launcher's process becomes torchrun: nothing is left to do after it."""
     sys.stderr.flush()
+    # Python ignores these; a shell would hand torchrun their defaults.
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
         os.execvp(line[0], list(line))  # noqa: S606 - the job's own command
     except OSError as error:
@@ -46,16 +51,17 @@ def become_trainer(line: Sequence[str]) -> int:
 
 def _relay(node: NodeState, fd: int, folder: Path) -> subprocess.Popen[bytes]:
     relay = helper(node.settings.python.stdlib, "progress_watch.py", "relay", "--fd", str(fd))
-    return subprocess.Popen([*relay, "--mark", str(folder / OUTPUT_MARK)], stdin=subprocess.PIPE)
+    process = subprocess.Popen([*relay, "--mark", str(folder / OUTPUT_MARK)], stdin=subprocess.PIPE)
+    node.relays.append(process)
+    return process
 
 
 def start_trainer(node: NodeState, line: Sequence[str], progress: Path | None) -> subprocess.Popen[bytes]:
     if progress is None:
-        return subprocess.Popen(list(line))
+        return subprocess.Popen(list(line), stdin=subprocess.DEVNULL)
     relays = (_relay(node, 1, progress), _relay(node, 2, progress))
-    node.relays.extend(relays)
     try:
-        return subprocess.Popen(list(line), stdout=relays[0].stdin, stderr=relays[1].stdin)
+        return subprocess.Popen(list(line), stdin=subprocess.DEVNULL, stdout=relays[0].stdin, stderr=relays[1].stdin)
     finally:
         # The relays end when the trainer and everything it started close the pipes.
         for relay in relays:
