@@ -311,9 +311,13 @@ def test_ctrl_c_leaves_nothing_running(tmp_path):
         "Outputs": {key: {"Value": {"Ref": "Job"}} for key in (
             "GpuTrainingJobDefinition", "GpuBenchmarkJobDefinition", "GpuJobQueue", "GpuLogGroup")}}  # fmt: skip
     (app_dir / "TrainingJobs.template.json").write_text(json.dumps(template))
+    # SIGINT as a terminal's foreground process has it: a suite started from a background job of a
+    # non-interactive shell (CI, `make test &`) inherits it ignored, and Python then installs no
+    # KeyboardInterrupt handler, so the Ctrl-C below would never arrive (the rehearsal went on sleeping).
     cli = subprocess.Popen(
         [sys.executable, "-m", "trainctl", "rehearse", str(task_file), "--app", str(app_dir)],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     deadline = time.monotonic() + 100
     while not (records / "node-1-attempt-1.env").exists() and time.monotonic() < deadline and cli.poll() is None:
