@@ -30,7 +30,7 @@ class EndNode(Exception):
 class NodeState:
     settings: Settings
     signals: StopSignals
-    started: float = field(default_factory=time.time)
+    started: float  # the launcher's start (__main__, before any import)
     faults: Path | None = None  # the main node's report files (node_fault.py listen writes them)
     listener: subprocess.Popen[bytes] | None = None
     watcher: subprocess.Popen[bytes] | None = None

@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from ending import Ending, exit_status, for_report, preflight_failed
+from ending import Ending, exit_status, for_report
 from node_state import NodeState
 from node_tools import HERE
 
@@ -73,10 +73,6 @@ def run_preflight(node: NodeState) -> PreflightResult | Ending:
         line[len("socket_interface=") :] for line in output_text.splitlines() if line.startswith("socket_interface=")
     ]
     return PreflightResult(exit_status(status), lines[-1] if lines else "", interfaces[-1] if interfaces else "")
-
-
-def failed(result: PreflightResult) -> bool:
-    return preflight_failed(result.status)
 
 
 def export_socket_interface(node: NodeState, interface: str) -> None:

@@ -20,7 +20,7 @@ from job_code import fetch_job_code
 from node_settings import UINT, BadInput, read_settings
 from node_state import EndNode, NodeState
 from node_tools import count_accelerators, own_address, say
-from preflight_phase import PreflightResult, export_socket_interface, failed, run_preflight
+from preflight_phase import PreflightResult, export_socket_interface, run_preflight
 from restore_phase import Restored, restore
 from stop_signals import StopSignals, mark_stopping
 from trainer import announce, become_trainer, command, start_trainer
@@ -45,7 +45,7 @@ def _before_training(node: NodeState) -> tuple[list[str], Restored | None] | End
         return checked
     preflight_seconds = time.time() - preflight_start
     export_socket_interface(node, checked.socket_interface)
-    if failed(checked):
+    if ending.preflight_failed(checked.status):
         return _preflight_failed(node, checked)
     if checked.status != 0:
         raise BadInput(f"preflight.py could not check this node (exit {checked.status}, see above)")
