@@ -270,6 +270,10 @@ def test_a_childs_hardware_fault_during_training_ends_the_main_node_with_75(tmp_
     assert not (tmp_path / "main" / "take-out").exists()
 
 
+def ending(node: int, code: int, line: str) -> dict[str, object]:
+    return {"node": node, "code": code, "line": line, "rank": None, "when": "", "error": ""}
+
+
 def test_the_listener_takes_only_its_own_jobs_report(tmp_path):
     import threading
 
@@ -279,11 +283,41 @@ def test_the_listener_takes_only_its_own_jobs_report(tmp_path):
     listener = threading.Thread(target=node_fault.listen, args=(port, launcher.pid, out, "job-a", 0.1))
     listener.start()
     try:
-        assert node_fault.report("127.0.0.1", port, 75, "job-b", "node 1 (h): from another job", within=10)
-        assert node_fault.report("127.0.0.1", port, 75, "job-a", "node 1 (h): expected 4 GPUs, found 3", within=10)
+        assert node_fault.report("127.0.0.1", port, "job-b", ending(1, 75, "node 1 (h): from another job"), 10)
+        assert node_fault.report("127.0.0.1", port, "job-a", ending(1, 75, "node 1 (h): expected 4 GPUs, found 3"), 10)
         listener.join(timeout=10)
         assert out.read_text() == "75 node 1 (h): expected 4 GPUs, found 3\n"
         assert launcher.wait(timeout=10) == -10  # SIGUSR1
+    finally:
+        launcher.kill()
+
+
+def test_the_listener_keeps_each_childs_word_and_stops_training_only_for_a_failure(tmp_path):
+    import json
+    import threading
+
+    port = free_port()
+    launcher = subprocess.Popen(["sleep", "30"])
+    out, children = tmp_path / "report", tmp_path / "children"
+    args = (port, launcher.pid, out, "job-a", 0.1, None, children)
+    listener = threading.Thread(target=node_fault.listen, args=args)
+    listener.start()
+    try:
+        assert node_fault.send("127.0.0.1", port, "alive job-a 2", within=10)
+        assert node_fault.send("127.0.0.1", port, "alive job-b 3", within=10)
+        assert node_fault.report("127.0.0.1", port, "job-a", ending(2, 0, "node 2 (h): its trainer succeeded"), 10)
+        deadline = time.monotonic() + 10
+        while not (children / "node-2").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (children / "node-2.alive").exists() and not (children / "node-3.alive").exists()
+        assert json.loads((children / "node-2").read_text())["code"] == 0
+        assert not out.exists() and launcher.poll() is None  # a child's success stops nothing
+        failing = {**ending(1, 1, "node 1 (h): rank 3 failed: ValueError: bad (exit 1)"), "rank": 3}
+        assert node_fault.report("127.0.0.1", port, "job-a", failing, 10)
+        listener.join(timeout=10)
+        assert out.read_text() == "1 node 1 (h): rank 3 failed: ValueError: bad (exit 1)\n"
+        assert json.loads((children / "node-1").read_text())["rank"] == 3
+        assert launcher.wait(timeout=10) == -10
     finally:
         launcher.kill()
 

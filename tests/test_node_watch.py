@@ -31,6 +31,8 @@ from tests.batch_stub import (
 from tests.harness import ROOT
 
 WATCHER = ROOT / "container" / "launcher" / "node_watch.py"
+# A FAILED child that told the main node nothing: a node fault (retried), said as such.
+SILENT = "it died without telling the main node (killed, never started or its host lost)"
 sys.path.insert(0, str(ROOT / "container" / "launcher"))
 import node_watch  # noqa: E402
 
@@ -94,7 +96,7 @@ def test_a_child_killed_with_exit_137_ends_the_main_node_with_75_naming_it(batch
         seconds = time.time() - run.started
     finally:
         err = run.stop()
-    assert report == f"75 node 2: Batch says FAILED: {ESSENTIAL}, exit code 137\n", err
+    assert report == f"75 node 2: Batch says FAILED: {ESSENTIAL}, exit code 137; {SILENT}\n", err
     assert run.watcher.returncode == 0
     # The main node's own node job (for its start time) and the children; every call signed for the region.
     assert {tuple(ids) for ids, _ in stub.calls} == {(f"{JOB}#0", f"{JOB}#1", f"{JOB}#2")}
@@ -114,7 +116,7 @@ def test_a_child_whose_image_never_pulled_ends_the_main_node_with_75(batch, tmp_
         report = run.wait_report(within=20)
     finally:
         run.stop()
-    assert report == f"75 node 1: Batch says FAILED: Task failed to start; {PULL}\n"
+    assert report == f"75 node 1: Batch says FAILED: Task failed to start; {PULL}; {SILENT}\n"
 
 
 def test_a_lost_host_is_named_before_the_peers_that_crashed_with_exit_1_after_it(batch, tmp_path):
@@ -127,7 +129,7 @@ def test_a_lost_host_is_named_before_the_peers_that_crashed_with_exit_1_after_it
         report = run.wait_report(within=20)
     finally:
         run.stop()
-    assert report == f"75 node 2: Batch says FAILED: {HOST_LOST}\n"
+    assert report == f"75 node 2: Batch says FAILED: {HOST_LOST}; {SILENT}\n"
 
 
 def test_running_children_change_nothing(batch, tmp_path):

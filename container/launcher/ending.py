@@ -4,10 +4,13 @@ their table. Batch decides a multi-node job by the main node's exit code alone (
 "Multi-node parallel jobs"), and the job definitions retry only exit 75 (training_constructs/jobs).
 
   0    the trainer succeeded (and, with checkpoints, its last upload did too)
-  1..  the trainer's own status: the application's, not retried (1 also when only the last upload failed)
+  1..  the trainer's own status: the application's, not retried (1 also when only the last upload failed);
+       also when every node that failed said it was an application error (the first one's status), or
+       ECS killed a child for memory (137)
   2    bad input: a value the launcher cannot run with, or a child's; not retried
   75   a node fault or a lost node: a failed device preflight, a trainer that died on a hardware fault,
-       a child that reported one or that Batch shows FAILED, a first hang; retried on fresh nodes
+       a child that reported one, a child that died without a word (Batch shows it FAILED, or it fell
+       silent while Batch still shows it running), a first hang; retried on fresh nodes
   78   a fault every node of the fleet shares (the AMI, the image); not retried
   124  a hang seen again after its retry; not retried
   143  stopped (SIGTERM) before training started
@@ -15,7 +18,10 @@ their table. Batch decides a multi-node job by the main node's exit code alone (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from failure_text import Failure
 
 BAD_INPUT_EXIT = 2
 # A failed preflight (preflight.py PREFLIGHT_EXIT): the one exit code the job definitions retry.
@@ -30,6 +36,13 @@ COMMAND_NOT_FOUND_EXIT = 127  # the trainer's command cannot be run: the applica
 PREFLIGHT_VERDICTS = (NODE_FAULT_EXIT, IMAGE_EXIT, BAD_INPUT_EXIT)
 # A child's code that is the job's too: no retry mends bad input, a shared fault or a repeated hang.
 FINAL_CODES = (BAD_INPUT_EXIT, IMAGE_EXIT, HANG_EXIT)
+# A child's word that decides at once: the job's final code, or a node fault (retried).
+DECISIVE_CODES = (*FINAL_CODES, NODE_FAULT_EXIT)
+# After a trainer failed, how long the main node waits for every child's word (NODE_VERDICT_SECONDS), and
+# how long a child that Batch does not show ended may stay silent before it counts as lost. A child says
+# "alive" every node_fault.ALIVE_SECONDS (5): three missed in a row is no network hiccup.
+VERDICT_SECONDS = 180
+LOST_SECONDS = 20.0
 
 
 @dataclass(frozen=True)
@@ -57,13 +70,25 @@ class Ending:
 
 
 def for_report(report: Report) -> Ending:
-    """The main node ends for a child's report: the child's code when no retry mends it, else 75."""
+    """The main node ends for a report: the job's code when no retry mends it, 75 for a node fault, and an
+    application's own status (a child killed for memory, an application error) kept, not retried."""
     if report.code in FINAL_CODES:
         return Ending(report.code, f"{report.line}; ending this job with exit {report.code} (not retried)")
-    return Ending(
-        NODE_FAULT_EXIT,
-        f"{report.line}; ending this job with exit {NODE_FAULT_EXIT} so that Batch retries it on other nodes",
-    )
+    if report.code == NODE_FAULT_EXIT:
+        return Ending(
+            NODE_FAULT_EXIT,
+            f"{report.line}; ending this job with exit {NODE_FAULT_EXIT} so that Batch retries it on other nodes",
+        )
+    said = f"ending this job with exit {report.code} (the application's, not retried)"
+    return Ending(report.code, f"{report.line}; {said}")
+
+
+def child_code(status: int, *, training_started: bool) -> int:
+    """The code a child sends for its own ending: before training, anything but the job's final codes is a
+    node's trouble (75); after, its trainer's status is the application's (a hardware fault is sent as 75)."""
+    if training_started or status in FINAL_CODES or status == 0:
+        return status
+    return NODE_FAULT_EXIT
 
 
 def preflight_failed(status: int) -> bool:
@@ -113,6 +138,90 @@ def after_training(outcome: Outcome) -> Ending:
         # A stop keeps its status (the job ends anyway); the host still takes the node out.
         return Ending(status, mark=f"stopped, hardware fault: {outcome.stopped_fault}")
     return Ending(status)
+
+
+@dataclass(frozen=True)
+class NodeEnd:
+    """How a node's trainer ended, in its own words (a child sends it to the main node: node_fault.py)."""
+
+    node: int
+    code: int  # 0 succeeded, 75 node fault, 78 shared, 2 bad input, else the trainer's status
+    line: str
+    failure: Failure = field(default_factory=Failure)
+
+    @classmethod
+    def parse(cls, fields: dict[str, object]) -> NodeEnd:
+        rank = fields.get("rank")
+        failure = Failure(
+            rank=rank if isinstance(rank, int) else None, when=str(fields.get("when") or ""),
+            error=str(fields.get("error") or ""),
+        )  # fmt: skip
+        return cls(int(str(fields["node"])), int(str(fields["code"])), str(fields.get("line", "")), failure)
+
+
+@dataclass(frozen=True)
+class ChildView:
+    """What the main node knows of one child while it waits for every child's word."""
+
+    node: int
+    ended: NodeEnd | None = None  # its own word (the listener's CHILDREN/node-<n>)
+    batch: str = ""  # SUCCEEDED or FAILED once the node watch saw it end; "" otherwise
+    silent_for: float | None = None  # seconds since its last "alive"; None: never heard from
+
+    def lost(self, waited: float) -> bool:
+        """No word, not ended in Batch, and silent for LOST_SECONDS (counted from the wait's start for a
+        child never heard from): its host is gone or its container was killed."""
+        if self.ended is not None or self.batch:
+            return False
+        silent = waited if self.silent_for is None else self.silent_for
+        return silent >= LOST_SECONDS
+
+
+def _first_failure(ends: Sequence[NodeEnd]) -> NodeEnd:
+    """The failure to name: one whose error is its own rather than a lost peer's echo, then the earliest by
+    torchrun's clock (unknown last), then the lowest node."""
+    return min(ends, key=lambda e: (e.failure.echo, e.failure.when or "~", e.node))
+
+
+def after_failure(
+    *, first: Report | None, own: NodeEnd | None, children: Sequence[ChildView], waited: float,
+    bound: float = VERDICT_SECONDS,
+) -> Ending | None:  # fmt: skip
+    """The main node's ending once training failed somewhere (its own trainer, `own`, or a child's word,
+    `first`: the report file's line). None: wait on (the caller asks again). A decisive report or a lost
+    child ends it at once; application errors wait until every child has spoken or ended in Batch, or
+    until `bound`, and then keep the first failure's own status: an application's bug is not retried."""
+    if first is not None and first.code in DECISIVE_CODES:
+        return for_report(first)
+    lost = [c.node for c in children if c.lost(waited)]
+    if lost:
+        nodes = ", ".join(map(str, lost))
+        return Ending(
+            NODE_FAULT_EXIT,
+            f"node {nodes}: no word for {LOST_SECONDS:.0f} s and Batch does not show it ended: lost (its host "
+            f"or container gone); ending this job with exit {NODE_FAULT_EXIT} so that Batch retries it on other nodes",
+        )
+    pending = [c.node for c in children if c.ended is None and not c.batch]
+    if pending and waited < bound:
+        return None
+    failed = [c.ended for c in children if c.ended is not None and c.ended.code != 0]
+    failed += [own] if own is not None else []
+    if first is not None and all(first.line != f.line for f in failed):
+        # Batch's word for a child that said nothing (killed for memory): a failure of its own.
+        node = first.line.split(" ", 2)[1] if first.line.startswith("node ") else ""
+        failed.append(NodeEnd(int(node) if node.isdigit() else 1 << 20, first.code, first.line))
+    if not failed:
+        if first is not None:
+            return for_report(first)
+        return Ending(1, "training failed and no node said why; ending this job with exit 1 (not retried)")
+    cause = _first_failure(failed)
+    summary = f"{len(failed)} of {len(children) + 1} nodes failed with an application error, none with a node fault"
+    if pending:
+        summary += f"; no word from node {', '.join(map(str, pending))} after {bound:.0f} s"
+    return Ending(
+        cause.code,
+        f"{cause.line}; {summary}; ending this job with exit {cause.code} (the application's error, not retried)",
+    )
 
 
 def child_tells_main(*, status: int, is_child: bool, training_started: bool, told: bool) -> bool:

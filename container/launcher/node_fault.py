@@ -1,22 +1,29 @@
 """Node faults for distributed_run.sh: the children tell the main node, and a faulty node asks its host
 to take it out of the fleet.
 
-    node_fault.py listen --port P --pid PID --out FILE   # main node: wait for a child's report
-    node_fault.py report --address A --port P --code C --line TEXT
+    node_fault.py listen --port P --pid PID --out FILE --children DIR   # main node: the children's words
+    node_fault.py beat --address A --port P --job J --node N --pid PID  # child: "alive" while PID runs
+    node_fault.py report --address A --port P --job J --node N --code C --line TEXT [--rank R ...]
     node_fault.py judge --since EPOCH [--xid-only]      # after a failed or stopped trainer: a hardware fault?
     node_fault.py mark --line TEXT                      # ask the host to take this node out
 
 Batch decides a multi-node job by its main node alone: a child that fails ends only itself (Batch user
-guide, "Multi-node parallel jobs"). So a child that fails before its rendezvous, or whose trainer dies
-on a hardware fault, connects to the main node's address on a side port (MASTER_PORT + 1 unless
-NODE_REPORT_PORT is set; Batch gives a multi-node job's task ENIs the compute environment's security
-groups, or the VPC's default group when it names none, as these fleets do: that group admits all traffic
-from its own members, so the port is open to the job's nodes and nothing outside the group) and sends
-one line, "<exit code> <job id> <text>". The main node's listener
-ignores other jobs' lines, writes the line to FILE and sends the launcher SIGUSR1; the launcher stops
-torchrun and exits 75 (78 when the child's fault is one the whole fleet shares) with the child's line.
-A progress watch's hang report ("hang <job> <json>", progress_watch.py) is only recorded (listen
---hangs): the main node's watch decides.
+guide, "Multi-node parallel jobs"). So every child talks to the main node's listener on a side port
+(MASTER_PORT + 1 unless NODE_REPORT_PORT is set; Batch gives a multi-node job's task ENIs the compute
+environment's security groups, or the VPC's default group when it names none, as these fleets do: that
+group admits all traffic from its own members, so the port is open to the job's nodes and nothing
+outside the group). One line per connection:
+
+  alive <job> <node>          every ALIVE_SECONDS from the child's start (`beat`): it is there
+  end <job> <json>            the child's ending: {"node", "code", "line", "rank", "when", "error"};
+                              code 0 when its trainer succeeded, 75 a node fault, 78 a fault the fleet
+                              shares, 2 bad input, else its trainer's own status (an application error)
+  hang <job> <json>           a progress watch's hang report (progress_watch.py): only recorded
+
+The listener ignores other jobs' lines and keeps each child's latest word in CHILDREN/node-<n> (the
+ending, JSON) and CHILDREN/node-<n>.alive (its mtime: the last keepalive). A failing ending is also
+written to the launcher's report file FILE and the launcher gets SIGUSR1: it stops training and judges
+the ending from every child's word (ending.py after_failure).
 
 Hardware fault: the trainer exited non-zero while this node shows one of
   - an NVIDIA Xid that needs a GPU reset or a new node, written by the host's node collector
@@ -58,23 +65,31 @@ NODES_TAKEN_OUT = "NodesTakenOut"
 FLEET_ENV = "TRAINING_FLEET"
 MAX_LINE = 300
 REPORT_BYTES = 4096
-# The first word of a progress watch's report (progress_watch.py): recorded, not an exit.
-HANG_REPORT = "hang"
+# The first word of each kind of line a child sends.
+HANG_REPORT = "hang"  # a progress watch's report (progress_watch.py): recorded, not an exit
+ALIVE = "alive"
+END = "end"
+# How often a child says it is there; the main node counts a child silent for ending.LOST_SECONDS as lost.
+ALIVE_SECONDS = 5.0
 
 
 def state_dir(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("NODE_STATE_DIR") or NODE_STATE_DIR)
 
 
-def listen(port: int, pid: int, out: Path, job: str, poll: float = 1.0, hangs: Path | None = None) -> int:
-    """Wait for one child's report on job `job` while the launcher (`pid`) runs; write it to `out` and
-    send the launcher SIGUSR1, on which it stops training. Reports on other jobs are ignored. A child's
-    hang report ("hang <job> <json>", progress_watch.py) is appended to `hangs` and the wait goes on: the
-    main node's progress watch decides."""
+def listen(
+    port: int, pid: int, out: Path, job: str, poll: float = 1.0, hangs: Path | None = None,
+    children: Path | None = None,
+) -> int:  # fmt: skip
+    """Take the children's lines on job `job` while the launcher (`pid`) runs: keepalives and endings
+    into `children`, hang reports appended to `hangs`; a failing ending also into `out`, with SIGUSR1 to
+    the launcher, on which it stops training. Lines on other jobs are ignored."""
+    if children is not None:
+        children.mkdir(parents=True, exist_ok=True)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("0.0.0.0", port))  # noqa: S104 - the children reach the main node on its task ENI
-        server.listen(16)
+        server.listen(64)
         while alive(pid):
             ready, _, _ = select.select([server], [], [], poll)
             if not ready:
@@ -86,17 +101,33 @@ def listen(port: int, pid: int, out: Path, job: str, poll: float = 1.0, hangs: P
                     text = connection.recv(REPORT_BYTES).decode(errors="replace").strip()
                 except OSError:
                     continue
-            code, _, rest = text.partition(" ")
-            reported_job, _, line = rest.partition(" ")
-            if code == HANG_REPORT and reported_job == job and line and hangs is not None:
-                with hangs.open("a") as record:
-                    record.write(line + "\n")
-                continue
-            if not code.isdigit() or reported_job != job or not line:
-                continue
-            deliver(out, pid, int(code), line)
-            return 0
+            take(text, job=job, out=out, pid=pid, hangs=hangs, children=children)
     return 0
+
+
+def take(text: str, *, job: str, out: Path, pid: int, hangs: Path | None, children: Path | None) -> None:
+    """One line from a child (see the module's docstring)."""
+    kind, _, rest = text.partition(" ")
+    reported_job, _, payload = rest.partition(" ")
+    if reported_job != job or not payload:
+        return
+    if kind == HANG_REPORT and hangs is not None:
+        with hangs.open("a") as record:
+            record.write(payload + "\n")
+    elif kind == ALIVE and children is not None and payload.isdigit():
+        (children / f"node-{int(payload)}.alive").touch()
+    elif kind == END:
+        try:
+            ending = json.loads(payload)
+            node, code, line = int(ending["node"]), int(ending["code"]), str(ending["line"])
+        except (ValueError, TypeError, KeyError):
+            return
+        if children is not None:
+            tmp = children / f".node-{node}.tmp"
+            tmp.write_text(json.dumps(ending) + "\n")
+            tmp.replace(children / f"node-{node}")
+        if code != 0:
+            deliver(out, pid, code, line)
 
 
 def deliver(out: Path, pid: int, code: int, line: str) -> bool:
@@ -116,9 +147,20 @@ def deliver(out: Path, pid: int, code: int, line: str) -> bool:
     return True
 
 
-def report(address: str, port: int, code: int, job: str, line: str, within: float) -> bool:
-    """Send "<code> <job> <line>" to the main node, retrying the connection for `within` seconds."""
-    return send(address, port, f"{code} {job} {line[:MAX_LINE]}", within)
+def report(address: str, port: int, job: str, ending: Mapping[str, Any], within: float) -> bool:
+    """Send a child's ending ("end <job> <json>") to the main node, retrying for `within` seconds."""
+    fields = {**ending, "line": str(ending.get("line", ""))[:MAX_LINE]}
+    return send(address, port, f"{END} {job} {json.dumps(fields, separators=(',', ':'))}", within)
+
+
+def beat(address: str, port: int, job: str, node: int, pid: int, every: float = ALIVE_SECONDS) -> int:
+    """Say "alive" to the main node every `every` seconds while the launcher `pid` runs."""
+    while alive(pid):
+        send(address, port, f"{ALIVE} {job} {node}", within=0)
+        deadline = time.monotonic() + every
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    return 0
 
 
 def send(address: str, port: int, text: str, within: float) -> bool:
@@ -224,12 +266,24 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--job", required=True)
     p.add_argument("--hangs", type=Path, help="where children's hang reports are appended")
+    p.add_argument("--children", type=Path, help="where each child's latest word is kept")
+    p = commands.add_parser("beat")
+    p.add_argument("--address", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--job", required=True)
+    p.add_argument("--node", type=int, required=True)
+    p.add_argument("--pid", type=int, required=True)
+    p.add_argument("--every", type=float, default=ALIVE_SECONDS)
     p = commands.add_parser("report")
     p.add_argument("--address", required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--code", type=int, required=True)
     p.add_argument("--job", required=True)
+    p.add_argument("--node", type=int, required=True)
     p.add_argument("--line", required=True)
+    p.add_argument("--rank", type=int)
+    p.add_argument("--when", default="")
+    p.add_argument("--error", default="")
     p.add_argument("--within", type=float, default=30.0)
     p = commands.add_parser("judge")
     p.add_argument("--since", type=float, required=True)
@@ -239,9 +293,13 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     p.add_argument("--line", required=True)
     args = parser.parse_args(argv)
     if args.command == "listen":
-        return listen(args.port, args.pid, args.out, args.job, hangs=args.hangs)
+        return listen(args.port, args.pid, args.out, args.job, hangs=args.hangs, children=args.children)
+    if args.command == "beat":
+        return beat(args.address, args.port, args.job, args.node, args.pid, args.every)
     if args.command == "report":
-        if not report(args.address, args.port, args.code, args.job, args.line, args.within):
+        ending = {"node": args.node, "code": args.code, "line": args.line, "rank": args.rank}
+        ending |= {"when": args.when, "error": args.error}
+        if not report(args.address, args.port, args.job, ending, args.within):
             print(f"node_fault.py: could not tell the main node {args.address}:{args.port}", file=sys.stderr)
         return 0
     if args.command == "judge":

@@ -4,18 +4,23 @@ the listener, the node watch and the hang watch leave their reports, and the hel
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ending import Report
+from ending import ChildView, NodeEnd, Report
+from failure_text import Failure
 from node_settings import Settings
-from node_tools import hostname, run_helper, say
+from node_tools import helper, hostname, run_helper, say
 from stop_signals import StopSignals
 
 RELAY_DRAIN_SECONDS = 5.0
+# After the trainer exits, how long its output relays get to write the stream's last bytes.
+RELAY_TAIL_SECONDS = 2.0
 
 
 class EndNode(Exception):
@@ -57,30 +62,62 @@ class NodeState:
     def node_line(self, text: str) -> str:
         return f"node {self.settings.index} ({hostname()}): {text}"
 
-    def tell_main(self, code: int, text: str) -> None:
-        """A child tells the main node, once, why it fails (retrying for NODE_REPORT_SECONDS)."""
+    def folder(self) -> Path:
+        """This launcher's scratch folder: the report files on the main node, the trainer's output tails."""
+        if self.faults is None:
+            self.faults = Path(tempfile.mkdtemp())
+        return self.faults
+
+    def tell_main(self, code: int, text: str, failure: Failure | None = None, *, wait: bool = True) -> None:
+        """A child tells the main node, once, how it ended (retrying for NODE_REPORT_SECONDS); without
+        `wait`, in the background (a success: the node need not wait for a main node that may be gone)."""
         batch = self.settings.batch
         self.told_main = True
         if batch is None or batch.report_to is None:
             return
-        run_helper(
-            self.settings.python.stdlib,
-            "node_fault.py",
-            "report",
-            "--address",
-            batch.report_to,
-            "--port",
-            str(batch.report_port),
-            "--code",
-            str(code),
-            "--job",
-            self.settings.job_id,
-            "--within",
-            str(batch.report_seconds),
-            "--line",
-            self.node_line(text),
-            to_stderr=True,
-        )
+        said = failure or Failure()
+        args = ["--address", batch.report_to, "--port", str(batch.report_port), "--job", self.settings.job_id]
+        args += ["--node", str(batch.index), "--code", str(code), "--line", self.node_line(text)]
+        args += ["--when", said.when, "--error", said.error]
+        args += ["--rank", str(said.rank)] if said.rank is not None else []
+        if wait:
+            args += ["--within", str(batch.report_seconds)]
+            run_helper(self.settings.python.stdlib, "node_fault.py", "report", *args, to_stderr=True)
+        else:
+            self.spawn(helper(self.settings.python.stdlib, "node_fault.py", "report", *args, "--within", "5"))
+
+    def trainer_tail(self) -> list[str]:
+        """The last lines the trainer wrote (stdout's, then stderr's), once its relays have written them."""
+        deadline = time.monotonic() + RELAY_TAIL_SECONDS
+        for relay in self.relays:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                relay.wait(max(0.0, deadline - time.monotonic()))
+        lines: list[str] = []
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                lines += (self.folder() / f"tail-{fd}").read_text(errors="replace").splitlines()
+        return lines
+
+    def children_views(self) -> list[ChildView]:
+        """What the listener and the node watch have of each child (node_fault.py, node_watch.py)."""
+        batch = self.settings.batch
+        if batch is None or self.faults is None:
+            return []
+        folder = self.faults / "children"
+        now = time.time()
+        views = []
+        for node in (n for n in range(batch.nodes) if n != batch.main):
+            ended: NodeEnd | None = None
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                ended = NodeEnd.parse(json.loads((folder / f"node-{node}").read_text()))
+            status = ""
+            with contextlib.suppress(OSError):
+                status = (folder / f"node-{node}.batch").read_text().strip()
+            silent: float | None = None
+            with contextlib.suppress(OSError):
+                silent = max(0.0, now - (folder / f"node-{node}.alive").stat().st_mtime)
+            views.append(ChildView(node, ended, status, silent))
+        return views
 
     def mark(self, line: str) -> None:
         """The take-out marker: the host stops taking tasks and powers off once it exists."""

@@ -4,14 +4,18 @@ the images, so that the rehearsal's stand-ins (hostname, nvidia-smi, neuron-ls) 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from checkpoint_commit import process_tree
 from node_settings import NAME, BadInput
 
 HERE = Path(__file__).resolve().parent
@@ -72,3 +76,14 @@ def run_helper(
     except OSError as error:
         say(f"cannot run {name} with {python}: {error}")
         return subprocess.CompletedProcess(helper(python, name, *args), 127, "", "")
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL `root` and every process below it (torchrun's workers live in sessions of their own)."""
+    for _ in range(5):
+        pids = process_tree(root)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)

@@ -6,18 +6,22 @@ Batch decides a multi-node job by its main node alone, and "if a child node dies
 any action on the other nodes" (Batch user guide, "Multi-node parallel jobs"). A child that reports its
 own fault reaches the main node's listener (node_fault.py); one that cannot (its container SIGKILLed or
 killed for memory, its image never pulled, its host lost) would leave the main node waiting for the
-rendezvous (RDZV_JOIN_TIMEOUT) or, once its own trainer crashed, exiting 1, which is not retried. So the
+rendezvous (RDZV_JOIN_TIMEOUT) or, once its own trainer crashed, unsure whether a child was lost. So the
 main node's launcher starts this beside the listener: every `period` seconds (NODE_WATCH_SECONDS,
 default 15) it calls DescribeJobs on the node jobs `<job id>#<n>` (up to 100 ids a call, Batch API
 DescribeJobs) and reads only jobId, status, statusReason, startedAt, stoppedAt, container.exitCode and
-container.reason. A FAILED child, whatever the cause, is written to the launcher's report file FILE as
-"<code> node <n>: Batch says FAILED: <what Batch says>" and the launcher gets SIGUSR1: it stops training
-and exits 75 (retried) naming the node. The code is 75, or the child's own exit code where that is the
-launcher's verdict for the whole job: 2 (bad input) or 78 (a fault the fleet shares), which no retry
-mends. An exit code of 1 is 75 as well: seen from the main node, a child's application error cannot be
-told from the crash that a lost peer causes in every other rank (NCCL reports the broken connection
-first), and `jobAttempts` bounds the cost of retrying a real one. Of several failed children, the one
-that did not exit 1 is named (the cause, not its echo), then the earliest to stop.
+container.reason. Each child of this attempt that Batch shows ended is written to CHILDREN/node-<n>.batch
+(its status), which the launcher counts as an answer when it waits for every child's word. A FAILED
+child that told the main node nothing (no CHILDREN/node-<n> from the listener: it was killed, never
+started, or its host was lost) is written to the launcher's report file FILE as
+"<code> node <n>: Batch says FAILED: <what Batch says>; ..." and the launcher gets SIGUSR1: it stops
+training and ends the attempt. The code is 75 (retried on fresh nodes); the child's own exit code where
+that is the launcher's verdict for the whole job, 2 (bad input) or 78 (a fault the fleet shares); and the
+child's exit code (137) when ECS says its container was killed for memory (container.reason
+"OutOfMemoryError: ...", ECS developer guide, "Troubleshooting Amazon ECS OutOfMemoryError errors"):
+that is the application's, as the main node's own out-of-memory kill is, and no retry mends it. A child
+that did tell is judged by what it said (ending.py), not here. Of several such children, the one that
+did not exit 1 is named (the cause, not its echo), then the earliest to stop.
 
 A child that SUCCEEDED is noted once and not acted on: Batch counts it a success, and a script whose rank 0
 alone saves and uploads at the end lets the others finish first. A child node job whose startedAt (else
@@ -28,8 +32,8 @@ for that time (Batch's clock for both), and until Batch gives it, this launcher'
 The watcher never ends the job for its own trouble: throttling and transient errors get botocore's
 standard retries, then the next period; AccessDenied, missing credentials or no region print one line and
 end the watching (the job goes on). Once the launcher's own trainer failed (it creates the file --hurry), it
-asks at once and then every FAST_PERIOD seconds, so that a child's FAILED is seen within the launcher's
-report grace (NODE_REPORT_GRACE_SECONDS).
+asks at once and then every FAST_PERIOD seconds, while the launcher waits for every child's word
+(NODE_VERDICT_SECONDS).
 Region: AWS_REGION, else AWS_DEFAULT_REGION (botocore reads only the latter), else the TaskARN in the ECS
 task metadata (on EC2 the ECS agent set neither variable until aws/amazon-ecs-agent#4946, April 2026).
 AWS_ENDPOINT_URL is honoured (boto3's own rule): `trainctl rehearse` answers DescribeJobs locally.
@@ -53,6 +57,13 @@ from node_fault import SHARED_EXIT, deliver
 NAME = "node_watch.py"
 NODE_FAULT_EXIT = 75
 BAD_INPUT_EXIT = 2
+# What ECS puts in a container's reason when the kernel killed it for exceeding its memory (ECS developer
+# guide, "Troubleshooting Amazon ECS OutOfMemoryError errors": "Container killed due to memory usage").
+OUT_OF_MEMORY = "OutOfMemoryError"
+# A child's report is sent before its container exits, so it is in before Batch can show FAILED; one
+# more look after this long covers a report still being written.
+REPORT_RACE_SECONDS = 1.0
+TERMINAL = ("SUCCEEDED", "FAILED")
 DEFAULT_PERIOD = 15.0
 # Once the launcher's trainer failed: how often to ask while the launcher waits out its report grace.
 FAST_PERIOD = 1.0
@@ -125,14 +136,21 @@ def describe(client: Any, ids: list[str]) -> list[NodeJob]:
     return found
 
 
-def verdict(jobs: Iterable[NodeJob], since_ms: int) -> tuple[int, str] | None:
-    """The report for the failed child to name, as (code, line); None while no child of this attempt failed."""
-    failed = [j for j in jobs if j.status == "FAILED" and not j.earlier_attempt(since_ms)]
+def verdict(jobs: Iterable[NodeJob], since_ms: int, told: Iterable[int] = ()) -> tuple[int, str] | None:
+    """The report for the failed child to name, as (code, line); None while no child of this attempt
+    failed without telling the main node (`told`: the children whose ending the listener has)."""
+    spoke = set(told)
+    failed = [j for j in jobs if j.status == "FAILED" and not j.earlier_attempt(since_ms) and j.index not in spoke]
     if not failed:
         return None
     first = min(failed, key=lambda j: (j.exit_code == 1, j.stopped_at or 0, j.index))
-    code = first.exit_code if first.exit_code in (BAD_INPUT_EXIT, SHARED_EXIT) else NODE_FAULT_EXIT
-    return code, f"node {first.index}: Batch says FAILED: {first.describe()}"
+    said = f"node {first.index}: Batch says FAILED: {first.describe()}"
+    if first.reason.startswith(OUT_OF_MEMORY):
+        code = first.exit_code if first.exit_code else 137
+        return code, f"{said}; killed for memory: the application's, not retried"
+    if first.exit_code in (BAD_INPUT_EXIT, SHARED_EXIT):
+        return first.exit_code, said
+    return NODE_FAULT_EXIT, f"{said}; it died without telling the main node (killed, never started or its host lost)"
 
 
 def region(environ: Mapping[str, str]) -> str | None:
@@ -185,9 +203,10 @@ class Watch:
 
     def __init__(
         self, *, client: Any, job: str, nodes: int, main: int, pid: int, out: Path, hurry: Path, since: float,
-        period: float,
+        period: float, children: Path | None = None,
     ) -> None:  # fmt: skip
         self.client, self.pid, self.out, self.hurry = client, pid, out, hurry
+        self.children = children
         self.ids, self.main = node_ids(job, nodes, main), main
         self.launcher_start_ms = int(since * 1000)
         self.period = period
@@ -229,11 +248,28 @@ class Watch:
             if job.status == "SUCCEEDED" and job.index not in self.noted and not job.earlier_attempt(since_ms):
                 self.noted.add(job.index)
                 say(f"node {job.index}: Batch says SUCCEEDED before the main node ended; not acted on")
-        found = verdict(jobs, since_ms)
+        self.record(j for j in jobs if j.status in TERMINAL and not j.earlier_attempt(since_ms))
+        found = verdict(jobs, since_ms, self.told())
+        if found is not None:
+            time.sleep(REPORT_RACE_SECONDS)
+            found = verdict(jobs, since_ms, self.told())
         if found is None:
             return False
         deliver(self.out, self.pid, *found)
         return True
+
+    def told(self) -> set[int]:
+        """The children whose ending the listener has."""
+        if self.children is None:
+            return set()
+        return {int(p.name[5:]) for p in self.children.glob("node-*") if p.name[5:].isdigit()}
+
+    def record(self, ended: Iterable[NodeJob]) -> None:
+        if self.children is None:
+            return
+        self.children.mkdir(parents=True, exist_ok=True)
+        for job in ended:
+            (self.children / f"node-{job.index}.batch").write_text(job.status + "\n")
 
     def wait(self) -> None:
         deadline = time.monotonic() + self.period
@@ -253,6 +289,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     parser.add_argument("--out", type=Path, required=True, help="the launcher's report file")
     parser.add_argument("--hurry", type=Path, required=True, help="created by the launcher when its trainer failed")
     parser.add_argument("--since", type=float, required=True, help="this launcher's start, epoch seconds")
+    parser.add_argument("--children", type=Path, help="the listener's folder of the children's words")
     parser.add_argument("--period", default=str(DEFAULT_PERIOD), help="NODE_WATCH_SECONDS; 0: do not watch")
     args = parser.parse_args(argv)
     try:
@@ -283,6 +320,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
         hurry=args.hurry,
         since=args.since,
         period=period,
+        children=args.children,
     )
     return watch.run()
 

@@ -48,24 +48,47 @@ HUNG, PROGRESSING = "hung", "progressing"
 CHUNK = 65536
 
 
-def relay(fd: int, mark: Path) -> int:
-    """Copy stdin to `fd` as it comes (no line buffering: a progress bar's carriage returns count too) and
-    stamp `mark`'s mtime whenever output arrives."""
+TAIL_BYTES = 16384
+TAIL_EVERY_SECONDS = 2.0
+
+
+def relay(fd: int, mark: Path | None, tail: Path | None = None) -> int:
+    """Copy stdin to `fd` as it comes (no line buffering: a progress bar's carriage returns count too), stamp
+    `mark`'s mtime whenever output arrives, and keep the stream's last TAIL_BYTES in `tail` (written at
+    most every TAIL_EVERY_SECONDS and at the end: the launcher quotes a failed trainer's last error)."""
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     # A stop goes to the launcher, which stops the trainer; the trainer's last words must still pass.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    kept = bytearray()
+    written = 0.0
     while True:
         chunk = os.read(0, CHUNK)
         if not chunk:
+            _write_tail(tail, kept)
             return 0
         view = memoryview(chunk)
         while view:
             view = view[os.write(fd, view) :]
-        try:
-            os.utime(mark)
-        except FileNotFoundError:
-            mark.touch()
+        if mark is not None:
+            try:
+                os.utime(mark)
+            except FileNotFoundError:
+                mark.touch()
+        if tail is not None:
+            kept += chunk
+            del kept[:-TAIL_BYTES]
+            if time.monotonic() - written >= TAIL_EVERY_SECONDS:
+                _write_tail(tail, kept)
+                written = time.monotonic()
+
+
+def _write_tail(tail: Path | None, kept: bytes | bytearray) -> None:
+    if tail is None:
+        return
+    partial = tail.with_name(f".{tail.name}.tmp")
+    partial.write_bytes(kept)
+    partial.replace(tail)
 
 
 def _mtime(path: Path) -> float | None:
@@ -317,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("relay")
     p.add_argument("--fd", type=int, choices=(1, 2), required=True)
-    p.add_argument("--mark", type=Path, required=True)
+    p.add_argument("--mark", type=Path, help="stamped whenever output arrives (the hang watch's progress)")
+    p.add_argument("--tail", type=Path, help="where the stream's last bytes are kept")
     p = commands.add_parser("watch")
     p.add_argument("--pid", type=int, required=True)
     p.add_argument("--launcher", type=int, required=True)
@@ -337,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poll", type=float, default=float(os.environ.get("HANG_POLL_SECONDS") or 5))
     args = parser.parse_args(argv)
     if args.command == "relay":
-        return relay(args.fd, args.mark)
+        return relay(args.fd, args.mark, args.tail)
     watch = Watch(
         args.pid, args.launcher, args.dir, args.hang_seconds, args.node, args.nodes, args.attempt, args.since,
         args.job, args.uri, args.out, args.hangs, args.report_to, args.report_port, args.within, args.poll,

@@ -9,17 +9,20 @@ ending.py lists the exit codes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Sequence
 
 import ending
-from ending import Ending, Outcome
+from ending import Ending, NodeEnd, Outcome
+from failure_text import Failure, read_failure
 from job_code import fetch_job_code
 from node_settings import UINT, BadInput, read_settings
 from node_state import EndNode, NodeState
-from node_tools import count_accelerators, own_address, say
+from node_tools import count_accelerators, kill_tree, own_address, say
 from preflight_phase import PreflightResult, export_socket_interface, run_preflight
 from restore_phase import Restored, restore
 from stop_signals import StopSignals, mark_stopping
@@ -27,6 +30,8 @@ from trainer import announce, become_trainer, command, start_trainer
 from watchers import hurry_node_watch, progress_dir, start_cold_start, start_copier, start_hang_watch, start_listener
 
 REPORT_POLL_SECONDS = 0.2
+# After a child's word or a hang verdict stopped the trainer: how long it gets before it is killed.
+STOP_KILL_SECONDS = 20.0
 
 
 def _say(result: Ending) -> Ending:
@@ -72,18 +77,40 @@ def _preflight_failed(node: NodeState, checked: PreflightResult) -> Ending:
     return ending.for_preflight(checked.status, checked.last_error)
 
 
-def _wait_for_report(node: NodeState) -> None:
-    """A child's trainer may die of its fault a little after this one: its report gets a grace period."""
-    hurry_node_watch(node)
-    if node.listener is None:
-        return
-    # A value that is no whole number of seconds waits not at all, as the shell's arithmetic did.
-    grace_text = node.settings.get("NODE_REPORT_GRACE_SECONDS", "15")
-    grace = int(grace_text) if UINT.fullmatch(grace_text) else 0
-    for _ in range(grace * 5):
-        if node.reported() is not None:
-            return
+def _wait_trainer(node: NodeState, trainer: subprocess.Popen[bytes]) -> int:
+    """The trainer's exit status. Once a report stopped it (SIGTERM), it gets STOP_KILL_SECONDS before its
+    processes are killed: torchrun may sit in its exit barrier, or a rank in a collective, for minutes."""
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return ending.exit_status(trainer.wait(timeout=REPORT_POLL_SECONDS))
+        reported = node.signals.reported_at
+        if reported is not None and time.monotonic() - reported >= STOP_KILL_SECONDS:
+            say(f"the trainer did not stop within {STOP_KILL_SECONDS:.0f} s of the report; killing it")
+            kill_tree(trainer.pid)
+            return ending.exit_status(trainer.wait())
+
+
+def _await_children(node: NodeState, own: NodeEnd | None) -> Ending:
+    """Training failed: wait until every child has said how it ended, has ended in Batch, or is lost, and
+    judge the ending from what they said (ending.after_failure)."""
+    text = node.settings.get("NODE_VERDICT_SECONDS", str(ending.VERDICT_SECONDS))
+    bound = float(text) if UINT.fullmatch(text) else float(ending.VERDICT_SECONDS)
+    start = time.monotonic()
+    while True:
+        waited = time.monotonic() - start
+        views = node.children_views()
+        decided = ending.after_failure(first=node.reported(), own=own, children=views, waited=waited, bound=bound)
+        if decided is not None:
+            return decided
         time.sleep(REPORT_POLL_SECONDS)
+
+
+def _own_ending(node: NodeState, status: int, hardware_fault: str) -> tuple[int, str, Failure]:
+    """This node's ending in its own words: a hardware fault (75), or its trainer's failure as it printed it."""
+    if hardware_fault:
+        return ending.NODE_FAULT_EXIT, f"hardware fault: {hardware_fault}", Failure()
+    failure = read_failure(node.trainer_tail())
+    return status, failure.describe(status), failure
 
 
 def _train(node: NodeState, line: list[str], restored: Restored | None) -> Ending:
@@ -101,16 +128,19 @@ def _train(node: NodeState, line: list[str], restored: Restored | None) -> Endin
     node.signals.supervise(trainer.pid, stopping)
     copier = start_copier(node, restored, trainer.pid)
     start_hang_watch(node, progress, restored, trainer.pid)
-    status = ending.exit_status(trainer.wait())
-    if status != 0:
+    status = _wait_trainer(node, trainer)
+    # A child's word or a hang verdict that stopped the trainer decides, whatever the trainer then returned.
+    reported = node.signals.fault_reported
+    if status != 0 or reported:
         # A crash counts back from its own time, like a stop.
         mark_stopping(stopping)
     hardware_fault = stopped_fault = ""
+    verdict: Ending | None = None
     if node.signals.stop_requested:
         stopped_fault = node.judge_stopped()
-    elif status != 0:
-        _wait_for_report(node)
-        if ending.should_check_hardware(status=status, stopped=False, reported=node.reported() is not None):
+    elif status != 0 or reported:
+        hurry_node_watch(node)
+        if ending.should_check_hardware(status=status, stopped=False, reported=reported):
             # XID_SETTLE_SECONDS (default 5): how long to wait for the host's Xid watcher after a crash.
             hardware_fault = node.judge("--settle", settings.get("XID_SETTLE_SECONDS", "5"))
             if hardware_fault:
@@ -120,8 +150,16 @@ def _train(node: NodeState, line: list[str], restored: Restored | None) -> Endin
                         f" {ending.NODE_FAULT_EXIT} so that Batch retries on other nodes"
                     )
                 )
-                if not settings.is_main:
-                    node.tell_main(ending.NODE_FAULT_EXIT, f"hardware fault: {hardware_fault}")
+        if not settings.is_main and status != 0:
+            node.tell_main(*_own_ending(node, status, hardware_fault))
+        elif settings.is_main and node.listener is not None and not hardware_fault:
+            own = None
+            if status != 0 and not reported:
+                code, text, failure = _own_ending(node, status, "")
+                own = NodeEnd(settings.index, code, node.node_line(text), failure)
+            verdict = _await_children(node, own)
+    elif not settings.is_main:
+        node.tell_main(0, "its trainer succeeded", wait=False)
     upload_failed = False
     if restored is not None:
         (restored.state / "status.tmp").write_text(f"{status}\n")
@@ -131,7 +169,9 @@ def _train(node: NodeState, line: list[str], restored: Restored | None) -> Endin
         shutil.rmtree(restored.state, ignore_errors=True)
         if upload_failed:
             say(f"final checkpoint upload to {restored.uri} FAILED; results of this attempt are only on this node")
-    outcome = Outcome(status, node.reported(), hardware_fault, stopped_fault, upload_failed)
+    if verdict is not None:
+        return verdict
+    outcome = Outcome(status, node.reported() if reported else None, hardware_fault, stopped_fault, upload_failed)
     return ending.after_training(outcome)
 
 
@@ -172,7 +212,8 @@ def main(args: Sequence[str], *, signals: StopSignals, started: float) -> int:
                 training_started=node.training_started,
                 told=node.told_main,
             ):
-                node.tell_main(result.code, node.last_error or f"launcher exited {result.code} before the rendezvous")
+                code = ending.child_code(result.code, training_started=False)
+                node.tell_main(code, node.last_error or f"launcher exited {result.code} before the rendezvous")
             if result.mark:
                 node.mark(result.mark)
     return result.code

@@ -26,6 +26,7 @@ class StopSignals:
     def __init__(self) -> None:
         self.stop_requested = False
         self.fault_reported = False
+        self.reported_at: float | None = None  # time.monotonic() of the first report
         self._trainer_pid: int | None = None
         self._stopping_file: Path | None = None
 
@@ -54,6 +55,8 @@ class StopSignals:
 
     def _report(self, signum: int, frame: FrameType | None) -> None:
         self.fault_reported = True
+        if self.reported_at is None:
+            self.reported_at = time.monotonic()
         self.stop_trainer()
 
 

@@ -1,7 +1,8 @@
 """Rendezvous and run the trainer: torchrun (or `$PYTHON -m torch.distributed.run`, so Isaac Sim's
 python.sh works) on the script and its arguments. A single node without checkpoints becomes torchrun
-(exec); otherwise the trainer runs as a child, its output passed through the hang watch's relay when
-the watch is on, so that the relay stamps the time of its last line."""
+(exec); otherwise the trainer runs as a child. On Batch its output passes through a relay
+(progress_watch.py relay) that keeps the last bytes of each stream, so that a failed trainer's error can
+be quoted, and, when the hang watch is on, stamps the time of its last output."""
 
 from __future__ import annotations
 
@@ -49,15 +50,17 @@ def become_trainer(line: Sequence[str]) -> int:
     return COMMAND_NOT_FOUND_EXIT
 
 
-def _relay(node: NodeState, fd: int, folder: Path) -> subprocess.Popen[bytes]:
+def _relay(node: NodeState, fd: int, progress: Path | None) -> subprocess.Popen[bytes]:
     relay = helper(node.settings.python.stdlib, "progress_watch.py", "relay", "--fd", str(fd))
-    process = subprocess.Popen([*relay, "--mark", str(folder / OUTPUT_MARK)], stdin=subprocess.PIPE)
+    relay += ["--tail", str(node.folder() / f"tail-{fd}")]
+    relay += ["--mark", str(progress / OUTPUT_MARK)] if progress is not None else []
+    process = subprocess.Popen(relay, stdin=subprocess.PIPE)
     node.relays.append(process)
     return process
 
 
 def start_trainer(node: NodeState, line: Sequence[str], progress: Path | None) -> subprocess.Popen[bytes]:
-    if progress is None:
+    if progress is None and node.settings.batch is None:
         return subprocess.Popen(list(line), stdin=subprocess.DEVNULL)
     relays = (_relay(node, 1, progress), _relay(node, 2, progress))
     try:

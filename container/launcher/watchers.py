@@ -1,8 +1,10 @@
 """The helpers that watch a node while it runs, each a process of its own beside the trainer:
 
 - the listener (node_fault.py listen, main node of a multi-node job, from the launcher's start, before
-  its own preflight): a child's report, or a hang verdict, lands in the report file and SIGUSR1s this
-  launcher;
+  its own preflight): each child's keepalives and ending land in the children folder; a failing ending,
+  or a hang verdict, also lands in the report file and SIGUSR1s this launcher;
+- the beat (node_fault.py beat, each child, from its launcher's start): "alive" to the listener every
+  few seconds, so that the main node can tell a silent (lost) child from a busy one;
 - the node watch (node_watch.py, main node, on Batch: AWS_BATCH_JQ_NAME is set on every Batch job): a
   child that dies without a word (killed, image never pulled, host lost) shows FAILED in its node job;
   it asks DescribeJobs every NODE_WATCH_SECONDS (default 15; 0: off), every second once the trainer failed;
@@ -33,9 +35,15 @@ DEFAULT_PROGRESS_DIR = "/tmp/training-progress"  # noqa: S108 - the container's 
 
 
 def start_listener(node: NodeState) -> None:
-    """On the main node of a multi-node job: the listener, and on Batch the node watch."""
+    """On the main node of a multi-node job: the listener, and on Batch the node watch; on a child, the beat."""
     settings, batch = node.settings, node.settings.batch
-    if batch is None or not batch.is_main or batch.nodes <= 1:
+    if batch is None or batch.nodes <= 1:
+        return
+    if not batch.is_main:
+        if batch.report_to is not None:
+            beat = ["--address", batch.report_to, "--port", str(batch.report_port), "--job", settings.job_id]
+            beat += ["--node", str(batch.index), "--pid", str(os.getpid())]
+            node.spawn(helper(settings.python.stdlib, "node_fault.py", "beat", *beat))
         return
     node.faults = Path(tempfile.mkdtemp())
     pid = str(os.getpid())
@@ -54,6 +62,8 @@ def start_listener(node: NodeState) -> None:
                 str(node.faults / "report"),
                 "--hangs",
                 str(node.faults / "hangs"),
+                "--children",
+                str(node.faults / "children"),
                 "--job",
                 settings.job_id,
             ),
@@ -81,12 +91,14 @@ def start_listener(node: NodeState) -> None:
                 f"{node.started:.6f}",
                 "--period",
                 settings.get("NODE_WATCH_SECONDS", "15"),
+                "--children",
+                str(node.faults / "children"),
             )
         )
 
 
 def hurry_node_watch(node: NodeState) -> None:
-    """The trainer failed: the node watch asks every second through the report grace."""
+    """Training failed: the node watch asks every second while the launcher waits for the children."""
     if node.watcher is not None and node.faults is not None:
         (node.faults / "trainer-failed").touch()
 
