@@ -67,7 +67,7 @@ def test_launcher_a_child_killed_without_a_report_ends_the_main_node_with_75_nam
     finally:
         main.kill()
     assert main.returncode == 75, err
-    line = f"distributed_run.sh: node 1: Batch says FAILED: {ESSENTIAL}, exit code 137; it died without telling the main node"
+    line = f"distributed_run.sh: node 1: Batch says FAILED: {ESSENTIAL}, exit code 137; it died without telling"
     assert line in err
     assert stub.failed_shown is not None
     assert ended - killed < 8  # at most one 1 s poll, then the launcher stops its trainer (slack for load)

@@ -18,7 +18,8 @@ from trainctl.inspecting.why import explain
 
 MAIN_LINE = (
     "distributed_run.sh: node 1 (ip-10-0-1-7): preflight failed on node 1 (ip-10-0-1-7): expected 32 EFA devices "
-    "(uverbs*) in /dev/infiniband, found 31; ending this job with exit 75 so that Batch retries it on other nodes"
+    "(uverbs*) in /dev/infiniband, found 31; this node asks its host to take it out; ending this job with exit 75 "
+    "so that Batch retries it on other nodes"
 )
 T0 = 1_795_432_800_000
 
@@ -72,8 +73,9 @@ def test_the_story_names_the_node_what_it_found_and_the_resume_time(logs: Any) -
     )
     first, second = attempt_story(job(), log_tail(logs))
     assert first.startswith("attempt 1 of 2; ran ")
-    assert "exit 75: a node fault (retried on fresh nodes; the node took itself out)" in first
+    assert "exit 75: a node fault or a lost node (retried on fresh nodes)" in first
     assert "node 1 (ip-10-0-1-7): preflight failed on node 1 (ip-10-0-1-7): expected 32 EFA devices" in first
+    assert "found 31; the node asked its host to take it out" in first
     assert "ending this job" not in first
     assert first.endswith("resumed 7.0 min later on fresh nodes")
     assert second == "attempt 2 of 2"
@@ -146,6 +148,37 @@ def test_an_application_error_and_a_lost_host_read_as_such() -> None:
         "resumed 60 s later on fresh nodes"
     )
     assert "exit 1: the application failed (not retried)" in app
+
+
+def test_a_lost_node_is_not_said_to_have_taken_itself_out_and_an_application_error_is_quoted(logs: Any) -> None:
+    lost = (
+        "distributed_run.sh: node 1: no word for 20 s and Batch does not show it ended: lost (its host or container "
+        "gone); ending this job with exit 75 so that Batch retries it on other nodes"
+    )
+    bug = (
+        "distributed_run.sh: node 1 (ip-10-0-1-7): rank 5 failed: ValueError: shapes do not match (exit 1); 2 of 2 "
+        "nodes failed with an application error, none with a node fault; ending this job with exit 1 (the "
+        "application's error, not retried)"
+    )
+    logs.create_log_group(logGroupName="training-app")
+    for stream, line in (("training/default/l1", lost), ("training/default/b2", bug)):
+        logs.create_log_stream(logGroupName="training-app", logStreamName=stream)
+        logs.put_log_events(logGroupName="training-app", logStreamName=stream,
+                            logEvents=[{"timestamp": T0, "message": line}])  # fmt: skip
+    story = job("FAILED")
+    story["nodeProperties"] = {"nodeRangeProperties": [
+        {"container": {"logConfiguration": {"options": {"awslogs-group": "training-app"}}}}]}  # fmt: skip
+    story["attempts"] = [
+        {"startedAt": T0, "stoppedAt": T0 + 1000,
+         "container": {"exitCode": 75, "logStreamName": "training/default/l1"}},
+        {"startedAt": T0 + 61_000, "stoppedAt": T0 + 90_000,
+         "container": {"exitCode": 1, "logStreamName": "training/default/b2"}},
+    ]  # fmt: skip
+    first, second = attempt_story(story, log_tail(logs))
+    assert "node 1: no word for 20 s and Batch does not show it ended: lost" in first
+    assert "take it out" not in first and "took itself out" not in first
+    assert "exit 1: the application failed (not retried)" in second
+    assert "node 1 (ip-10-0-1-7): rank 5 failed: ValueError: shapes do not match (exit 1)" in second
 
 
 def test_node_line_takes_the_launchers_hardware_line_too() -> None:

@@ -38,6 +38,8 @@ PREFLIGHT_VERDICTS = (NODE_FAULT_EXIT, IMAGE_EXIT, BAD_INPUT_EXIT)
 FINAL_CODES = (BAD_INPUT_EXIT, IMAGE_EXIT, HANG_EXIT)
 # A child's word that decides at once: the job's final code, or a node fault (retried).
 DECISIVE_CODES = (*FINAL_CODES, NODE_FAULT_EXIT)
+# Said in a node's line when it writes its take-out marker (trainctl/inspecting/recovery.py reads it).
+TAKEN_OUT = "this node asks its host to take it out"
 # After a trainer failed, how long the main node waits for every child's word (NODE_VERDICT_SECONDS), and
 # how long a child that Batch does not show ended may stay silent before it counts as lost. A child says
 # "alive" every node_fault.ALIVE_SECONDS (5): three missed in a row is no network hiccup.

@@ -73,7 +73,9 @@ def _preflight_failed(node: NodeState, checked: PreflightResult) -> Ending:
     # and powers off once the marker exists, and the main node must hear why before that.
     node.last_error = checked.last_error
     if node.settings.batch is not None and node.settings.batch.report_to is not None:
-        node.tell_main(checked.status, checked.last_error or f"preflight exit {checked.status}")
+        text = checked.last_error or f"preflight exit {checked.status}"
+        taken_out = checked.status == ending.NODE_FAULT_EXIT
+        node.tell_main(checked.status, f"{text}; {ending.TAKEN_OUT}" if taken_out else text)
     return ending.for_preflight(checked.status, checked.last_error)
 
 
@@ -108,7 +110,7 @@ def _await_children(node: NodeState, own: NodeEnd | None) -> Ending:
 def _own_ending(node: NodeState, status: int, hardware_fault: str) -> tuple[int, str, Failure]:
     """This node's ending in its own words: a hardware fault (75), or its trainer's failure as it printed it."""
     if hardware_fault:
-        return ending.NODE_FAULT_EXIT, f"hardware fault: {hardware_fault}", Failure()
+        return ending.NODE_FAULT_EXIT, f"hardware fault: {hardware_fault}; {ending.TAKEN_OUT}", Failure()
     failure = read_failure(node.trainer_tail())
     return status, failure.describe(status), failure
 
@@ -146,7 +148,7 @@ def _train(node: NodeState, line: list[str], restored: Restored | None) -> Endin
             if hardware_fault:
                 say(
                     node.node_line(
-                        f"trainer exited {status} on a hardware fault: {hardware_fault}; exiting"
+                        f"trainer exited {status} on a hardware fault: {hardware_fault}; {ending.TAKEN_OUT}; exiting"
                         f" {ending.NODE_FAULT_EXIT} so that Batch retries on other nodes"
                     )
                 )

@@ -30,11 +30,13 @@ ENDINGS = {
     0: "the main node finished its work",
     # 128 + SIGKILL: the kernel's out-of-memory killer, or a stop that outlived its grace.
     137: "the main node was killed (SIGKILL: out of memory, or a stop past its grace; not retried)",
-    NODE_FAULT_EXIT: "a node fault (retried on fresh nodes; the node took itself out)",
+    NODE_FAULT_EXIT: "a node fault or a lost node (retried on fresh nodes)",
     SHARED_FAULT_EXIT: "a fault every node of the fleet shares (not retried)",
     HANG_EXIT: "a hang again after its retry (not retried)",
     1: "the application failed (not retried)",
 }
+# container/launcher/ending.py TAKEN_OUT: a node's line says so when it wrote its take-out marker.
+TAKEN_OUT = "this node asks its host to take it out"
 # A first hang is retried with the node-fault code; only a hardware sign takes a node out.
 HANG_RETRIED = "a hang (retried once on fresh nodes; a node is taken out only with a hardware sign)"
 
@@ -86,7 +88,9 @@ def attempt_story(job: dict[str, Any], tail: Tail | None = None) -> list[str]:
         reason = str(attempt.get("statusReason") or container.get("reason") or "")
         stream = container.get("logStreamName")
         found = None
-        if code in (NODE_FAULT_EXIT, SHARED_FAULT_EXIT, HANG_EXIT) and stream and tail and group:
+        # The launcher's line names the node and quotes what failed: a node fault's, a hang's, or an
+        # application error's (the first rank that failed and its error; a SIGKILL leaves no line).
+        if code not in (None, 0, 137) and stream and tail and group:
             found = node_line(tail(group, str(stream)))
         hang = HANG_LINE.match(found) if found else None
         if code is not None:
@@ -96,8 +100,12 @@ def attempt_story(job: dict[str, Any], tail: Tail | None = None) -> list[str]:
             parts.append(f"Batch says: {reason}")
         if reason.startswith("Host EC2"):
             parts.append("its instance was lost (retried on fresh nodes)")
-        if code in (NODE_FAULT_EXIT, SHARED_FAULT_EXIT, HANG_EXIT) and stream:
-            parts.append(found if found else f"the main node's log stream {stream} names the node and what it found")
+        if found:
+            parts.append(found.replace(f"; {TAKEN_OUT}", ""))
+            if TAKEN_OUT in found:
+                parts.append("the node asked its host to take it out")
+        elif code in (NODE_FAULT_EXIT, SHARED_FAULT_EXIT, HANG_EXIT) and stream:
+            parts.append(f"the main node's log stream {stream} names the node and what it found")
         if hang:
             parts.append(f"evidence: {hang.group('where').strip()}")
         if number < len(attempts) and stopped:
