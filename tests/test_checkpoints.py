@@ -144,7 +144,7 @@ def node_env(s3_endpoint: str, trainer: str, workdir: Path, *, index: int = 0, *
         CHECKPOINT_SETTLE_SECONDS="0.5",
         # A crash here is the trainer's own: no child reports and no Xid to wait for (the launcher's
         # grace for them is tests/test_node_faults.py's subject), so the node exits at once.
-        NODE_REPORT_GRACE_SECONDS="0",
+        NODE_VERDICT_SECONDS="0",
         XID_SETTLE_SECONDS="0",
         AWS_ENDPOINT_URL=s3_endpoint,
         AWS_ACCESS_KEY_ID="test",
