@@ -185,14 +185,9 @@ def _first_failure(ends: Sequence[NodeEnd]) -> NodeEnd:
     return min(ends, key=lambda e: (e.failure.echo, e.failure.when or "~", e.node))
 
 
-def after_failure(
-    *, first: Report | None, own: NodeEnd | None, children: Sequence[ChildView], waited: float,
-    bound: float = VERDICT_SECONDS,
-) -> Ending | None:  # fmt: skip
-    """The main node's ending once training failed somewhere (its own trainer, `own`, or a child's word,
-    `first`: the report file's line). None: wait on (the caller asks again). A decisive report or a lost
-    child ends it at once; application errors wait until every child has spoken or ended in Batch, or
-    until `bound`, and then keep the first failure's own status: an application's bug is not retried."""
+def decisive(*, first: Report | None, children: Sequence[ChildView], waited: float) -> Ending | None:
+    """An ending no other word can change: a child's node fault, bad input, shared fault or repeated hang
+    (or Batch's FAILED for a child that said nothing), or a lost child."""
     if first is not None and first.code in DECISIVE_CODES:
         return for_report(first)
     lost = [c.node for c in children if c.lost(waited)]
@@ -203,6 +198,20 @@ def after_failure(
             f"node {nodes}: no word for {LOST_SECONDS:.0f} s and Batch does not show it ended: lost (its host "
             f"or container gone); ending this job with exit {NODE_FAULT_EXIT} so that Batch retries it on other nodes",
         )
+    return None
+
+
+def after_failure(
+    *, first: Report | None, own: NodeEnd | None, children: Sequence[ChildView], waited: float,
+    bound: float = VERDICT_SECONDS,
+) -> Ending | None:  # fmt: skip
+    """The main node's ending once training failed somewhere (its own trainer, `own`, or a child's word,
+    `first`: the report file's line). None: wait on (the caller asks again). A decisive report or a lost
+    child ends it at once; application errors wait until every child has spoken or ended in Batch, or
+    until `bound`, and then keep the first failure's own status: an application's bug is not retried."""
+    settled = decisive(first=first, children=children, waited=waited)
+    if settled is not None:
+        return settled
     pending = [c.node for c in children if c.ended is None and not c.batch]
     if pending and waited < bound:
         return None

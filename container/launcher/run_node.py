@@ -20,7 +20,7 @@ import ending
 from ending import Ending, NodeEnd, Outcome
 from failure_text import Failure, read_failure
 from job_code import fetch_job_code
-from node_settings import UINT, BadInput, read_settings
+from node_settings import NUMBER, UINT, BadInput, read_settings
 from node_state import EndNode, NodeState
 from node_tools import count_accelerators, kill_tree, own_address, say
 from preflight_phase import PreflightResult, export_socket_interface, run_preflight
@@ -92,18 +92,24 @@ def _wait_trainer(node: NodeState, trainer: subprocess.Popen[bytes]) -> int:
             return ending.exit_status(trainer.wait())
 
 
-def _await_children(node: NodeState, own: NodeEnd | None) -> Ending:
+def _await_children(node: NodeState, own: NodeEnd | None, *, decisive_for: float | None = None) -> Ending | None:
     """Training failed: wait until every child has said how it ended, has ended in Batch, or is lost, and
-    judge the ending from what they said (ending.after_failure)."""
+    judge the ending from what they said (ending.after_failure). With `decisive_for`, only an ending no
+    other word can change, for at most that many seconds (None when none came)."""
     text = node.settings.get("NODE_VERDICT_SECONDS", str(ending.VERDICT_SECONDS))
     bound = float(text) if UINT.fullmatch(text) else float(ending.VERDICT_SECONDS)
     start = time.monotonic()
     while True:
         waited = time.monotonic() - start
-        views = node.children_views()
-        decided = ending.after_failure(first=node.reported(), own=own, children=views, waited=waited, bound=bound)
-        if decided is not None:
-            return decided
+        first, views = node.reported(), node.children_views()
+        if decisive_for is not None:
+            decided = ending.decisive(first=first, children=views, waited=waited)
+            if decided is not None or waited >= decisive_for:
+                return decided
+        else:
+            decided = ending.after_failure(first=first, own=own, children=views, waited=waited, bound=bound)
+            if decided is not None:
+                return decided
         time.sleep(REPORT_POLL_SECONDS)
 
 
@@ -131,6 +137,7 @@ def _train(node: NodeState, line: list[str], restored: Restored | None) -> Endin
     copier = start_copier(node, restored, trainer.pid)
     start_hang_watch(node, progress, restored, trainer.pid)
     status = _wait_trainer(node, trainer)
+    failed_at = time.monotonic()
     # A child's word or a hang verdict that stopped the trainer decides, whatever the trainer then returned.
     reported = node.signals.fault_reported
     if status != 0 or reported:
@@ -142,9 +149,18 @@ def _train(node: NodeState, line: list[str], restored: Restored | None) -> Endin
         stopped_fault = node.judge_stopped()
     elif status != 0 or reported:
         hurry_node_watch(node)
-        if ending.should_check_hardware(status=status, stopped=False, reported=reported):
-            # XID_SETTLE_SECONDS (default 5): how long to wait for the host's Xid watcher after a crash.
-            hardware_fault = node.judge("--settle", settings.get("XID_SETTLE_SECONDS", "5"))
+        # XID_SETTLE_SECONDS (default 5): how long the host's Xid watcher may take to record a crash's Xid.
+        text = settings.get("XID_SETTLE_SECONDS", "5")
+        settle = float(text) if NUMBER.fullmatch(text) else 5.0
+        listening = settings.is_main and node.listener is not None
+        if listening:
+            # A child's node fault, or Batch's FAILED for a silent one, usually follows at once and decides
+            # without this node's hardware check, as a report always has.
+            check = ending.should_check_hardware(status=status, stopped=False, reported=reported)
+            verdict = _await_children(node, None, decisive_for=settle if check else 0.0)
+        waited = time.monotonic() - failed_at
+        if verdict is None and ending.should_check_hardware(status=status, stopped=False, reported=reported):
+            hardware_fault = node.judge("--settle", f"{max(0.0, settle - waited):.1f}")
             if hardware_fault:
                 say(
                     node.node_line(
@@ -154,11 +170,11 @@ def _train(node: NodeState, line: list[str], restored: Restored | None) -> Endin
                 )
         if not settings.is_main and status != 0:
             node.tell_main(*_own_ending(node, status, hardware_fault))
-        elif settings.is_main and node.listener is not None and not hardware_fault:
+        elif listening and verdict is None and not hardware_fault:
             own = None
             if status != 0 and not reported:
-                code, text, failure = _own_ending(node, status, "")
-                own = NodeEnd(settings.index, code, node.node_line(text), failure)
+                code, said, failure = _own_ending(node, status, "")
+                own = NodeEnd(settings.index, code, node.node_line(said), failure)
             verdict = _await_children(node, own)
     elif not settings.is_main:
         node.tell_main(0, "its trainer succeeded", wait=False)
