@@ -129,8 +129,12 @@ def test_the_failure_in_a_real_torchrun_output_names_the_root_cause_rank_and_its
      (["[rank0]: RuntimeError: NCCL error: remote process exited", "[rank2]: ZeroDivisionError: division by zero"],
       Failure(2, "", "ZeroDivisionError: division by zero")),
      (["loss 0.1", "done"], Failure(None, "", "")),
+     (["/usr/bin/python3: can't open file '/opt/job/trian.py': [Errno 2] No such file or directory",
+       "Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)"],
+      Failure(0, "", "/usr/bin/python3: can't open file '/opt/job/trian.py': [Errno 2] No such file or directory")),
      (["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "], Failure(None, "", ""))],
-    ids=["plain python", "the rank with its own error", "no error printed", "torchrun's own line is no error"],
+    ids=["plain python", "the rank with its own error", "no error printed", "a command: naming no file",
+         "torchrun's own line is no error"],
 )  # fmt: skip
 def test_failure_text_without_torchruns_block(lines, expected):
     assert read_failure(lines) == expected

@@ -20,6 +20,8 @@ _FIELD = re.compile(r"^\s*(?P<name>time|rank|exitcode)\s*:\s*(?P<value>.*?)\s*$"
 _RANK_PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?(?P<text>.*)$")
 # A Python exception's last line: "ValueError: ...", "torch.OutOfMemoryError: ...", "KeyboardInterrupt".
 _EXCEPTION = re.compile(r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault|Warning))\b(?::.*)?$")
+# An interpreter's or a shell's own complaint, which names no exception ("python3: can't open file ...").
+_PLAIN_ERROR = re.compile(r"can't open file|No such file or directory|: command not found|\[Errno \d+\]")
 # torchrun's own lines about the failure it reports, not the application's error.
 _TORCHRUN_OWN = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError",)
 # Errors a rank raises when a peer went away: the collective's connection broke or timed out.
@@ -71,8 +73,9 @@ def _root_cause(lines: Sequence[str]) -> tuple[int | None, str]:
 
 def _exception(text: str) -> str | None:
     text = text.strip()
-    match = _EXCEPTION.match(text)
-    if match is None or any(text.startswith(own) for own in _TORCHRUN_OWN):
+    if _EXCEPTION.match(text) is None and _PLAIN_ERROR.search(text) is None:
+        return None
+    if any(text.startswith(own) for own in _TORCHRUN_OWN) or text.startswith(("File ", "Traceback")):
         return None
     return text[:MAX_ERROR]
 
