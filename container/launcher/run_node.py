@@ -1,6 +1,7 @@
 """A node's life, phase by phase: settings, listener, preflight, the job's code, restore, rendezvous
-and training under supervision, judging the ending, the last upload and the take-out. Each phase is a
-module beside this one; what ends the node is decided in ending.py from what the phases observed.
+and training under supervision, judging a failure (failure_phase.py: this node's hardware and, on the
+main node, every child's word), the last upload and the take-out. Each phase is a module beside this
+one; what ends the node is decided in ending.py from what the phases observed.
 
     distributed_run.sh train.py --flag value      (the shim beside this folder runs this package)
 
@@ -17,17 +18,17 @@ import time
 from collections.abc import Sequence
 
 import ending
-from ending import Ending, NodeEnd, Outcome
-from failure_text import Failure, read_failure
+from ending import Ending, Outcome
+from failure_phase import judge_failure
 from job_code import fetch_job_code
-from node_settings import NUMBER, UINT, BadInput, read_settings
+from node_settings import BadInput, read_settings
 from node_state import EndNode, NodeState
 from node_tools import count_accelerators, kill_tree, own_address, say
 from preflight_phase import PreflightResult, export_socket_interface, run_preflight
 from restore_phase import Restored, restore
 from stop_signals import StopSignals, mark_stopping
 from trainer import announce, become_trainer, command, start_trainer
-from watchers import hurry_node_watch, progress_dir, start_cold_start, start_copier, start_hang_watch, start_listener
+from watchers import progress_dir, start_cold_start, start_copier, start_hang_watch, start_listener
 
 REPORT_POLL_SECONDS = 0.2
 # After a child's word or a hang verdict stopped the trainer: how long it gets before it is killed.
@@ -92,35 +93,6 @@ def _wait_trainer(node: NodeState, trainer: subprocess.Popen[bytes]) -> int:
             return ending.exit_status(trainer.wait())
 
 
-def _await_children(node: NodeState, own: NodeEnd | None, *, decisive_for: float | None = None) -> Ending | None:
-    """Training failed: wait until every child has said how it ended, has ended in Batch, or is lost, and
-    judge the ending from what they said (ending.after_failure). With `decisive_for`, only an ending no
-    other word can change, for at most that many seconds (None when none came)."""
-    text = node.settings.get("NODE_VERDICT_SECONDS", str(ending.VERDICT_SECONDS))
-    bound = float(text) if UINT.fullmatch(text) else float(ending.VERDICT_SECONDS)
-    start = time.monotonic()
-    while True:
-        waited = time.monotonic() - start
-        first, views = node.reported(), node.children_views()
-        if decisive_for is not None:
-            decided = ending.decisive(first=first, children=views, waited=waited)
-            if decided is not None or waited >= decisive_for:
-                return decided
-        else:
-            decided = ending.after_failure(first=first, own=own, children=views, waited=waited, bound=bound)
-            if decided is not None:
-                return decided
-        time.sleep(REPORT_POLL_SECONDS)
-
-
-def _own_ending(node: NodeState, status: int, hardware_fault: str) -> tuple[int, str, Failure]:
-    """This node's ending in its own words: a hardware fault (75), or its trainer's failure as it printed it."""
-    if hardware_fault:
-        return ending.NODE_FAULT_EXIT, f"hardware fault: {hardware_fault}; {ending.TAKEN_OUT}", Failure()
-    failure = read_failure(node.trainer_tail())
-    return status, failure.describe(status), failure
-
-
 def _train(node: NodeState, line: list[str], restored: Restored | None) -> Ending:
     settings = node.settings
     progress = progress_dir(node)
@@ -148,34 +120,7 @@ def _train(node: NodeState, line: list[str], restored: Restored | None) -> Endin
     if node.signals.stop_requested:
         stopped_fault = node.judge_stopped()
     elif status != 0 or reported:
-        hurry_node_watch(node)
-        # XID_SETTLE_SECONDS (default 5): how long the host's Xid watcher may take to record a crash's Xid.
-        text = settings.get("XID_SETTLE_SECONDS", "5")
-        settle = float(text) if NUMBER.fullmatch(text) else 5.0
-        listening = settings.is_main and node.listener is not None
-        if listening:
-            # A child's node fault, or Batch's FAILED for a silent one, usually follows at once and decides
-            # without this node's hardware check, as a report always has.
-            check = ending.should_check_hardware(status=status, stopped=False, reported=reported)
-            verdict = _await_children(node, None, decisive_for=settle if check else 0.0)
-        waited = time.monotonic() - failed_at
-        if verdict is None and ending.should_check_hardware(status=status, stopped=False, reported=reported):
-            hardware_fault = node.judge("--settle", f"{max(0.0, settle - waited):.1f}")
-            if hardware_fault:
-                say(
-                    node.node_line(
-                        f"trainer exited {status} on a hardware fault: {hardware_fault}; {ending.TAKEN_OUT}; exiting"
-                        f" {ending.NODE_FAULT_EXIT} so that Batch retries on other nodes"
-                    )
-                )
-        if not settings.is_main and status != 0:
-            node.tell_main(*_own_ending(node, status, hardware_fault))
-        elif listening and verdict is None and not hardware_fault:
-            own = None
-            if status != 0 and not reported:
-                code, said, failure = _own_ending(node, status, "")
-                own = NodeEnd(settings.index, code, node.node_line(said), failure)
-            verdict = _await_children(node, own)
+        verdict, hardware_fault = judge_failure(node, status, reported=reported, failed_at=failed_at)
     elif not settings.is_main:
         node.tell_main(0, "its trainer succeeded", wait=False)
     upload_failed = False
