@@ -165,3 +165,19 @@ def test_batch_failed_for_memory_is_the_childs_exit_code_not_a_retry():
     assert node_watch.verdict([job(2, "FAILED", None, "OutOfMemoryError: Container killed")], START) == (
         137, "node 2: Batch says FAILED: Essential container in task exited; OutOfMemoryError: Container killed; "
         "killed for memory: the application's, not retried")  # fmt: skip
+
+
+def test_why_says_a_timed_out_attempt_is_not_retried_and_its_checkpoints_were_uploaded():
+    from datetime import UTC, datetime
+
+    from config.job_events import TRAINCTL_CANCEL_REASON
+    from trainctl.inspecting.why import explain
+
+    def reasons(status_reason: str) -> list[str]:
+        job = {"jobId": "j", "status": "FAILED", "statusReason": status_reason, "attempts": []}
+        return explain(job, queue=None, environment=None, instance=None, now=datetime.now(UTC)).reasons
+
+    timed_out = " ".join(reasons("Job attempt duration exceeded timeout"))
+    assert "never retries a timed-out job" in timed_out and "uploaded the last checkpoint files" in timed_out
+    assert "cancelled with `trainctl cancel`" in " ".join(reasons(TRAINCTL_CANCEL_REASON))
+    assert "never retries" not in " ".join(reasons("Essential container in task exited"))

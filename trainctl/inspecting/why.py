@@ -9,11 +9,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from budget_ledger.ledger import REASON_PREFIX as BUDGET_REASON
+from config.job_events import TRAINCTL_CANCEL_REASON
 from config.catalog import InstanceSpec
 from trainctl.fleet.capacity import wait_reasons
 from trainctl.inspecting.recovery import Tail, attempt_story
 from trainctl.jobs import node_requirements, num_nodes
 
+# The status reason of a job whose attempt ran past its timeout: seen on timed-out jobs, not stated in AWS's
+# pages (../shared/BATCH_MNP.md, "Status-reason strings"), so matched by its start.
+TIMEOUT_REASON = "Job attempt duration exceeded timeout"
 # Why Batch holds a RUNNABLE job, as the start of its statusReason, and the reasons a queue's
 # jobStateTimeLimitActions act on (Batch user guide, "Jobs stuck in a RUNNABLE status"). A job the
 # action cancelled says "Canceled by JobStateTimeLimit action due to reason: <code>".
@@ -68,6 +72,14 @@ def explain(
     if status_reason:
         code = reason_code(str(status_reason))
         reasons.append(f"Batch says: {status_reason}" + (f" ({REASONS[code]})" if code else ""))
+        if str(status_reason).startswith(TIMEOUT_REASON):
+            reasons.append(
+                "the attempt ran past the job's timeout (attemptDurationSeconds): Batch stopped every node and never "
+                "retries a timed-out job (Batch user guide, \"Job timeouts\"); the launcher's stop uploaded the last "
+                "checkpoint files: submit it again with a longer timeout to go on"
+            )
+        if str(status_reason) == TRAINCTL_CANCEL_REASON:
+            reasons.append("it was cancelled with `trainctl cancel`: Batch stopped every node and does not retry it")
         if str(status_reason).startswith(BUDGET_REASON):
             reasons.append(
                 "its team's monthly budget cancelled or stopped it (docs/budgets.md): `trainctl budget` shows what is "
