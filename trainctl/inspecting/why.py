@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from budget_ledger.ledger import REASON_PREFIX as BUDGET_REASON
-from config.job_events import TRAINCTL_CANCEL_REASON
 from config.catalog import InstanceSpec
+from config.job_events import TRAINCTL_CANCEL_REASON
 from trainctl.fleet.capacity import wait_reasons
 from trainctl.inspecting.recovery import Tail, attempt_story
 from trainctl.jobs import node_requirements, num_nodes
