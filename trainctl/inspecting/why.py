@@ -75,7 +75,7 @@ def explain(
         if str(status_reason).startswith(TIMEOUT_REASON):
             reasons.append(
                 "the attempt ran past the job's timeout (attemptDurationSeconds): Batch stopped every node and never "
-                "retries a timed-out job (Batch user guide, \"Job timeouts\"); the launcher's stop uploaded the last "
+                'retries a timed-out job (Batch user guide, "Job timeouts"); the launcher\'s stop uploaded the last '
                 "checkpoint files: submit it again with a longer timeout to go on"
             )
         if str(status_reason) == TRAINCTL_CANCEL_REASON:
