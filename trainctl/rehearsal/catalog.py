@@ -14,143 +14,45 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainctl.errors import TrainctlError
+from trainctl.rehearsal.catalog_checks import (
+    CHECKPOINT_EVERY,
+    CHILD_FAILURE_SECONDS,
+    Check,
+    Report,
+    _attempts,
+    attempt_ended,
+    attempts,
+    checkpoints_in_s3,
+    ended_within,
+    evidence_uploaded,
+    fault_ended_within,
+    first_exit,
+    hang_caught,
+    hang_names,
+    host_taken_out,
+    last_save_uploaded,
+    main_line_names,
+    no_host_taken_out,
+    resubmitted,
+    resumed_from_newest,
+    s3_throttled,
+    why_says,
+)
 from trainctl.rehearsal.session import Options, checkout, rehearse
 from trainctl.submitting.taskfile import load_task
 
 TASK = Path("examples/rehearsal/task.yaml")
-# The reference script checkpoints every CHECKPOINT_EVERY steps: checkpoint K is step K * CHECKPOINT_EVERY.
-CHECKPOINT_EVERY = 10
-# What a child's failure may cost before the main node ends the attempt (issue: "within 60 s, however it fails").
-CHILD_FAILURE_SECONDS = 60.0
-# The hang entry's HANG_SECONDS is 30, but the launcher never judges sooner than twice the slowest step it
-# saw, and a step (with its checkpoint save) reached 30-60 s on a loaded two-core machine: three minutes is
-# still "caught in minutes" (the issue), where PyTorch's own timeout is 10 and a wedge lasts until the
-# attempt's timeout.
-HANG_BOUND_SECONDS = 180.0
 # A catalog entry that has not ended by then has hung.
 DEADLINE_SECONDS = 240.0
-
-Report = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Check:
-    what: str
-    test: Callable[[Report], bool]
-
-
-def _attempts(report: Report) -> list[dict[str, Any]]:
-    return [a for job in report["jobs"] for a in job["attempts"]]
-
-
-def _resumed_step(attempt: dict[str, Any]) -> int | None:
-    match = re.search(r"resumed from checkpoint-(\d+)", attempt["resumed"])
-    return int(match.group(1)) if match else None
-
-
-def attempts(count: int) -> Check:
-    return Check(f"{count} attempt{'s' if count > 1 else ''} in all", lambda r: len(_attempts(r)) == count)
-
-
-def resumed_from_newest(at_least: int) -> Check:
-    """The last attempt resumed from the newest checkpoint completed before it (nothing trained twice, no
-    older set restored), and that is at least checkpoint `at_least`."""
-
-    def test(report: Report) -> bool:
-        last = _attempts(report)[-1]
-        step = _resumed_step(last)
-        # What the lineage held in S3 when each earlier attempt ended (its newest checkpoint).
-        ended_with = [a["last_checkpoint"] for a in _attempts(report)[:-1] if a["last_checkpoint"]]
-        steps = [int(re.findall(r"\d+", name)[-1]) for name in ended_with]
-        return step is not None and step >= at_least * CHECKPOINT_EVERY and step == max(steps, default=-1)
-
-    return Check(f"the last attempt resumed from the newest checkpoint (at least checkpoint {at_least})", test)
-
-
-def ended_within(seconds: float) -> Check:
-    return Check(
-        f"the fault ended its attempt within {seconds:.0f} s",
-        lambda r: r["detect_s"] is not None and r["detect_s"] <= seconds,
-    )
-
-
-def main_line_names(node: int) -> Check:
-    def test(report: Report) -> bool:
-        first = _attempts(report)[0]
-        main = next(n for n in first["nodes"] if n["main"])
-        return re.search(rf"\bnode {node}\b", main["launcher"]) is not None
-
-    return Check(f"the main node's last line names node {node}", test)
-
-
-def why_says(text: str) -> Check:
-    return Check(
-        f"`trainctl why` says {text!r}", lambda r: any(text in line for job in r["jobs"] for line in job["why"])
-    )
-
-
-def host_taken_out(node: int) -> Check:
-    """The launcher asked the host that served `node` in attempt 1 to take itself out (its marker: the
-    rehearsal's own faults only ever remove devices or power hosts off)."""
-
-    def test(report: Report) -> bool:
-        host = next(n["host"] for n in _attempts(report)[0]["nodes"] if n["node"] == node)
-        return any(h["host"] == host and h["taken_out"] for h in report["hosts"])
-
-    return Check(f"node {node}'s first host asked to be taken out (the launcher's marker)", test)
-
-
-def first_exit(code: int) -> Check:
-    return Check(f"attempt 1 ended with exit {code}", lambda r: _attempts(r)[0]["exit_code"] == code)
-
-
-def no_host_taken_out() -> Check:
-    return Check("no host asked to be taken out", lambda r: not any(h["taken_out"] for h in r["hosts"]))
-
-
-def attempt_ended(number: int, *, within: float, names: int) -> Check:
-    """Attempt `number` ended within `within` seconds of its start, its main node naming node `names`."""
-
-    def test(report: Report) -> bool:
-        attempt = _attempts(report)[number - 1]
-        main = next(n for n in attempt["nodes"] if n["main"])
-        took = attempt["ended_s"] - attempt["started_s"]
-        return took <= within and re.search(rf"\bnode {names}\b", main["launcher"]) is not None
-
-    return Check(f"attempt {number} ended within {within:.0f} s, its main node naming node {names}", test)
-
-
-def resubmitted() -> Check:
-    return Check(
-        "the capacity fallback resubmitted the job (a second job, from the first)",
-        lambda r: len(r["jobs"]) == 2 and r["jobs"][1]["resubmitted_from"] == r["jobs"][0]["job_id"],
-    )
-
-
-def s3_throttled() -> Check:
-    return Check("the local S3 did answer 503 SlowDown", lambda r: r["s3_throttled_requests"] > 0)
-
-
-def checkpoints_in_s3(count: int) -> Check:
-    return Check(
-        f"all {count} checkpoints reached S3",
-        lambda r: len({c for a in _attempts(r) for c in a["checkpoints_completed"]}) >= count,
-    )
-
-
-def evidence_uploaded() -> Check:
-    return Check("the hang's evidence (stacks) was uploaded beside the checkpoints", lambda r: bool(r.get("evidence")))
 
 
 @dataclass(frozen=True)
@@ -162,6 +64,9 @@ class Entry:
     holds: tuple[Check, ...]
     env: dict[str, str] = field(default_factory=dict)
     fleet: str = "gpu"
+    args: tuple[str, ...] = ()  # more of the reference script's options
+    steps: int = 60
+    timeout: int | None = None  # the attempt's timeout (attemptDurationSeconds); None: the task's
 
 
 STEPS = 60
@@ -196,7 +101,7 @@ CATALOG: tuple[Entry, ...] = (
           (attempts(1), first_exit(78), no_host_taken_out(), why_says("shares")), fleet="trainium"),
     Entry("hang", "a child's ranks stop (SIGSTOP) after checkpoint 1: a hang, with HANG_SECONDS=30",
           ("stop-rank:1@checkpoint:1",), "succeeded",
-          (ended_within(HANG_BOUND_SECONDS), evidence_uploaded(), attempts(2), resumed_from_newest(1)),
+          (hang_caught(), hang_names(1), evidence_uploaded(), attempts(2), resumed_from_newest(1)),
           {"HANG_SECONDS": "30"}),
     Entry("host-lost-mid-upload", "the node uploading checkpoint 2 loses its instance mid-upload",
           ("kill-upload@checkpoint:1",), "succeeded", (attempts(2), resumed_from_newest(1))),
@@ -206,6 +111,36 @@ CATALOG: tuple[Entry, ...] = (
           "the queue cancels it and the capacity fallback resubmits it (a new job id)",
           ("lose-host:0@checkpoint:2", "capacity-cancel@checkpoint:2"), "succeeded",
           (resubmitted(), resumed_from_newest(2), why_says("Host EC2"))),
+    # What must be left alone, or ended as the application's, not retried on a guess.
+    Entry("app-error-every-rank", "every rank raises ValueError at step 25 (a plain bug in the script)", (),
+          "failed", (attempts(1), first_exit(1), why_says("ValueError: step 25"), why_says("not retried"),
+                     no_host_taken_out()), args=("--fail-at-step", "25")),
+    Entry("silent-save", "rank 0's first save takes 45 s and prints nothing, with HANG_SECONDS=20", (),
+          "succeeded", (attempts(1), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY)),
+          {"HANG_SECONDS": "20"}, args=("--silent-save-seconds", "45")),
+    Entry("silent-compile", "every rank waits 45 s for a silent compiler child burning CPU, with HANG_SECONDS=20",
+          (), "succeeded", (attempts(1), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY)),
+          {"HANG_SECONDS": "20"}, args=("--compile-seconds", "45")),
+    Entry("stall", "a child's rank sleeps in its own code after checkpoint 1 while its peer waits in the "
+          "all-reduce: a real stall, with HANG_SECONDS=30", ("stall-rank:1@checkpoint:1",), "succeeded",
+          (hang_caught(), hang_names(1), evidence_uploaded(), attempts(2), resumed_from_newest(1)),
+          {"HANG_SECONDS": "30"}),
+    Entry("lost-child-batch-late", "a child's instance is terminated after checkpoint 1 and Batch shows its node "
+          "job FAILED 45 s late", ("batch-lag=45@start", "lose-host:1@checkpoint:1"), "succeeded",
+          (fault_ended_within("lose-host:1@checkpoint:1", CHILD_FAILURE_SECONDS), main_line_names(1), attempts(2),
+           resumed_from_newest(1))),
+    Entry("attempt-timeout", "the attempt runs past its 60 s timeout", (), "failed",
+          (attempts(1), last_save_uploaded(), why_says("never retries a timed-out job")),
+          steps=100_000, timeout=60),
+    Entry("cancel", "the user cancels the job after checkpoint 2 (trainctl cancel)", ("cancel@checkpoint:2",),
+          "failed", (attempts(1), last_save_uploaded(), why_says("trainctl cancel")), steps=100_000),
+    Entry("budget-stop", "the team's budget runs out after checkpoint 2: the enforcement terminates the job",
+          ("budget-stop@checkpoint:2",), "failed", (attempts(1), last_save_uploaded(), why_says("budget")),
+          steps=100_000),
+    Entry("main-never-starts", "the main node's image cannot be pulled in attempt 1: no node runs",
+          ("never-start:0@start",), "succeeded", (attempts(2), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY))),
+    Entry("main-preflight-fails", "the main node's host lost a device: its preflight fails",
+          ("preflight-fail:0@start",), "succeeded", (attempts(2), first_exit(75), host_taken_out(0))),
 )  # fmt: skip
 
 
@@ -218,9 +153,12 @@ def entry(name: str) -> Entry:
 
 def run_entry(item: Entry, *, assembly: Path) -> Report:
     task = load_task(checkout() / TASK)
-    task = task.model_copy(update={"fleet": item.fleet, "env": {**task.env, **item.env}, "command": [
-        "examples/rehearsal/train.py", "--steps", str(STEPS), "--checkpoint-every", str(CHECKPOINT_EVERY),
-        "--step-seconds", "0.1"]})  # fmt: skip
+    update: dict[str, Any] = {"fleet": item.fleet, "env": {**task.env, **item.env}, "command": [
+        "examples/rehearsal/train.py", "--steps", str(item.steps), "--checkpoint-every", str(CHECKPOINT_EVERY),
+        "--step-seconds", "0.1", *item.args]}  # fmt: skip
+    if item.timeout is not None:
+        update["timeout"] = item.timeout
+    task = task.model_copy(update=update)
     options = Options(faults=item.faults, nodes=2, expect=item.expect, deadline_seconds=DEADLINE_SECONDS)
     return rehearse(task, assembly=assembly, options=options)
 
