@@ -10,15 +10,29 @@ file with the final name is always whole (the launcher uploads it at once, conta
 On start, every rank looks for the newest file that loads (a torn one is skipped, older ones are tried):
 rank 0 may have run on any node in the last attempt, and each node restores its own files, so the ranks
 agree on the newest step and the rank holding it sends its weights to the others.
+
+Options that make it behave like scripts that give recovery trouble (the fault catalog uses them):
+`--fail-at-step N` (every rank raises a ValueError at step N: a plain bug), `--silent-save-seconds S` (rank
+0's first save takes S seconds and prints nothing, as a large model's first save does, while the other ranks
+wait in the next collective), `--compile-seconds S` (before the first step every rank waits for a silent
+child process that burns CPU for S seconds, as neuronx-cc's or torch.compile's workers do).
+
+Rehearsal only: `trainctl rehearse` sets REHEARSAL_STALL_FILE on every node, and its stall-rank fault
+creates that file with a local rank in it; that rank then sleeps at its next step, silent and runnable (not
+stopped), while its peers wait in the next collective: a rank stuck in user code. Nothing else sets the
+variable, so the hook is inert on AWS.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
+import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -26,6 +40,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 NAME = re.compile(r"^checkpoint-(\d+)\.pt$")
+STALL_VARIABLE = "REHEARSAL_STALL_FILE"
+# What a compiler's worker does, for as many seconds as it is given: burn CPU and print nothing.
+BURN = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
 
 
 def say(message: str) -> None:
@@ -46,13 +63,51 @@ def newest_checkpoint(folder: Path) -> tuple[int, dict[str, object]] | None:
     return None
 
 
-def save(folder: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+def write_slowly(path: Path, data: bytes, seconds: float, chunks: int = 20) -> None:
+    """Write `data` to `path` in chunks spread over `seconds`, printing nothing (a big model's first save)."""
+    size = max(1, -(-len(data) // chunks))
+    with path.open("wb") as out:
+        for start in range(0, max(len(data), 1), size):
+            out.write(data[start : start + size])
+            out.flush()
+            time.sleep(seconds / chunks)
+
+
+def save(folder: Path, step: int, model: torch.nn.Module, slow_seconds: float = 0.0) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"checkpoint-{step}.pt"
     partial = folder / f".checkpoint-{step}.pt.partial"
-    torch.save({"model": model.state_dict(), "step": step}, partial)
+    state = {"model": model.state_dict(), "step": step}
+    if slow_seconds > 0:
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        write_slowly(partial, buffer.getvalue(), slow_seconds)
+    else:
+        torch.save(state, partial)
     os.replace(partial, final)
     say(f"saved {final.name}")
+
+
+def compile_workers(seconds: float) -> None:
+    """Wait for a silent child that burns CPU for `seconds`, as a rank waits for its compiler's workers."""
+    subprocess.run(  # noqa: S603 - this interpreter, with the script's own code
+        [sys.executable, "-c", BURN, str(seconds)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def stalled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Rehearsal only: this rank is the one the stall file names (its LOCAL_RANK; empty names rank 0)."""
+    path = environ.get(STALL_VARIABLE)
+    if not path or not os.path.exists(path):
+        return False
+    named = Path(path).read_text().strip() or "0"
+    return named == environ.get("LOCAL_RANK", "0")
+
+
+def check_batch(step: int, fail_at: int | None) -> None:
+    """The user's own check of a batch; --fail-at-step makes it fail on every rank, as a bug would."""
+    if fail_at is not None and step == fail_at:
+        raise ValueError(f"step {step}: the batch has {step % 7} label columns, the model expects 1")
 
 
 def main() -> int:
@@ -60,6 +115,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--step-seconds", type=float, default=0.1, help="extra time per step (a bigger model)")
+    parser.add_argument("--fail-at-step", type=int, default=None, help="every rank raises ValueError at this step")
+    parser.add_argument("--silent-save-seconds", type=float, default=0.0, help="rank 0's first save takes this long")
+    parser.add_argument("--compile-seconds", type=float, default=0.0, help="a silent CPU-bound child before step 1")
     args = parser.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -96,7 +154,13 @@ def main() -> int:
     ddp = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
     target = torch.arange(16, dtype=torch.float32, device=device)
     loss = torch.zeros(1, device=device)
+    if args.compile_seconds > 0:
+        compile_workers(args.compile_seconds)
+    slow_save = args.silent_save_seconds
     for step in range(start + 1, args.steps + 1):
+        while stalled():
+            time.sleep(1)
+        check_batch(step, args.fail_at_step)
         inputs = torch.randn(32, 16, device=device)
         loss = ((ddp(inputs).squeeze(1) - inputs @ target) ** 2).mean()
         optimizer.zero_grad()
@@ -106,7 +170,8 @@ def main() -> int:
         # Progress for the launcher's hang watch (TRAINING_HEARTBEAT_FILE, docs/health.md).
         Path(os.environ.get("TRAINING_HEARTBEAT_FILE", os.devnull)).touch()
         if step % args.checkpoint_every == 0 and dist.get_rank() == 0:
-            save(folder, step, model, optimizer)
+            save(folder, step, model, slow_save)
+            slow_save = 0.0
     dist.barrier()
     say(f"done at step {args.steps}, loss {loss.item():.3f}")
     dist.destroy_process_group()
