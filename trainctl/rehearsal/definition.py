@@ -29,6 +29,25 @@ class RetryRule:
 
 
 @dataclass(frozen=True)
+class NodeSettings:
+    """A job's node count, command and environment as a job definition registered them, or as SubmitJob's
+    nodeOverrides give them (None or empty: not overridden; API NodeOverrides, ContainerOverrides: an
+    override's variables are added to the definition's, a name in both takes the override's value)."""
+
+    nodes: int | None = None
+    command: tuple[str, ...] = ()
+    environment: dict[str, str] = field(default_factory=dict)
+
+    def over(self, base: NodeSettings) -> NodeSettings:
+        """These overrides applied to `base`."""
+        return NodeSettings(
+            nodes=self.nodes or base.nodes,
+            command=self.command or base.command,
+            environment={**base.environment, **self.environment},
+        )
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """What Batch would run: one node range over every node (the job definitions' "0:")."""
 
@@ -43,6 +62,10 @@ class JobSpec:
     timeout_seconds: int | None
     name: str
     tags: dict[str, str] = field(default_factory=dict)
+    # What the job definition registered, and what the submission overrode: DescribeJobs shows the first
+    # (or, with --describe-merged, both merged) to the capacity fallback.
+    registered: NodeSettings = field(default_factory=NodeSettings)
+    overrides: NodeSettings = field(default_factory=NodeSettings)
 
 
 def _resolve(value: Any, resources: dict[str, Any]) -> Any:
@@ -146,6 +169,11 @@ def job_spec(definition: dict[str, Any], *, fleet: str, source: str, task: Task,
     main = int(properties.get("mainNode") or 0)
     if main >= nodes:
         raise TrainctlError(f"--nodes {nodes}: the job definition's main node is node {main}; give {main + 1} or more")
+    registered = NodeSettings(
+        nodes=int(properties.get("numNodes") or 1),
+        command=tuple(str(c) for c in container.get("command", [])),
+        environment=_environment(container),
+    )
     return JobSpec(
         fleet=fleet,
         definition=source,
@@ -157,4 +185,6 @@ def job_spec(definition: dict[str, Any], *, fleet: str, source: str, task: Task,
         retry_rules=rules,
         timeout_seconds=int(timeout) if timeout else None,
         name=name,
+        registered=registered,
+        overrides=NodeSettings(nodes=task.nodes, command=tuple(task.full_command() or ()), environment=dict(task.env)),
     )
