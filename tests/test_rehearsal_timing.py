@@ -224,3 +224,52 @@ def test_the_node_watch_sees_a_childs_end_only_after_the_lag_while_the_job_does_
     child = report["jobs"][0]["attempts"][0]["nodes"][1]
     # The rehearsal's own record of the child's end does not lag.
     assert child["exit_code"] == 137 and child["ended_s"] < 3
+
+
+# ----------------------------------------------------------------------------------------------- the fallback
+def test_the_fallback_is_fed_describe_jobs_unmerged_unless_asked():
+    from types import SimpleNamespace
+
+    from tests.harness import ROOT
+    from trainctl.rehearsal import app_code
+    from trainctl.rehearsal.definition import NodeSettings
+
+    spec = JobSpec(fleet="gpu", definition="d", nodes=3, main_node=0, command=("task",), environment={"A": "1",
+                   "B": "2"}, attempts=3, retry_rules=(), timeout_seconds=None, name="n",
+                   registered=NodeSettings(2, ("registered",), {"A": "1"}),
+                   overrides=NodeSettings(3, ("task",), {"B": "2"}))  # fmt: skip
+    job = SimpleNamespace(job_id="job-1", spec=spec, placement=0)
+    for merged, (nodes, command, names) in ((False, (2, ["registered"], {"A"})), (True, (3, ["task"], {"A", "B"}))):
+        request = app_code.resubmission(ROOT, job, merged=merged)
+        (node_range,) = request["nodeOverrides"]["nodePropertyOverrides"]
+        sent = {e["name"] for e in node_range["containerOverrides"]["environment"]}
+        assert request["nodeOverrides"]["numNodes"] == nodes and node_range["containerOverrides"]["command"] == command
+        assert sent == names | {"CHECKPOINT_LINEAGE"}
+        # The successor is the definition it names, as registered, with the request's overrides.
+        successor = app_code.spec_from_request(spec, request)
+        assert (successor.nodes, list(successor.command)) == (nodes, command)
+        assert successor.environment["CHECKPOINT_LINEAGE"] == "job-1"
+
+
+def test_a_rehearsed_job_is_registered_as_trainctl_registers_it():
+    from trainctl.rehearsal.definition import NodeSettings, as_trainctl_registers
+
+    registered = as_trainctl_registers(definition(), NodeSettings(3, ("sh", "x"), {"B": "2"}))
+    assert (registered.nodes, registered.command) == (3, ("sh", "x"))
+    assert registered.environment == {"EFA_DEVICES": "1", "B": "2"}
+    assert as_trainctl_registers(definition(), NodeSettings()) == NodeSettings(2, ("false",), {"EFA_DEVICES": "1"})
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_a_resubmitted_job_runs_the_tasks_command_whichever_way_describe_jobs_shows_it(tmp_path, monkeypatch, merged):
+    fast_facts(monkeypatch)
+    options = Options(faults=("lose-host:0@seconds:0.5", "capacity-cancel@seconds:0.5"), nodes=2, deadline_seconds=60,
+                      definition=definition(), definition_source="test", describe_merged=merged)  # fmt: skip
+    task = make_task({"fleet": "gpu", "command": ["sh", str(STUB)], "launcher": False,
+                      "env": {"STUB_DIR": str(tmp_path), "STUB_SLEEP_0": "2"}}, where="")  # fmt: skip
+    report = rehearse(task, assembly=tmp_path, options=options)
+    first, second = report["jobs"]
+    # The definition's own command is `false`: the successor ran the task's stand-in, with its environment.
+    assert second["resubmitted_from"] == first["job_id"] and report["ending"] == "SUCCEEDED"
+    assert [n["exit_code"] for n in second["attempts"][0]["nodes"]] == [0, 0]
+    assert (tmp_path / "node-1-attempt-1.env").read_text().count(f"AWS_BATCH_JOB_ID={second['job_id']}#1") == 1

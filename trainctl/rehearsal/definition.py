@@ -12,6 +12,7 @@ from typing import Any
 
 from trainctl.deployment import JOBS_STACK, fleets_from_outputs
 from trainctl.errors import TrainctlError
+from trainctl.submitting.revisions import node_properties
 from trainctl.submitting.taskfile import Task
 
 # Bucket names the rehearsal gives to the buckets a template names through another stack's export
@@ -169,11 +170,6 @@ def job_spec(definition: dict[str, Any], *, fleet: str, source: str, task: Task,
     main = int(properties.get("mainNode") or 0)
     if main >= nodes:
         raise TrainctlError(f"--nodes {nodes}: the job definition's main node is node {main}; give {main + 1} or more")
-    registered = NodeSettings(
-        nodes=int(properties.get("numNodes") or 1),
-        command=tuple(str(c) for c in container.get("command", [])),
-        environment=_environment(container),
-    )
     return JobSpec(
         fleet=fleet,
         definition=source,
@@ -185,6 +181,28 @@ def job_spec(definition: dict[str, Any], *, fleet: str, source: str, task: Task,
         retry_rules=rules,
         timeout_seconds=int(timeout) if timeout else None,
         name=name,
-        registered=registered,
+        registered=_registered(definition),
         overrides=NodeSettings(nodes=task.nodes, command=tuple(task.full_command() or ()), environment=dict(task.env)),
+    )
+
+
+def as_trainctl_registers(definition: dict[str, Any], overrides: NodeSettings) -> NodeSettings:
+    """What the job definition revision `trainctl run` submits the job on registers: the definition with the
+    job's command, environment and node count written in (trainctl/submitting/revisions.py, the same code),
+    so that DescribeJobs shows them merged or not. Nothing overridden: the deployed definition itself."""
+    if not (overrides.nodes or overrides.command or overrides.environment):
+        return _registered(definition)
+    properties = node_properties(
+        definition, nodes=overrides.nodes, command=overrides.command, environment=overrides.environment
+    )
+    return _registered({**definition, "nodeProperties": properties})
+
+
+def _registered(definition: dict[str, Any]) -> NodeSettings:
+    properties = definition.get("nodeProperties") or {}
+    container = (properties.get("nodeRangeProperties") or [{}])[0].get("container", {})
+    return NodeSettings(
+        nodes=int(properties.get("numNodes") or 1),
+        command=tuple(str(c) for c in container.get("command", [])),
+        environment=_environment(container),
     )

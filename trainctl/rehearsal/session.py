@@ -20,7 +20,7 @@ from typing import Any
 import trainctl
 from trainctl.errors import TrainctlError
 from trainctl.rehearsal import report
-from trainctl.rehearsal.definition import JobSpec, NodeSettings, from_cloud_assembly, job_spec
+from trainctl.rehearsal.definition import JobSpec, NodeSettings, as_trainctl_registers, from_cloud_assembly, job_spec
 from trainctl.rehearsal.engine import Engine
 from trainctl.rehearsal.faults import Fault, fault_node, parse_fault
 from trainctl.rehearsal.fleet_facts import FleetFacts, deployed_facts, read_facts
@@ -178,7 +178,11 @@ def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
     # Sent at submit as environment overrides, beside the task's own (trainctl/commands/submitting.py).
     sent = workdir_environment(bucket, packed, task.setup)
     overrides = NodeSettings(spec.overrides.nodes, spec.overrides.command, {**spec.overrides.environment, **sent})
-    spec = dataclasses.replace(spec, environment={**spec.environment, **sent}, overrides=overrides)
+    # trainctl submits the job on a revision that carries them (trainctl/submitting/revisions.py).
+    registered = as_trainctl_registers(definition, overrides)
+    spec = dataclasses.replace(
+        spec, environment={**spec.environment, **sent}, overrides=overrides, registered=registered
+    )
     if importlib.util.find_spec("torch") is None and task.launcher:
         raise TrainctlError(f"the launcher runs torchrun with {sys.executable}, which has no torch: `make bootstrap`")
     command = spec.command[0] if spec.command else ""
