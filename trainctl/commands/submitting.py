@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -41,7 +42,7 @@ from trainctl.submitting.requests import (
     point_name,
     submit_request,
 )
-from trainctl.submitting.revisions import job_revision, node_properties
+from trainctl.submitting.revisions import job_definition
 from trainctl.submitting.taskfile import MAX_ATTEMPTS, Task, load_task, make_task
 from trainctl.submitting.workdir import check_definition_script
 from trainctl.submitting.workdir import environment as workdir_environment
@@ -122,16 +123,13 @@ def build_request(
     # The job's own image, command, environment and nodes go into a revision it runs on, so that DescribeJobs
     # shows them whether or not it merges the overrides in (trainctl/submitting/revisions.py). Described,
     # not registered, until the checks pass (a revision that exists is named by its ARN).
-    properties = None
-    if task.image or task.nodes or task.full_command() or environment:
-        properties = node_properties(
-            definition, image=task.image, nodes=task.nodes, command=task.full_command(), environment=environment
-        )
-        request["jobDefinition"] = job_revision(state.batch, definition, properties, register=False)
+    revision = functools.partial(job_definition, state.batch, definition, image=task.image, nodes=task.nodes,
+                                 command=task.full_command(), environment=environment)  # fmt: skip
+    request["jobDefinition"] = revision(register=False)
     if check is not None:
         check(fleet, request)
-    if properties is not None and not dry_run:
-        request["jobDefinition"] = job_revision(state.batch, definition, properties, register=True)
+    if not dry_run:
+        request["jobDefinition"] = revision(register=True)
     if packed:
         note(stage_workdir(packed, bucket=bucket, s3=state.aws.client("s3"), dry_run=dry_run))
     return fleet, request
@@ -314,18 +312,19 @@ def sweep(
     )
     sweep_id = f"{fleet.name}-{base.timestamp()}"
     # Each point's environment goes into the revision its job runs on (trainctl/submitting/revisions.py).
-    definition = describe_definition(state.batch, template["jobDefinition"])
-    revisions = [node_properties(definition, environment=common | point) for point in points]
+    revision = functools.partial(
+        job_definition, state.batch, describe_definition(state.batch, template["jobDefinition"])
+    )
     requests = [
         submit_request(
             name=point_name(fleet.name, point),
             queue=fleet.job_queue,
-            definition=job_revision(state.batch, definition, properties, register=False),
+            definition=revision(environment=common | point, register=False),
             environment=common | point,
             share=share,
             tags={SWEEP_TAG: sweep_id},
         )
-        for point, properties in zip(points, revisions, strict=True)
+        for point in points
     ]
     if dry_run:
         before_submit(state, fleet, requests, hours=hours, team=team, yes=yes, dry_run=True)
@@ -344,8 +343,8 @@ def sweep(
     submitted = []
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task_id = progress.add_task(f"sweep {sweep_id}", total=len(requests))
-        for request, properties in zip(requests, revisions, strict=True):
-            request["jobDefinition"] = job_revision(state.batch, definition, properties, register=True)
+        for request, point in zip(requests, points, strict=True):
+            request["jobDefinition"] = revision(environment=common | point, register=True)
             job_id = str(state.batch.submit_job(**request)["jobId"])
             submitted.append({"jobName": request["jobName"], "jobId": job_id})
             progress.advance(task_id)

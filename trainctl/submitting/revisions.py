@@ -96,3 +96,21 @@ def job_revision(batch: Any, definition: Mapping[str, Any], properties: Mapping[
             request[key] = definition[key]
     with aws_errors():
         return str(batch.register_job_definition(**request)["jobDefinitionArn"])
+
+
+def job_definition(
+    batch: Any,
+    definition: Mapping[str, Any],
+    *,
+    image: str | None = None,
+    nodes: int | None = None,
+    command: Sequence[str] | None = None,
+    environment: Mapping[str, str] | None = None,
+    register: bool,
+) -> str:
+    """What a job is submitted on: the deployed revision itself when the job changes nothing of it, else the
+    revision that carries the job (job_revision; described, not registered, without `register`)."""
+    if not (image or nodes or command or environment):
+        return str(definition["jobDefinitionArn"])
+    properties = node_properties(definition, image=image, nodes=nodes, command=command, environment=environment)
+    return job_revision(batch, definition, properties, register=register)
