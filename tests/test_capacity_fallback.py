@@ -146,7 +146,8 @@ def test_a_capacity_cancel_goes_to_the_next_placement_once_with_what_it_was_give
     detail = _cancelled_job(
         world, "gpu", tags={"team": "llm"}, timeout={"attemptDurationSeconds": 7200}, nodeOverrides=overrides
     )
-    # moto drops share identifiers and node overrides from its job record: give the event what Batch would.
+    # moto drops share identifiers and node overrides from its job record: give the event the overrides merged
+    # in (whether Batch merges them is not documented: the test at the end of this file takes the other form).
     detail["shareIdentifier"] = "llama"
     detail["nodeProperties"]["nodeRangeProperties"][0]["container"]["environment"].append(
         {"name": "LR", "value": "3e-4"}
@@ -450,3 +451,42 @@ def test_cost_counts_a_job_on_a_fallback_placement(world: World) -> None:
 
     # Its type is the one the job names (the resubmitter's override; moto keeps the definition's).
     assert [(u.fleet, u.run_ms) for u in usages] == [("gpu", 3_600_000)]
+
+
+def test_a_trainctl_job_resubmitted_from_its_unmerged_describe_keeps_its_command_environment_and_nodes(
+    world: World, trainctl: Any, tmp_path: Any
+) -> None:
+    """DescribeJobs has no nodeOverrides (API JobDetail), and whether its nodeProperties carry them merged in is
+    not documented. moto's describe shows the job definition's own node properties, the unmerged form, which
+    `trainctl rehearse` plays by default: a job sent with overrides alone comes back as the definition's; one
+    trainctl submitted comes back whole, because its revision carries them (trainctl/submitting/revisions.py)."""
+    from trainctl.submitting.taskfile import LAUNCHER
+
+    task = tmp_path / "task.yaml"
+    task.write_text("fleet: gpu\nnodes: 2\ncommand: python train.py --lr 3e-4\nenv: {LR: '3e-4'}\n")
+    result = trainctl("--json", "run", str(task))
+    assert result.exit_code == 0, result.output
+    job_id = json.loads(result.stdout)["jobId"]
+    world.set_job(job_id, "FAILED", reason=CANCELLED)
+    batch = Recorder(world.client("batch"))
+    detail = dict(batch.describe_jobs(jobs=[job_id])["jobs"][0])
+    assert detail["jobDefinition"] != world.training["gpu"]
+
+    answer = resubmit.handle(detail, _routes(world), batch, NOW)
+
+    assert answer["action"] == "resubmitted"
+    request = batch.submitted[-1]
+    (node_range,) = request["nodeOverrides"]["nodePropertyOverrides"]
+    container = node_range["containerOverrides"]
+    assert container["command"] == [LAUNCHER, "python", "train.py", "--lr", "3e-4"]
+    assert {"name": "LR", "value": "3e-4"} in container["environment"]
+    assert request["nodeOverrides"]["numNodes"] == 2 and request["jobDefinition"] == detail["jobDefinition"]
+
+    # The same job sent with nodeOverrides on the deployed definition alone (as trainctl did before) loses them.
+    overrides = {"numNodes": 2, "nodePropertyOverrides": [{"targetNodes": "0:", "containerOverrides": {
+        "command": [LAUNCHER, "python", "train.py"], "environment": [{"name": "LR", "value": "3e-4"}]}}]}  # fmt: skip
+    plain = _cancelled_job(world, "gpu", nodeOverrides=overrides)
+    resubmit.handle(plain, _routes(world), batch, NOW)
+    (lost,) = batch.submitted[-1]["nodeOverrides"]["nodePropertyOverrides"]
+    assert lost["containerOverrides"].get("command") != [LAUNCHER, "python", "train.py"]
+    assert {"name": "LR", "value": "3e-4"} not in lost["containerOverrides"]["environment"]

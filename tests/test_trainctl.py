@@ -83,10 +83,13 @@ def test_submit_dry_run_prints_the_exact_request(world: World, trainctl: Any) ->
         "--timeout", "7200", "--name", "h1-flat-4", "--dry-run",
     )  # fmt: skip
 
-    assert ok_json(result) == {
+    planned = ok_json(result)
+    # The job runs on a revision carrying its nodes and environment (trainctl/submitting/revisions.py): a dry
+    # run registers none, and names the deployed revision it would copy.
+    assert planned.pop("jobDefinition").startswith(f"(a new revision of gpu-training-trainctl: {world.training['gpu']}")
+    assert planned == {
         "jobName": "h1-flat-4",
         "jobQueue": world.queues["gpu"],
-        "jobDefinition": world.training["gpu"],
         "nodeOverrides": {
             "numNodes": 2,
             "nodePropertyOverrides": [

@@ -317,13 +317,19 @@ def test_run_a_task_file_with_a_command_and_another_image(world: World, trainctl
     assert job["jobName"] == "lr-try"
     (definition,) = batch.describe_job_definitions(jobDefinitions=[job["jobDefinition"]])["jobDefinitions"]
     assert definition["jobDefinitionName"] == "gpu-training-trainctl"
-    assert definition["tags"] == {"trainctl:managed": "true", "trainctl:derived-from": world.training["gpu"]}
+    tags = definition["tags"]
+    assert (tags["trainctl:managed"], tags["trainctl:derived-from"]) == ("true", world.training["gpu"])
+    assert set(tags) == {"trainctl:managed", "trainctl:derived-from", "trainctl:content"}
     (node_range,) = definition["nodeProperties"]["nodeRangeProperties"]
     assert node_range["container"]["image"].endswith("/training:new")
     assert node_range["container"]["instanceType"] == "g6.12xlarge"
+    # The revision carries the job's own command, environment and nodes too (trainctl/submitting/revisions.py).
+    assert node_range["container"]["command"] == [LAUNCHER, "python", "train.py", "--lr", "0.1"]
+    assert {"name": "WARMUP", "value": "1000"} in node_range["container"]["environment"]
+    assert definition["nodeProperties"]["numNodes"] == 2
 
     again = ok_json(trainctl("run", str(task), "--dry-run"))
-    assert again["jobDefinition"] == job["jobDefinition"]  # the same image reuses the revision
+    assert again["jobDefinition"] == job["jobDefinition"]  # the same job reuses the revision
     (override,) = again["nodeOverrides"]["nodePropertyOverrides"]
     assert override["containerOverrides"]["command"] == [LAUNCHER, "python", "train.py", "--lr", "0.1"]
     assert override["containerOverrides"]["environment"] == [

@@ -110,7 +110,7 @@ def check_batch(step: int, fail_at: int | None) -> None:
         raise ValueError(f"step {step}: the batch has {step % 7} label columns, the model expects 1")
 
 
-def main() -> int:
+def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--checkpoint-every", type=int, default=10)
@@ -118,7 +118,11 @@ def main() -> int:
     parser.add_argument("--fail-at-step", type=int, default=None, help="every rank raises ValueError at this step")
     parser.add_argument("--silent-save-seconds", type=float, default=0.0, help="rank 0's first save takes this long")
     parser.add_argument("--compile-seconds", type=float, default=0.0, help="a silent CPU-bound child before step 1")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = options()
 
     cuda = torch.cuda.is_available()
     if cuda:

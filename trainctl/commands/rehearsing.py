@@ -46,6 +46,14 @@ def rehearse(
     keep: Annotated[
         Path | None, typer.Option(metavar="DIR", help="Keep every node's log and files in DIR (default: removed).")
     ] = None,
+    describe_merged: Annotated[
+        bool,
+        typer.Option(
+            "--describe-merged",
+            help="DescribeJobs shows the job's nodeProperties with the submission's overrides merged in "
+            "(unverified; default: as the job definition registered them).",
+        ),
+    ] = False,
 ) -> None:
     """Run a task on this machine under AWS Batch's multi-node rules: the job definition as deployed, every
     node a process with its own loopback address on a simulated host, checkpoints in a local S3, faults on
@@ -67,6 +75,7 @@ def rehearse(
         keep=keep,
         definition=definition,
         definition_source=source,
+        describe_merged=describe_merged,
     )
     try:
         result = run_rehearsal(task, assembly=app_dir, options=options)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -29,7 +30,6 @@ from trainctl.submitting.preflight import (
     check_nodes,
     describe_definition,
     retry_with_attempts,
-    with_image,
 )
 from trainctl.submitting.preflight import check_share as check_share_of
 from trainctl.submitting.requests import (
@@ -42,6 +42,7 @@ from trainctl.submitting.requests import (
     point_name,
     submit_request,
 )
+from trainctl.submitting.revisions import job_definition
 from trainctl.submitting.taskfile import MAX_ATTEMPTS, Task, load_task, make_task
 from trainctl.submitting.workdir import check_definition_script
 from trainctl.submitting.workdir import environment as workdir_environment
@@ -91,10 +92,10 @@ def build_request(
     check: Callable[[Fleet, dict[str, Any]], object] | None = None,
 ) -> tuple[Fleet, dict[str, Any]]:
     """The SubmitJob request for a task, after every refusal that needs no submission: the fleet's
-    capacity, the share, `check` (the price and the budget: trainctl/submitting/estimate.py), and only then (for
-    another image) the job definition revision it needs and the workdir's upload, so that a refused or
-    declined job leaves neither behind. `inputs` says whether the task came from options or a task file,
-    for the refusals to name the right one."""
+    capacity, the share, `check` (the price and the budget: trainctl/submitting/estimate.py), and only then the
+    job definition revision that carries the job (trainctl/submitting/revisions.py) and the workdir's upload,
+    so that a refused or declined job leaves neither behind. `inputs` says whether the task came from options or
+    a task file, for the refusals to name the right one."""
     check_flags(name=task.name, timeout_seconds=task.timeout)
     packed = prepare_workdir(task)
     fleet = state.deployment().fleet(task.fleet)
@@ -106,25 +107,29 @@ def build_request(
     nodes = task.nodes or int(definition.get("nodeProperties", {}).get("numNodes") or 1)
     check_nodes(fleet, nodes, capacity(compute, definition), inputs=inputs)
     check_share_of(state.batch, fleet, compute.queue or {}, task.share, new_share=new_share, inputs=inputs)
-    if task.image:
-        # Described, not registered, until the checks pass (a revision that exists is named by its ARN).
-        deployed = with_image(state.batch, definition, task.image, register=False)
     bucket = state.deployment().dataset_bucket
+    environment = {**task.env, **workdir_environment(bucket or "", packed, task.setup)}
     request = submit_request(
         name=task.name or f"{fleet.name}-{task.job}-{base.timestamp()}",
         queue=fleet.job_queue,
         definition=deployed,
         nodes=task.nodes,
-        environment={**task.env, **workdir_environment(bucket or "", packed, task.setup)},
+        environment=environment,
         timeout_seconds=task.timeout,
         share=task.share,
         command=task.full_command(),
         retry_strategy=retry_with_attempts(definition, task.attempts) if task.attempts else None,
     )
+    # The job's own image, command, environment and nodes go into a revision it runs on, so that DescribeJobs
+    # shows them whether or not it merges the overrides in (trainctl/submitting/revisions.py). Described,
+    # not registered, until the checks pass (a revision that exists is named by its ARN).
+    revision = functools.partial(job_definition, state.batch, definition, image=task.image, nodes=task.nodes,
+                                 command=task.full_command(), environment=environment)  # fmt: skip
+    request["jobDefinition"] = revision(register=False)
     if check is not None:
         check(fleet, request)
-    if task.image and not dry_run:
-        request["jobDefinition"] = with_image(state.batch, definition, task.image)
+    if not dry_run:
+        request["jobDefinition"] = revision(register=True)
     if packed:
         note(stage_workdir(packed, bucket=bucket, s3=state.aws.client("s3"), dry_run=dry_run))
     return fleet, request
@@ -306,11 +311,15 @@ def sweep(
         inputs=SWEEP,
     )
     sweep_id = f"{fleet.name}-{base.timestamp()}"
+    # Each point's environment goes into the revision its job runs on (trainctl/submitting/revisions.py).
+    revision = functools.partial(
+        job_definition, state.batch, describe_definition(state.batch, template["jobDefinition"])
+    )
     requests = [
         submit_request(
             name=point_name(fleet.name, point),
             queue=fleet.job_queue,
-            definition=template["jobDefinition"],
+            definition=revision(environment=common | point, register=False),
             environment=common | point,
             share=share,
             tags={SWEEP_TAG: sweep_id},
@@ -334,7 +343,8 @@ def sweep(
     submitted = []
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task_id = progress.add_task(f"sweep {sweep_id}", total=len(requests))
-        for request in requests:
+        for request, point in zip(requests, points, strict=True):
+            request["jobDefinition"] = revision(environment=common | point, register=True)
             job_id = str(state.batch.submit_job(**request)["jobId"])
             submitted.append({"jobName": request["jobName"], "jobId": job_id})
             progress.advance(task_id)

@@ -12,6 +12,7 @@ from typing import Any
 
 from trainctl.deployment import JOBS_STACK, fleets_from_outputs
 from trainctl.errors import TrainctlError
+from trainctl.submitting.revisions import node_properties
 from trainctl.submitting.taskfile import Task
 
 # Bucket names the rehearsal gives to the buckets a template names through another stack's export
@@ -29,6 +30,25 @@ class RetryRule:
 
 
 @dataclass(frozen=True)
+class NodeSettings:
+    """A job's node count, command and environment as a job definition registered them, or as SubmitJob's
+    nodeOverrides give them (None or empty: not overridden; API NodeOverrides, ContainerOverrides: an
+    override's variables are added to the definition's, a name in both takes the override's value)."""
+
+    nodes: int | None = None
+    command: tuple[str, ...] = ()
+    environment: dict[str, str] = field(default_factory=dict)
+
+    def over(self, base: NodeSettings) -> NodeSettings:
+        """These overrides applied to `base`."""
+        return NodeSettings(
+            nodes=self.nodes or base.nodes,
+            command=self.command or base.command,
+            environment={**base.environment, **self.environment},
+        )
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """What Batch would run: one node range over every node (the job definitions' "0:")."""
 
@@ -43,6 +63,10 @@ class JobSpec:
     timeout_seconds: int | None
     name: str
     tags: dict[str, str] = field(default_factory=dict)
+    # What the job definition registered, and what the submission overrode: DescribeJobs shows the first
+    # (or, with --describe-merged, both merged) to the capacity fallback.
+    registered: NodeSettings = field(default_factory=NodeSettings)
+    overrides: NodeSettings = field(default_factory=NodeSettings)
 
 
 def _resolve(value: Any, resources: dict[str, Any]) -> Any:
@@ -157,4 +181,28 @@ def job_spec(definition: dict[str, Any], *, fleet: str, source: str, task: Task,
         retry_rules=rules,
         timeout_seconds=int(timeout) if timeout else None,
         name=name,
+        registered=_registered(definition),
+        overrides=NodeSettings(nodes=task.nodes, command=tuple(task.full_command() or ()), environment=dict(task.env)),
+    )
+
+
+def as_trainctl_registers(definition: dict[str, Any], overrides: NodeSettings) -> NodeSettings:
+    """What the job definition revision `trainctl run` submits the job on registers: the definition with the
+    job's command, environment and node count written in (trainctl/submitting/revisions.py, the same code),
+    so that DescribeJobs shows them merged or not. Nothing overridden: the deployed definition itself."""
+    if not (overrides.nodes or overrides.command or overrides.environment):
+        return _registered(definition)
+    properties = node_properties(
+        definition, nodes=overrides.nodes, command=overrides.command, environment=overrides.environment
+    )
+    return _registered({**definition, "nodeProperties": properties})
+
+
+def _registered(definition: dict[str, Any]) -> NodeSettings:
+    properties = definition.get("nodeProperties") or {}
+    container = (properties.get("nodeRangeProperties") or [{}])[0].get("container", {})
+    return NodeSettings(
+        nodes=int(properties.get("numNodes") or 1),
+        command=tuple(str(c) for c in container.get("command", [])),
+        environment=_environment(container),
     )

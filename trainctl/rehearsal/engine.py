@@ -10,14 +10,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from trainctl.rehearsal import batch_rules
+from trainctl.rehearsal import app_code, batch_rules
 from trainctl.rehearsal.definition import JobSpec
 from trainctl.rehearsal.fault_player import FaultPlayer
 from trainctl.rehearsal.faults import Fault
+from trainctl.rehearsal.fleet_facts import FleetFacts, deployed_facts
 from trainctl.rehearsal.hosts import TAKE_OUT_GRACE_SECONDS, HostPool
 from trainctl.rehearsal.local_s3 import LocalS3
 from trainctl.rehearsal.nodes import NodeRun, wait_gone
-from trainctl.rehearsal.records import Attempt, JobRun, Rehearsal, node_description
+from trainctl.rehearsal.records import Attempt, JobRun, Rehearsal, node_job
 from trainctl.rehearsal.runtime import Runtime
 
 TICK_SECONDS = 0.1
@@ -35,6 +36,8 @@ class Engine:
         deadline_seconds: float,
         seed: int,
         child_delay_seconds: float = 1.0,
+        facts: FleetFacts | None = None,
+        describe_merged: bool = False,
     ) -> None:
         self.runtime = runtime
         self.s3 = s3
@@ -43,7 +46,11 @@ class Engine:
         self.deadline_seconds = deadline_seconds
         self.random = random.Random(seed)  # noqa: S311 - a reproducible start order, not a secret
         self.child_delay_seconds = child_delay_seconds
-        self.player = FaultPlayer(faults, s3=s3, event=self._event)
+        self.facts = facts or deployed_facts()
+        self.describe_merged = describe_merged
+        self.player = FaultPlayer(
+            faults, s3=s3, event=self._event, budget_reason=lambda: app_code.budget_stop_reason(runtime.checkout)
+        )
         self.job_start = 0.0
         self.live: list[NodeRun] = []
         s3.describe = self.describe
@@ -51,7 +58,7 @@ class Engine:
     # -- the job ------------------------------------------------------------------------------------------
     def rehearse(self, spec: JobSpec) -> Rehearsal:
         first = JobRun(job_id=str(uuid.uuid4()), spec=spec, placement=0)
-        result = Rehearsal(first=first, faults=self.faults, started=time.monotonic())
+        result = Rehearsal(first=first, faults=self.faults, started=time.monotonic(), facts=self.facts)
         self.result = result
         self.deadline = result.started + self.deadline_seconds
         try:
@@ -74,10 +81,18 @@ class Engine:
             number += 1
             if number > 1 and self.player.capacity_cancel_armed:
                 # The retry went back to RUNNABLE and found no capacity: the queue's time limit cancels it
-                # (Batch user guide, "Jobs stuck in RUNNABLE"), and the fallback resubmits it.
+                # (API JobStateTimeLimitAction; Batch user guide, "Jobs stuck in RUNNABLE"), and the fallback
+                # resubmits it. Nothing runs while a job waits RUNNABLE, so the wait is recorded, not slept.
                 self.player.capacity_cancel_armed = False
                 job.status, job.status_reason = "FAILED", batch_rules.CAPACITY_CANCEL_REASON
-                self._event(None, f"job {job.job_id}: retry {number} RUNNABLE without capacity; {job.status_reason}")
+                job.runnable_wait = self.facts.capacity_wait_seconds or 0.0
+                job.cancelled_at = time.monotonic()
+                self._event(
+                    None,
+                    f"job {job.job_id}: retry {number} waits RUNNABLE without capacity for the queue's "
+                    f"{job.runnable_wait:.0f} s ({self.facts.capacity_wait_from}; not slept here); "
+                    f"{job.status_reason}",
+                )
                 return self._resubmit(job)
             attempt = self._run_attempt(job, pool, number)
             job.attempts.append(attempt)
@@ -85,6 +100,12 @@ class Engine:
             attempt.exit_code, attempt.reason, attempt.status_reason = main.exit_code, main.reason, main.status_reason
             if self.result.deadline_hit:
                 job.status, job.status_reason = "FAILED", "rehearsal deadline: the job had not ended"
+                return None
+            if job.terminated:
+                # Batch user guide, "Automated job retries": a cancelled or terminated job is not retried;
+                # API TerminateJob: its reason "is returned by future DescribeJobs operations on the job".
+                attempt.retry = "not retried: TerminateJob ends a job for good"
+                job.status, job.status_reason = "FAILED", job.terminated
                 return None
             if attempt.status_reason == batch_rules.TIMEOUT_REASON:
                 attempt.retry = "not retried: a job that timed out is never retried"
@@ -108,11 +129,13 @@ class Engine:
             return None
 
     def _resubmit(self, job: JobRun) -> JobRun:
-        request = self.runtime.resubmission(job)
-        spec = self.runtime.spec_from_request(job.spec, request)
+        request = app_code.resubmission(self.runtime.checkout, job, merged=self.describe_merged)
+        spec = self.runtime.prepare(app_code.spec_from_request(job.spec, request))
         successor = JobRun(
             job_id=str(uuid.uuid4()), spec=spec, placement=job.placement + 1, resubmitted_from=job.job_id
         )
+        # One lineage (CHECKPOINT_LINEAGE): the checkpoints already in S3 are the predecessor's, not new ones.
+        successor.checkpoint_seen = dict(job.checkpoint_seen)
         job.successor = successor
         self._event(
             None, f"capacity fallback: resubmitted as job {successor.job_id} to placement {successor.placement}"
@@ -165,14 +188,20 @@ class Engine:
                     job.checkpoint_seen.setdefault(name, now)
                 self.player.on_progress(attempt, job, now, self.job_start)
             main = attempt.main
-            if main.ended is not None:
+            if now >= self.deadline:
+                # The rehearsal's own stop, not Batch's: ECS's default grace, whatever the fleet's.
+                self.result.deadline_hit = True
+                why = f"rehearsal deadline ({self.deadline_seconds:.0f} s)"
+                self._end_children(attempt, why, now, main_too=True, grace=batch_rules.STOP_GRACE_SECONDS)
+            elif main.ended is not None:
                 self._end_children(attempt, "the main node ended: Batch stops the other nodes", now)
+            elif self.player.terminate_reason:
+                if not job.terminated:
+                    job.terminated = main.status_reason = self.player.terminate_reason
+                self._end_children(attempt, f"TerminateJob ({job.terminated})", now, main_too=True)
             elif spec.timeout_seconds and now - attempt.started >= spec.timeout_seconds:
                 main.status_reason = batch_rules.TIMEOUT_REASON
                 self._end_children(attempt, f"attempt timed out after {spec.timeout_seconds} s", now, main_too=True)
-            elif now >= self.deadline:
-                self.result.deadline_hit = True
-                self._end_children(attempt, f"rehearsal deadline ({self.deadline_seconds:.0f} s)", now, main_too=True)
             if all(r.ended is not None for r in runs):
                 break
             time.sleep(TICK_SECONDS)
@@ -196,7 +225,12 @@ class Engine:
         run.start(command, env, now)
         self._event(attempt, f"node {run.index} started on {run.host.describe()}")
 
-    def _end_children(self, attempt: Attempt, why: str, now: float, *, main_too: bool = False) -> None:
+    def _end_children(
+        self, attempt: Attempt, why: str, now: float, *, main_too: bool = False, grace: float | None = None
+    ) -> None:
+        """docker stop for every node still running: the stop signal, SIGKILL after the fleet's stop timeout
+        (ECS_CONTAINER_STOP_TIMEOUT, fleet_facts.py); a node not started yet never starts."""
+        grace = self.facts.stop_grace_seconds if grace is None else grace
         for run in attempt.nodes:
             if run.ended is not None or (run.is_main and not main_too):
                 continue
@@ -206,8 +240,8 @@ class Engine:
             if run.stop_sent is None:
                 self._event(attempt, f"node {run.index}: SIGTERM ({why})")
                 run.stop(now)
-            elif run.overdue(now, batch_rules.STOP_GRACE_SECONDS):
-                self._event(attempt, f"node {run.index}: SIGKILL after {batch_rules.STOP_GRACE_SECONDS:.0f} s")
+            elif run.overdue(now, grace):
+                self._event(attempt, f"node {run.index}: SIGKILL after {grace:.0f} s")
                 run.kill_group()
 
     def _hosts(self, attempt: Attempt, now: float) -> None:
@@ -234,11 +268,13 @@ class Engine:
 
     # -- what Batch would answer ---------------------------------------------------------------------------
     def describe(self, ids: list[str]) -> list[dict[str, Any]]:
-        """DescribeJobs entries for the current attempt's node jobs (`<id>#<n>`) and the job itself."""
+        """DescribeJobs entries for the job's node jobs (`<id>#<n>`) and the job itself, as the launcher's
+        node watch sees them (a batch-lag fault delays what it sees; the engine's own decisions never lag)."""
         job, attempt = getattr(self, "job", None), getattr(self, "attempt", None)
         if job is None or attempt is None:
             return []
         found = []
+        now = time.monotonic()
         for wanted in ids:
             base, _, index = wanted.partition("#")
             if base != job.job_id:
@@ -246,7 +282,7 @@ class Engine:
             if not index:
                 found.append({"jobId": job.job_id, "jobName": job.spec.name, "status": "RUNNING"})
             elif index.isdigit() and int(index) < len(attempt.nodes):
-                found.append(node_description(job, attempt.nodes[int(index)]))
+                found.append(node_job(job, attempt, int(index), now=now, lag=self.player.lag))
         return found
 
     def _event(self, attempt: Attempt | None, text: str) -> None:

@@ -11,24 +11,35 @@ import threading
 import time
 from collections.abc import Callable
 
+from config.job_events import TRAINCTL_CANCEL_REASON
 from trainctl.rehearsal import batch_rules
 from trainctl.rehearsal.definition import JobSpec
-from trainctl.rehearsal.faults import Fault, fault_node
+from trainctl.rehearsal.faults import TERMINATING, Fault, fault_node
 from trainctl.rehearsal.hosts import Host
 from trainctl.rehearsal.local_s3 import LocalS3
 from trainctl.rehearsal.nodes import NodeRun
-from trainctl.rehearsal.records import Attempt, JobRun
+from trainctl.rehearsal.records import Attempt, JobRun, Lag
 
 # (the attempt, or None for the job's own timeline; the text)
 Event = Callable[[Attempt | None, str], None]
+# Faults that act on the running attempt, whatever their trigger (see on_progress).
+ON_RUNNING = ("kill-child", "kill-main", "stop-rank", "stall-rank", "lose-host", "kill-upload", "never-start",
+              *TERMINATING)  # fmt: skip
 
 
 class FaultPlayer:
-    def __init__(self, faults: list[Fault], *, s3: LocalS3, event: Event) -> None:
+    def __init__(
+        self, faults: list[Fault], *, s3: LocalS3, event: Event, budget_reason: Callable[[], str] = lambda: "budget:"
+    ) -> None:
         self.pending = list(faults)
         self.s3 = s3
         self._event = event
+        self._budget_reason = budget_reason
         self.capacity_cancel_armed = False
+        # batch-lag: (since, seconds), read by DescribeJobs' answers on the local endpoint's thread.
+        self.lag: Lag | None = None
+        # TerminateJob's reason once a cancel or a budget stop fired; the engine stops the job.
+        self.terminate_reason = ""
 
     def never_starts(self, number: int, runs: list[NodeRun], spec: JobSpec, attempt: Attempt) -> None:
         """The nodes whose image cannot be pulled in attempt `number`: their containers never run."""
@@ -44,8 +55,8 @@ class FaultPlayer:
             if fault.trigger not in ("start", "attempt") or int(fault.at) != number:
                 continue
             node = fault_node(fault, nodes=spec.nodes, main=spec.main_node)
-            if fault.kind in ("kill-child", "kill-main", "stop-rank", "lose-host", "kill-upload", "never-start"):
-                continue  # they act on the running attempt (see _fire_on_progress)
+            if fault.kind in ON_RUNNING:
+                continue  # they act on the running attempt (see on_progress)
             self.pending.remove(fault)
             self._apply_host_fault(fault, hosts[node] if node is not None else None, node)
 
@@ -67,6 +78,9 @@ class FaultPlayer:
         elif fault.kind == "s3-slowdown":
             self.s3.slow_down(fault.value or 0)
             self._event(None, f"fault {fault.spec}: the local S3 answers 503 SlowDown for {fault.value:g} s")
+        elif fault.kind == "batch-lag":
+            self.lag = (time.monotonic(), fault.value or 0.0)
+            self._event(None, f"fault {fault.spec}: DescribeJobs shows a node's end {fault.value:g} s late from now on")
         elif fault.kind == "capacity-cancel":
             self.capacity_cancel_armed = True
             self._event(None, f"fault {fault.spec}: the job's next retry will find no capacity")
@@ -104,6 +118,14 @@ class FaultPlayer:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGSTOP)
                 self._event(attempt, f"fault {fault.spec}: SIGSTOP node {node}'s ranks (pids {ranks})")
+            elif fault.kind == "stall-rank" and run is not None:
+                # The first rank of the node (LOCAL_RANK 0) sleeps at its next step: the script reads the file.
+                run.stall_file.write_text("0\n")
+                self._event(attempt, f"fault {fault.spec}: node {node}'s local rank 0 sleeps in its own code")
+            elif fault.kind in TERMINATING:
+                # API TerminateJob: the reason "is returned by future DescribeJobs operations on the job".
+                self.terminate_reason = TRAINCTL_CANCEL_REASON if fault.kind == "cancel" else self._budget_reason()
+                self._event(attempt, f"fault {fault.spec}: TerminateJob ({self.terminate_reason})")
             elif fault.kind == "kill-upload":
                 self._arm_upload_loss(fault, attempt)
             else:

@@ -22,7 +22,11 @@ KINDS: dict[str, tuple[str, str | None]] = {
     ),
     "stop-rank": ("SIGSTOP the node's training ranks: a hang", "child"),
     "preflight-fail": ("the node's host loses a device: its next preflight fails", "child"),
-    "never-start": ("the node's container never runs (CannotPullContainerError) in the attempt it names", "child"),
+    "never-start": (
+        "the node's container never runs (CannotPullContainerError) in the attempt it names; the main node's: "
+        "no child starts either",
+        "child",
+    ),
     "xid": ("the node's host records a reset-class NVIDIA Xid (VALUE: the code, default 79)", "child"),
     "kill-upload": ("the instance of the node that uploads the next checkpoint file is lost mid-upload", None),
     "s3-slowdown": ("the local S3 answers 503 SlowDown for VALUE seconds (default 20)", None),
@@ -32,13 +36,27 @@ KINDS: dict[str, tuple[str, str | None]] = {
     ),
     "slow-preflight": ("the node's device tools answer after VALUE seconds (default 20): a slow preflight", "main"),
     "neuron-tool-fail": ("the node's neuron-ls fails (exit 1) while its Neuron devices are present", "child"),
+    "stall-rank": (
+        "one training rank of the node sleeps in its own code (runnable, not stopped, silent) while its peers "
+        "wait in the next collective (the reference script's REHEARSAL_STALL_FILE hook)",
+        "child",
+    ),
+    "batch-lag": (
+        "from then on DescribeJobs shows a node job's end VALUE seconds (default 45) after it happened; the job "
+        "itself does not lag",
+        None,
+    ),
+    "cancel": ("the user cancels the running job (`trainctl cancel`: TerminateJob): FAILED, not retried", None),
+    "budget-stop": ("the team's budget is spent: the budget enforcement terminates the job, not retried", None),
 }
+# Faults that act on the job itself (TerminateJob), each with the reason it gives.
+TERMINATING = ("cancel", "budget-stop")
 TRIGGERS = ("start", "attempt:K", "seconds:S", "checkpoint:K")
 _SPEC = re.compile(
     r"^(?P<kind>[a-z0-9-]+)(?::(?P<node>\d+))?(?:=(?P<value>\d+(?:\.\d+)?))?"
     r"(?:@(?P<trigger>start|attempt|seconds|checkpoint)(?::(?P<at>\d+(?:\.\d+)?))?)?$"
 )
-_VALUE_KINDS = {"xid": 79.0, "s3-slowdown": 20.0, "slow-preflight": 20.0}
+_VALUE_KINDS = {"xid": 79.0, "s3-slowdown": 20.0, "slow-preflight": 20.0, "batch-lag": 45.0}
 
 
 @dataclass(frozen=True)

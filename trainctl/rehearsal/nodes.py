@@ -60,6 +60,11 @@ class NodeRun:
     _log: IO[bytes] | None = None
 
     @property
+    def stall_file(self) -> Path:
+        """The reference script's stall hook for this node (runtime.STALL_VARIABLE): new in every attempt."""
+        return self.folder / "rehearsal-stall"
+
+    @property
     def running(self) -> bool:
         return self.process is not None and self.ended is None
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from trainctl.rehearsal.definition import JobSpec
 from trainctl.rehearsal.faults import Fault
+from trainctl.rehearsal.fleet_facts import FleetFacts, deployed_facts
 from trainctl.rehearsal.hosts import HostPool
 from trainctl.rehearsal.nodes import NodeRun
 
@@ -45,6 +46,12 @@ class JobRun:
     checkpoint_seen: dict[str, float] = field(default_factory=dict)
     # What the launcher uploaded beside the checkpoints when it caught a hang (S3 keys).
     evidence: list[str] = field(default_factory=list)
+    # TerminateJob's reason, once a cancel or a budget stop ended the job.
+    terminated: str = ""
+    # A capacity cancel: how long the retry waited RUNNABLE on Batch (the queue's limit; not slept here),
+    # and when the rehearsal played the cancel.
+    runnable_wait: float = 0.0
+    cancelled_at: float | None = None
 
 
 @dataclass
@@ -61,6 +68,8 @@ class Rehearsal:
     # Faults whose trigger never came, and how many requests the local S3 throttled.
     unfired: list[str] = field(default_factory=list)
     throttled: int = 0
+    # The fleet's stop timeout and capacity wait, and where they came from.
+    facts: FleetFacts = field(default_factory=deployed_facts)
 
     def jobs(self) -> list[JobRun]:
         found: list[JobRun] = []
@@ -75,16 +84,40 @@ class Rehearsal:
         return self.jobs()[-1]
 
 
-def node_description(job: JobRun, run: NodeRun) -> dict[str, Any]:
-    """A node job as DescribeJobs shows it (Batch API, JobDetail and NodeDetails)."""
-    if run.ended is None:
+# (when the fault began, seconds): a node job's end shows in DescribeJobs only this long after it happened.
+Lag = tuple[float, float]
+
+
+def node_job(job: JobRun, attempt: Attempt, index: int, *, now: float, lag: Lag | None = None) -> dict[str, Any]:
+    """Node job `<id>#<index>` as DescribeJobs shows it while `attempt` runs. Its id is the same in every
+    attempt (Batch user guide, "Multi-node parallel jobs": "Each new attempt of a multi-node parallel job
+    updates the corresponding attempt of its associated child nodes"). Unverified, as AWS does not say what
+    DescribeJobs shows for a node between attempts: until the node starts in this attempt, its entry is the
+    one it ended the previous attempt with (its status, startedAt, stoppedAt and exit code), not PENDING.
+    The launcher's node watch ignores such an entry (container/launcher/node_watch.py, earlier_attempt)."""
+    run = attempt.nodes[index]
+    earlier = [a for a in job.attempts if a.number < attempt.number and index < len(a.nodes)]
+    if run.process is None and run.ended is None and earlier:
+        run = earlier[-1].nodes[index]
+    return node_description(job, run, now=now, lag=lag)
+
+
+def node_description(job: JobRun, run: NodeRun, *, now: float | None = None, lag: Lag | None = None) -> dict[str, Any]:
+    """A node job as DescribeJobs shows it (Batch API, JobDetail and NodeDetails). With a lag (the
+    batch-lag fault, unverified how long Batch really takes), a node that ended after the lag began is still
+    shown as it was before it ended until `lag` seconds have passed: RUNNING with its startedAt (PENDING if it
+    never started), no exit code, reason or stoppedAt."""
+    ended = run.ended
+    if ended is not None and lag is not None and now is not None and ended >= lag[0] and now < ended + lag[1]:
+        ended = None
+    if ended is None:
         status = "RUNNING" if run.process is not None else "PENDING"
     else:
         status = "SUCCEEDED" if run.exit_code == 0 else "FAILED"
     container: dict[str, Any] = {}
-    if run.exit_code is not None:
+    if ended is not None and run.exit_code is not None:
         container["exitCode"] = run.exit_code
-    if run.reason:
+    if ended is not None and run.reason:
         container["reason"] = run.reason
     entry: dict[str, Any] = {
         "jobId": f"{job.job_id}#{run.index}",
@@ -93,9 +126,9 @@ def node_description(job: JobRun, run: NodeRun) -> dict[str, Any]:
         "nodeDetails": {"nodeIndex": run.index, "isMainNode": run.is_main},
         "container": container,
     }
-    if run.status_reason and run.ended is not None:
+    if run.status_reason and ended is not None:
         entry["statusReason"] = run.status_reason
-    for key, stamp in (("startedAt", run.started), ("stoppedAt", run.ended if run.started else None)):
+    for key, stamp in (("startedAt", run.started), ("stoppedAt", ended if run.started else None)):
         if stamp is not None:
             entry[key] = epoch_milliseconds(stamp)
     return entry

@@ -145,10 +145,11 @@ def detect_and_recover(rehearsal: Rehearsal) -> dict[str, float | None]:
         return {"detect_s": None, "recover_s": None}
     ended = hit[1].ended or fault_at
     later = [seen for job in rehearsal.jobs() for seen in job.checkpoint_seen.values() if seen > ended]
-    return {
-        "detect_s": round(ended - fault_at, 1),
-        "recover_s": round(min(later) - ended, 1) if later else None,
-    }
+    if not later:
+        return {"detect_s": round(ended - fault_at, 1), "recover_s": None}
+    # A capacity cancel between the two: on Batch the retry waited RUNNABLE first, which is not slept here.
+    waited = sum(j.runnable_wait for j in rehearsal.jobs() if j.cancelled_at and ended <= j.cancelled_at <= min(later))
+    return {"detect_s": round(ended - fault_at, 1), "recover_s": round(min(later) - ended + waited, 1)}
 
 
 def build(rehearsal: Rehearsal, *, left_out: dict[str, str], expect: str) -> dict[str, Any]:
@@ -160,12 +161,16 @@ def build(rehearsal: Rehearsal, *, left_out: dict[str, str], expect: str) -> dic
             "status_reason": job.status_reason,
             "resubmitted_from": job.resubmitted_from,
             "placement": job.placement,
+            "runnable_wait_s": job.runnable_wait or None,
             "attempts": [attempt_entry(rehearsal, job, a) for a in job.attempts],
             "why": verdict(job),
         }
         for job in rehearsal.jobs()
     ]
     spec = rehearsal.first.spec
+    facts = rehearsal.facts
+    waited = sum(job.runnable_wait for job in rehearsal.jobs())
+    seconds = round(rehearsal.ended - rehearsal.started, 1)
     hosts = [
         {"host": h.describe(), "taken_out": h.take_out_reason or None, "powered_off": h.powered_off}
         for pool in rehearsal.pools
@@ -179,6 +184,10 @@ def build(rehearsal: Rehearsal, *, left_out: dict[str, str], expect: str) -> dic
         "command": list(spec.command),
         "attempts_allowed": spec.attempts,
         "timeout_seconds": spec.timeout_seconds,
+        "stop_grace_s": facts.stop_grace_seconds,
+        "stop_grace_from": facts.stop_grace_from,
+        "capacity_wait_s": facts.capacity_wait_seconds,
+        "capacity_wait_from": facts.capacity_wait_from,
         "not_rehearsed": left_out,
         "faults": [f.spec for f in rehearsal.faults],
         "unfired_faults": rehearsal.unfired,
@@ -191,7 +200,11 @@ def build(rehearsal: Rehearsal, *, left_out: dict[str, str], expect: str) -> dic
         "expected": expect.upper(),
         "as_expected": last.status == expect.upper() and not rehearsal.deadline_hit and not rehearsal.unfired,
         "deadline_hit": rehearsal.deadline_hit,
-        "seconds": round(rehearsal.ended - rehearsal.started, 1),
+        "seconds": seconds,
+        # Time Batch would have spent that the rehearsal did not sleep: a retry RUNNABLE until its queue's
+        # capacity limit cancelled it. On Batch the job took seconds + runnable_wait_s at least.
+        "runnable_wait_s": waited,
+        "batch_seconds": round(seconds + waited, 1),
         **detect_and_recover(rehearsal),
     }
 
@@ -202,6 +215,7 @@ def text(report: dict[str, Any]) -> list[str]:
         f"rehearsal of {report['definition']} (fleet {report['fleet']}): {report['nodes']} nodes, main node "
         f"{report['main_node']}, up to {report['attempts_allowed']} attempts, timeout {report['timeout_seconds']} s",
         f"  command: {' '.join(report['command'])}",
+        f"  stop timeout {report['stop_grace_s']:g} s (SIGKILL after SIGTERM): {report['stop_grace_from']}",
     ]
     if report["not_rehearsed"]:
         left = ", ".join(f"{k}={v}" for k, v in report["not_rehearsed"].items())
@@ -213,6 +227,11 @@ def text(report: dict[str, Any]) -> list[str]:
     for job in report["jobs"]:
         origin = f" (resubmitted from {job['resubmitted_from']})" if job["resubmitted_from"] else ""
         lines.append(f"job {job['job_id']}{origin}: {job['status']} ({job['status_reason']})")
+        if job["runnable_wait_s"]:
+            lines.append(
+                f"  its retry waited RUNNABLE {job['runnable_wait_s']:g} s before the queue cancelled it "
+                f"({report['capacity_wait_from']}); not slept here"
+            )
         for attempt in job["attempts"]:
             lines.append(
                 f"  attempt {attempt['attempt']}: {attempt['started_s']}-{attempt['ended_s']} s, main node exit "
@@ -246,5 +265,6 @@ def text(report: dict[str, Any]) -> list[str]:
         lines.append("  " + "; ".join(timing))
     outcome = "as expected" if report["as_expected"] else f"NOT as expected ({report['expected']}, every fault)"
     deadline = " (the rehearsal's deadline ended it)" if report["deadline_hit"] else ""
-    lines.append(f"ended {report['ending']}{deadline} in {report['seconds']} s: {outcome}")
+    on_batch = f" (on Batch {report['batch_seconds']} s with the RUNNABLE wait)" if report["runnable_wait_s"] else ""
+    lines.append(f"ended {report['ending']}{deadline} in {report['seconds']} s{on_batch}: {outcome}")
     return lines

@@ -9,22 +9,15 @@ ranks of the reference size (1 by default) instead of one per GPU.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import importlib.util
-import io
-import json
 import os
 import socket
-from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 from urllib.parse import urlparse
 
-from trainctl.errors import TrainctlError
 from trainctl.rehearsal import batch_rules
-from trainctl.rehearsal.definition import JobSpec, RetryRule
+from trainctl.rehearsal.definition import JobSpec
 from trainctl.rehearsal.hosts import Devices
 from trainctl.rehearsal.local_s3 import CREDENTIALS, LocalS3
 from trainctl.rehearsal.nodes import NodeRun
@@ -38,8 +31,9 @@ NOT_REHEARSED = ("EXPECT_TORCH_CUDA", "EXPECT_VULKAN", "MIN_NVIDIA_DRIVER", "NCC
 # address still answers on 127.0.0.1): the launcher's own choice of interface is not rehearsed.
 SOCKET_INTERFACE = "lo"
 IMAGE_DIR = str(Path(LAUNCHER).parent) + "/"
-# The capacity fallback's Lambda code (stdlib), loaded by path: it is not part of the trainctl package.
-RESUBMIT = Path("training_constructs/jobs/capacity_fallback/resubmit.py")
+# The reference script's rehearsal-only hook (examples/rehearsal/train.py): a rank whose node's file exists
+# sleeps in its own code (the stall-rank fault creates it).
+STALL_VARIABLE = "REHEARSAL_STALL_FILE"
 
 
 def image_file(checkout: Path, name: str) -> Path:
@@ -67,17 +61,19 @@ def _free_port_pair() -> int:
     raise RuntimeError("no two adjacent free ports on 127.0.0.1")
 
 
-def _load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _count(environment: dict[str, str], name: str) -> int:
     value = environment.get(name, "")
     return int(value) if value.isdigit() else 0
+
+
+def devices_of(spec: JobSpec) -> Devices:
+    """What the fleet's instances have, as its job definition expects them (the preflight's counts)."""
+    env = spec.environment
+    return Devices(
+        efa=_count(env, "EFA_DEVICES"),
+        gpus=_count(env, "EXPECTED_GPUS"),
+        neuron=_count(env, "EXPECTED_NEURON_DEVICES"),
+    )
 
 
 class Runtime:
@@ -105,12 +101,7 @@ class Runtime:
         return dataclasses.replace(spec, environment=environment)
 
     def devices(self, spec: JobSpec) -> Devices:
-        env = spec.environment
-        return Devices(
-            efa=_count(env, "EFA_DEVICES"),
-            gpus=_count(env, "EXPECTED_GPUS"),
-            neuron=_count(env, "EXPECTED_NEURON_DEVICES"),
-        )
+        return devices_of(spec)
 
     def _map(self, argument: str, *, relative: bool) -> str:
         if argument.startswith(IMAGE_DIR):
@@ -140,6 +131,7 @@ class Runtime:
         # A container's file system is new on every attempt: so is this folder.
         env["CHECKPOINT_DIR"] = str(run.folder / "checkpoints")
         env["WORKDIR_DIR"] = str(run.folder / "workdir")
+        env[STALL_VARIABLE] = str(run.stall_file)
         env.update(CREDENTIALS)
         env["AWS_ENDPOINT_URL"] = self.s3.endpoint
         env.update(run.host.env())
@@ -190,98 +182,3 @@ class Runtime:
             return []
         parsed = urlparse(prefix)
         return self.s3.keys(parsed.netloc, parsed.path.lstrip("/") + "evidence/")
-
-    def resubmission(self, job: Any) -> dict[str, Any]:
-        """What the capacity fallback's function would submit for this job (its own code decides)."""
-        spec: JobSpec = job.spec
-        retry = {
-            "attempts": spec.attempts,
-            "evaluateOnExit": [
-                {k: v for k, v in (("action", r.action), ("onStatusReason", r.on_status_reason),
-                                   ("onReason", r.on_reason), ("onExitCode", r.on_exit_code)) if v is not None}
-                for r in spec.retry_rules
-            ],
-        }  # fmt: skip
-        described = {
-            "jobId": job.job_id,
-            "jobArn": f"arn:aws:batch:us-east-1:000000000000:job/{job.job_id}",
-            "jobName": spec.name,
-            "jobDefinition": spec.definition,
-            "nodeProperties": {
-                "numNodes": spec.nodes,
-                "mainNode": spec.main_node,
-                "nodeRangeProperties": [
-                    {
-                        "targetNodes": "0:",
-                        "container": {
-                            "command": list(spec.command),
-                            "environment": [{"name": k, "value": v} for k, v in spec.environment.items()],
-                        },
-                    }
-                ],
-            },
-            "retryStrategy": retry,
-            "tags": dict(spec.tags),
-        }
-        if spec.timeout_seconds:
-            described["timeout"] = {"attemptDurationSeconds": spec.timeout_seconds}
-        target = {
-            "queue": f"rehearsal-{spec.fleet}-queue-{job.placement + 1}",
-            "placement": job.placement + 1,
-            "label": f"placement {job.placement + 1}",
-            "instanceType": "rehearsal",
-        }
-        # The fallback's function as EventBridge invokes it, on the cancelled job's event; its Batch calls go
-        # to a stand-in that keeps the SubmitJob request.
-        resubmit = _load(self.checkout / RESUBMIT)
-        queue = f"rehearsal-{spec.fleet}-queue-{job.placement}"
-        detail = {**described, "jobQueue": queue, "status": "FAILED", "statusReason": resubmit.CAPACITY_CANCEL}
-        routes = {queue: {"fleet": spec.fleet, "placement": job.placement, "label": "rehearsal", "next": [target]}}
-        batch = _SubmitRecorder(detail)
-        with contextlib.redirect_stdout(io.StringIO()):  # its decision log line: the report says it instead
-            decision = resubmit.handle(detail, routes, batch, datetime.now(UTC))
-        if decision.get("action") != "resubmitted" or batch.request is None:
-            raise TrainctlError(f"the capacity fallback did not resubmit the job: {json.dumps(decision)[:150]}")
-        return batch.request
-
-    def spec_from_request(self, spec: JobSpec, request: dict[str, Any]) -> JobSpec:
-        """The job a SubmitJob request describes, on top of the job definition it names."""
-        overrides = request.get("nodeOverrides", {})
-        container = (overrides.get("nodePropertyOverrides") or [{}])[0].get("containerOverrides", {})
-        environment = dict(spec.environment)
-        environment.update({str(e["name"]): str(e.get("value", "")) for e in container.get("environment", [])})
-        retry = request.get("retryStrategy") or {}
-        rules = tuple(
-            RetryRule(str(r.get("action", "")).upper(), r.get("onStatusReason"), r.get("onReason"), r.get("onExitCode"))
-            for r in retry.get("evaluateOnExit", [])
-        )
-        timeout = (request.get("timeout") or {}).get("attemptDurationSeconds")
-        return dataclasses.replace(
-            spec,
-            name=str(request.get("jobName", spec.name)),
-            nodes=int(overrides.get("numNodes") or spec.nodes),
-            command=tuple(container.get("command") or spec.command),
-            environment=environment,
-            attempts=int(retry.get("attempts") or spec.attempts),
-            retry_rules=rules or spec.retry_rules,
-            timeout_seconds=int(timeout) if timeout else spec.timeout_seconds,
-            tags={str(k): str(v) for k, v in (request.get("tags") or {}).items()},
-        )
-
-
-class _SubmitRecorder:
-    """Batch as the fallback's function sees it: the cancelled job, and a SubmitJob that is kept."""
-
-    def __init__(self, job: dict[str, Any]) -> None:
-        self.job = job
-        self.request: dict[str, Any] | None = None
-
-    def describe_jobs(self, jobs: list[str]) -> dict[str, Any]:
-        return {"jobs": [self.job] if self.job["jobId"] in jobs else []}
-
-    def submit_job(self, **request: Any) -> dict[str, str]:
-        self.request = request
-        return {"jobId": "successor"}
-
-    def tag_resource(self, **_: Any) -> None:
-        pass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import os
 import shutil
 import signal
 import sys
@@ -19,11 +20,13 @@ from typing import Any
 import trainctl
 from trainctl.errors import TrainctlError
 from trainctl.rehearsal import report
-from trainctl.rehearsal.definition import from_cloud_assembly, job_spec
+from trainctl.rehearsal.definition import JobSpec, NodeSettings, as_trainctl_registers, from_cloud_assembly, job_spec
 from trainctl.rehearsal.engine import Engine
 from trainctl.rehearsal.faults import Fault, fault_node, parse_fault
+from trainctl.rehearsal.fleet_facts import FleetFacts, deployed_facts, read_facts
+from trainctl.rehearsal.hosts import Devices
 from trainctl.rehearsal.local_s3 import LocalS3
-from trainctl.rehearsal.runtime import Runtime
+from trainctl.rehearsal.runtime import Runtime, devices_of
 from trainctl.submitting.taskfile import Task, make_task
 from trainctl.submitting.workdir import check_definition_script
 from trainctl.submitting.workdir import environment as workdir_environment
@@ -49,6 +52,9 @@ class Options:
     # The job definition in DescribeJobDefinitions' shape (a deployed revision); None: read cdk.out.
     definition: dict[str, Any] | None = None
     definition_source: str = ""
+    # DescribeJobs shows the job's nodeProperties with the submission's overrides merged in (unverified);
+    # False: as the job definition registered them (app_code.described_nodes).
+    describe_merged: bool = False
 
 
 def checkout() -> Path:
@@ -75,7 +81,60 @@ def check_options(task: Task, options: Options) -> tuple[Task, list[Fault]]:
         raise TrainctlError(f"--deadline {options.deadline_seconds:g}: give at least 10 seconds")
     if task.image:
         raise TrainctlError("image: the process runtime runs this checkout's launcher, not an image; drop `image:`")
+    if options.keep is not None:
+        check_keep(options.keep)
     return task, [parse_fault(spec) for spec in options.faults]
+
+
+# The kernel's own trees: nothing a rehearsal keeps belongs there.
+SYSTEM_TREES = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def check_keep(keep: Path) -> None:
+    """--keep names a folder the rehearsal can create, or an empty one it can write in."""
+    where = keep.expanduser().resolve()
+    for tree in SYSTEM_TREES:
+        if where == tree or tree in where.parents:
+            raise TrainctlError(f"--keep {keep}: {tree} holds the kernel's files; give a new folder of yours")
+    if where.exists() and not where.is_dir():
+        raise TrainctlError(f"--keep {keep}: a file, not a folder; give a new or empty folder")
+    if where.is_dir():
+        try:
+            empty = not any(where.iterdir())
+        except OSError as error:
+            raise TrainctlError(f"--keep {keep}: cannot read it ({error.strerror}); give a new folder") from None
+        if not empty:
+            raise TrainctlError(f"--keep {keep}: not empty; give a new folder (hosts' state must start clean)")
+        if not os.access(where, os.W_OK | os.X_OK):
+            raise TrainctlError(f"--keep {keep}: cannot write in it; give a folder of yours")
+        return
+    parent = next(p for p in where.parents if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        what = "a file" if not parent.is_dir() else "not writable"
+        raise TrainctlError(f"--keep {keep}: cannot create it ({parent} is {what}); give a folder you can create")
+
+
+def check_fleet(spec: JobSpec, faults: list[Fault], facts: FleetFacts, *, named: str) -> None:
+    """What could not happen on AWS: more nodes than the fleet holds, a fault for another kind of fleet."""
+    if facts.max_nodes is not None and spec.nodes > facts.max_nodes:
+        raise TrainctlError(
+            f"{named} {spec.nodes}: fleet {spec.fleet} holds at most {facts.max_nodes} nodes ({facts.max_nodes_from}), "
+            f"so Batch would leave the job RUNNABLE; give {facts.max_nodes} or fewer"
+        )
+    devices = devices_of(spec)
+    for fault in faults:
+        fault_node(fault, nodes=spec.nodes, main=spec.main_node)
+        lacking = ""
+        if fault.kind == "xid" and not devices.gpus:
+            lacking = "expects no GPUs (EXPECTED_GPUS), so no Xid can happen; xid is for GPU fleets"
+        elif fault.kind == "neuron-tool-fail" and not devices.neuron:
+            lacking = "expects no Neuron devices (EXPECTED_NEURON_DEVICES); neuron-tool-fail is for Trainium fleets"
+        elif fault.kind in ("preflight-fail", "slow-preflight") and devices == Devices():
+            lacking = "expects no devices (EFA_DEVICES, EXPECTED_GPUS, EXPECTED_NEURON_DEVICES) for a preflight to lose"
+        elif fault.kind == "capacity-cancel" and facts.capacity_wait_seconds is None:
+            lacking = f"is served by a queue that never cancels for capacity ({facts.capacity_wait_from})"
+        if lacking:
+            raise TrainctlError(f"--fault {fault.spec!r}: fleet {spec.fleet}'s job definition {lacking}")
 
 
 class Terminated(KeyboardInterrupt):
@@ -102,32 +161,40 @@ def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
     task, faults = check_options(task, options)
     if options.definition is not None:
         source, definition = options.definition_source, options.definition
+        facts = deployed_facts()
     else:
         logical_id, definition = from_cloud_assembly(assembly, task.fleet, task.job)
         source = f"{assembly.name}/{logical_id}"
+        facts = read_facts(assembly, task.fleet, definition)
     name = task.name or f"{task.fleet}-{task.job}-rehearsal"
     spec = job_spec(definition, fleet=task.fleet, source=source, task=task, name=name)
+    named = "--nodes" if options.nodes is not None else "nodes:" if task.nodes else "the job definition's numNodes"
+    check_fleet(spec, faults, facts, named=named)
     # The workdir as `run` sends it: packed, its script checked, in the local S3 for every node's launcher.
     packed = prepare_workdir(task)
     if packed and task.command is None:
         check_definition_script(packed, definition)
     bucket = spec.environment.get("DATASET_BUCKET") or WORKDIR_BUCKET
+    # Sent at submit as environment overrides, beside the task's own (trainctl/commands/submitting.py).
+    sent = workdir_environment(bucket, packed, task.setup)
+    overrides = NodeSettings(spec.overrides.nodes, spec.overrides.command, {**spec.overrides.environment, **sent})
+    # trainctl submits the job on a revision that carries them (trainctl/submitting/revisions.py).
+    registered = as_trainctl_registers(definition, overrides)
     spec = dataclasses.replace(
-        spec, environment={**spec.environment, **workdir_environment(bucket, packed, task.setup)}
+        spec, environment={**spec.environment, **sent}, overrides=overrides, registered=registered
     )
-    for fault in faults:
-        fault_node(fault, nodes=spec.nodes, main=spec.main_node)
     if importlib.util.find_spec("torch") is None and task.launcher:
         raise TrainctlError(f"the launcher runs torchrun with {sys.executable}, which has no torch: `make bootstrap`")
-    if options.keep is not None and options.keep.exists() and any(options.keep.iterdir()):
-        raise TrainctlError(f"--keep {options.keep}: not empty; give a new folder (hosts' state must start clean)")
     command = spec.command[0] if spec.command else ""
     if not (command.startswith("/opt/training/") or shutil.which(command) or (root_dir / command).is_file()):
         raise TrainctlError(f"command {command!r}: not found on this machine (PATH, or this checkout)")
     s3 = LocalS3()
     scratch = Path(tempfile.mkdtemp(prefix="rehearsal-")) if options.keep is None else options.keep
     try:
-        scratch.mkdir(parents=True, exist_ok=True)
+        try:
+            scratch.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise TrainctlError(f"--keep {scratch}: cannot create it ({error.strerror})") from None
         s3.start()
         with _terminate_as_interrupt():
             runtime = Runtime(checkout=root_dir, s3=s3, python=sys.executable, procs=options.procs)
@@ -141,6 +208,8 @@ def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
                 root=scratch,
                 deadline_seconds=options.deadline_seconds,
                 seed=options.seed,
+                facts=facts,
+                describe_merged=options.describe_merged,
             )
             outcome = engine.rehearse(spec)
             return report.build(outcome, left_out=runtime.left_out, expect=options.expect)

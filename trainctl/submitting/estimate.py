@@ -100,8 +100,8 @@ def _estimate(
     """The estimate, or why there is none."""
     request = requests[0]
     named = str(request["jobDefinition"])
-    # A dry run with --image names the revision it would register in words; that revision copies the
-    # deployed definition's nodes and timeout (trainctl/submitting/preflight.py, with_image).
+    # A dry run names a revision it would register in words; the request's nodeOverrides carry its node
+    # count, and it copies the deployed definition's timeout (trainctl/submitting/revisions.py).
     definition = describe_definition(state.batch, named if named.startswith("arn:") else fleet.training_definition)
     nodes = int(
         (request.get("nodeOverrides") or {}).get("numNodes")

@@ -7,17 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from config.job_events import TRAINCTL_FAMILY_SUFFIX
 from trainctl.aws import aws_errors
 from trainctl.deployment import Fleet
 from trainctl.errors import TrainctlError
 from trainctl.fleet.compute import FleetCompute
 from trainctl.jobs import node_requirements
-
-# Tags on a job definition revision trainctl registered for another image.
-MANAGED_TAG = "trainctl:managed"
-DERIVED_TAG = "trainctl:derived-from"
-DERIVED_SUFFIX = TRAINCTL_FAMILY_SUFFIX
+from trainctl.submitting.revisions import job_revision, node_properties
 
 
 def describe_definition(batch: Any, arn: str) -> dict[str, Any]:
@@ -142,38 +137,6 @@ def retry_with_attempts(definition: dict[str, Any], attempts: int) -> dict[str, 
 
 
 def with_image(batch: Any, definition: dict[str, Any], image: str, *, register: bool = True) -> str:
-    """The ARN of a revision of `<deployed name>-trainctl` that is the deployed definition with another
-    image: an existing ACTIVE one derived from the same revision with the same image, else a new one.
-    CloudFormation does not know this family: a deploy neither changes nor deletes it. Without
-    `register` (a dry run), a revision that would be new is described instead of registered."""
-    source = str(definition["jobDefinitionArn"])
-    family = f"{definition['jobDefinitionName']}{DERIVED_SUFFIX}"[:128]
-    with aws_errors():
-        pages = batch.get_paginator("describe_job_definitions").paginate(jobDefinitionName=family, status="ACTIVE")
-        for page in pages:
-            for existing in page.get("jobDefinitions", []):
-                tags = existing.get("tags") or {}
-                if tags.get(DERIVED_TAG) == source and _images(existing) == {image}:
-                    return str(existing["jobDefinitionArn"])
-    if not register:
-        return f"(a new revision of {family}: {source} with image {image})"
-    node_properties = dict(definition["nodeProperties"])
-    node_properties["nodeRangeProperties"] = [
-        {**r, "container": {**r.get("container", {}), "image": image}} for r in node_properties["nodeRangeProperties"]
-    ]
-    request: dict[str, Any] = {
-        "jobDefinitionName": family,
-        "type": definition.get("type", "multinode"),
-        "nodeProperties": node_properties,
-        "tags": {MANAGED_TAG: "true", DERIVED_TAG: source},
-    }
-    for key in ("parameters", "retryStrategy", "timeout", "propagateTags", "platformCapabilities"):
-        if definition.get(key) is not None:
-            request[key] = definition[key]
-    with aws_errors():
-        return str(batch.register_job_definition(**request)["jobDefinitionArn"])
-
-
-def _images(definition: dict[str, Any]) -> set[str]:
-    ranges = definition.get("nodeProperties", {}).get("nodeRangeProperties", [])
-    return {str(r.get("container", {}).get("image")) for r in ranges}
+    """The ARN of a `<deployed name>-trainctl` revision that is the deployed definition with another image
+    (trainctl/submitting/revisions.py); described, not registered, without `register`."""
+    return job_revision(batch, definition, node_properties(definition, image=image), register=register)

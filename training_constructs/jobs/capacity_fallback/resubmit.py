@@ -4,10 +4,11 @@ Invoked by an EventBridge rule on "Batch Job State Change" events of a fleet's p
 status FAILED and the capacity cancel's status reason (see CAPACITY_CANCEL). The job is submitted
 again, once, to the next placement's queue whose window (a Capacity Block's, less its last half hour
 and a job's expected start, see BLOCK_EARLY_END) holds the present:
-same job definition, name, parameters, node count, environment and command, share identifier,
-priority, timeout, retries and tags; the instance type of each node range is the placement's. Every
-node range also gets CHECKPOINT_LINEAGE: the cancelled job's own, else its id, so that the launcher
-(container/launcher/restore_phase.py) of the successor restores the original's checkpoints.
+same job definition, name, parameters, node count, environment and command (as DescribeJobs shows them:
+see _overrides), share identifier, priority, timeout, retries and tags; the instance type of each node
+range is the placement's. Every node range also gets CHECKPOINT_LINEAGE: the cancelled job's own, else
+its id, so that the launcher (container/launcher/restore_phase.py) of the successor restores the
+original's checkpoints.
 Every decision is one JSON line in the function's log, which metric filters count.
 
 ROUTES (environment, JSON): queue ARN -> {"fleet", "placement" (0 = the fleet's own), "label",
@@ -90,9 +91,14 @@ def lineage_of(job: Mapping[str, Any]) -> str:
 
 
 def _overrides(job: Mapping[str, Any], instance_type: str) -> dict[str, Any]:
-    """Node overrides that keep what the job ran with: its node count, and per node range the
-    environment and command it was given (DescribeJobs reports them merged with the definition's),
-    with the job's lineage."""
+    """Node overrides that keep what the job ran with, as DescribeJobs shows it: its node count, and per
+    node range the environment and command, with the job's lineage. DescribeJobs' JobDetail has
+    nodeProperties and no nodeOverrides (Batch API reference, JobDetail); whether those nodeProperties
+    carry the submission's overrides merged in is not documented (unverified). trainctl submits every job
+    on a job definition revision that carries its command, environment and node count
+    (trainctl/submitting/revisions.py), so a trainctl job comes back whole either way, and the successor
+    names the same revision (`jobDefinition`). A job submitted by other means with overrides keeps them
+    only if DescribeJobs merges them."""
     nodes = job.get("nodeProperties") or {}
     lineage = {"name": LINEAGE_VARIABLE, "value": lineage_of(job)}
     ranges = []
