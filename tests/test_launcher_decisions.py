@@ -99,6 +99,8 @@ def test_only_a_failure_of_this_nodes_own_asks_the_hardware(status, stopped, rep
 )  # fmt: skip
 def test_a_child_tells_the_main_node_once_and_only_before_training(status, is_child, started, told, tells):
     assert ending.child_tells_main(status=status, is_child=is_child, training_started=started, told=told) is tells
+    # A stopped child tells nothing: the main node that would hear it has ended, or is being stopped too.
+    assert not ending.child_tells_main(status=143, is_child=True, training_started=False, told=False, stopped=True)
 
 
 def test_retry_follows_the_exit_code_contract():

@@ -181,3 +181,27 @@ def test_why_says_a_timed_out_attempt_is_not_retried_and_its_checkpoints_were_up
     assert "never retries a timed-out job" in timed_out and "uploaded the last checkpoint files" in timed_out
     assert "cancelled with `trainctl cancel`" in " ".join(reasons(TRAINCTL_CANCEL_REASON))
     assert "never retries" not in " ".join(reasons("Essential container in task exited"))
+
+
+def test_on_a_retry_a_failed_node_job_that_never_ran_counts_only_after_it_was_seen_otherwise(tmp_path, monkeypatch):
+    """How Batch shows a node job between attempts is not documented: on attempt 2 a FAILED entry with no
+    times may be attempt 1's (its image never pulled). It counts once the child was seen in another state in
+    this attempt, or after STALE_FAILED_SECONDS; on attempt 1 there is no earlier attempt to mistake it for."""
+    clock = [1000.0]
+    monkeypatch.setattr(node_watch.time, "monotonic", lambda: clock[0])
+
+    def watch(attempt: int) -> node_watch.Watch:
+        return node_watch.Watch(client=None, job="j", nodes=2, main=0, pid=1, out=tmp_path / "r",
+                                hurry=tmp_path / "h", since=0, period=1, attempt=attempt)  # fmt: skip
+
+    never_ran = node_watch.NodeJob(1, "FAILED", "Task failed to start", None, "CannotPullContainerError: x")
+    assert watch(1).this_attempts([never_ran]) == [never_ran]
+    retry = watch(2)
+    assert retry.this_attempts([never_ran]) == []
+    clock[0] += node_watch.STALE_FAILED_SECONDS
+    assert retry.this_attempts([never_ran]) == [never_ran]  # it never started again
+    seen = watch(2)
+    assert seen.this_attempts([node_watch.NodeJob(1, "STARTING")]) == [node_watch.NodeJob(1, "STARTING")]
+    assert seen.this_attempts([never_ran]) == [never_ran]
+    ran = node_watch.NodeJob(1, "FAILED", "Essential container in task exited", 137, "", 5, 9)
+    assert watch(2).this_attempts([ran]) == [ran]  # with times, earlier_attempt decides as before

@@ -235,10 +235,12 @@ def after_failure(
     )
 
 
-def child_tells_main(*, status: int, is_child: bool, training_started: bool, told: bool) -> bool:
+def child_tells_main(*, status: int, is_child: bool, training_started: bool, told: bool, stopped: bool = False) -> bool:
     """A child that exits before training (bad input, a failed fetch or restore) tells the main node
-    why, once; after training starts its failure is judged after its trainer exits."""
-    return status != 0 and is_child and not training_started and not told
+    why, once; after training starts its failure is judged after its trainer exits. A stopped child
+    tells nothing: Batch stops the children when the main node has ended, or the whole job, and a child
+    would spend NODE_REPORT_SECONDS trying to reach a main node that is gone."""
+    return status != 0 and is_child and not training_started and not told and not stopped
 
 
 def exit_status(returncode: int) -> int:

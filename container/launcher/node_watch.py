@@ -28,6 +28,10 @@ alone saves and uploads at the end lets the others finish first. A child node jo
 stoppedAt) is earlier than the main node's own startedAt is the previous attempt's, not this one's
 (children start only after the main node runs), and is ignored; the main node's own node job is asked
 for that time (Batch's clock for both), and until Batch gives it, this launcher's start (--since) stands in.
+On a retry (AWS_BATCH_JOB_ATTEMPT 2 or more) a FAILED node job with neither startedAt nor stoppedAt
+(a node that never ran) may be the earlier attempt's still showing: how Batch shows a node job between
+attempts is not documented. It counts only once this watch has seen that node job in another state in
+this attempt, or once it has shown so for STALE_FAILED_SECONDS (a node that never starts again).
 
 The watcher never ends the job for its own trouble: throttling and transient errors get botocore's
 standard retries, then the next period; AccessDenied, missing credentials or no region print one line and
@@ -64,6 +68,9 @@ OUT_OF_MEMORY = "OutOfMemoryError"
 # more look after this long covers a report still being written.
 REPORT_RACE_SECONDS = 1.0
 TERMINAL = ("SUCCEEDED", "FAILED")
+# How long a retry's FAILED node job with no times may be the earlier attempt's still showing before it
+# counts as this attempt's (a node whose image never pulls again): children start within minutes.
+STALE_FAILED_SECONDS = 600.0
 DEFAULT_PERIOD = 15.0
 # Once the launcher's trainer failed: how often to ask while the launcher waits out its report grace.
 FAST_PERIOD = 1.0
@@ -98,6 +105,10 @@ class NodeJob:
         if self.exit_code is not None:
             text += f", exit code {self.exit_code}"
         return text
+
+    @property
+    def never_ran(self) -> bool:
+        return self.started_at is None and self.stopped_at is None
 
     def earlier_attempt(self, since_ms: int) -> bool:
         moment = self.started_at if self.started_at is not None else self.stopped_at
@@ -203,10 +214,13 @@ class Watch:
 
     def __init__(
         self, *, client: Any, job: str, nodes: int, main: int, pid: int, out: Path, hurry: Path, since: float,
-        period: float, children: Path | None = None,
+        period: float, children: Path | None = None, attempt: int = 1,
     ) -> None:  # fmt: skip
         self.client, self.pid, self.out, self.hurry = client, pid, out, hurry
         self.children = children
+        self.attempt = attempt
+        self.seen_running: set[int] = set()  # children seen in a state other than FAILED in this attempt
+        self.stale: dict[int, float] = {}  # children showing FAILED with no times: since when (monotonic)
         self.ids, self.main = node_ids(job, nodes, main), main
         self.launcher_start_ms = int(since * 1000)
         self.period = period
@@ -243,7 +257,7 @@ class Watch:
             self.failing = False
         main = [j.started_at for j in described if j.index == self.main and j.started_at is not None]
         since_ms = main[0] if main else self.launcher_start_ms
-        jobs = [j for j in described if j.index != self.main]
+        jobs = self.this_attempts([j for j in described if j.index != self.main])
         for job in jobs:
             if job.status == "SUCCEEDED" and job.index not in self.noted and not job.earlier_attempt(since_ms):
                 self.noted.add(job.index)
@@ -257,6 +271,21 @@ class Watch:
             return False
         deliver(self.out, self.pid, *found)
         return True
+
+    def this_attempts(self, jobs: list[NodeJob]) -> list[NodeJob]:
+        """The children's entries, less a retry's FAILED entry with no times that may be the earlier
+        attempt's (see the module's docstring)."""
+        kept = []
+        now = time.monotonic()
+        for job in jobs:
+            if job.status != "FAILED":
+                self.seen_running.add(job.index)
+            if self.attempt >= 2 and job.status == "FAILED" and job.never_ran and job.index not in self.seen_running:
+                first = self.stale.setdefault(job.index, now)
+                if now - first < STALE_FAILED_SECONDS:
+                    continue
+            kept.append(job)
+        return kept
 
     def told(self) -> set[int]:
         """The children whose ending the listener has."""
@@ -290,6 +319,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     parser.add_argument("--hurry", type=Path, required=True, help="created by the launcher when its trainer failed")
     parser.add_argument("--since", type=float, required=True, help="this launcher's start, epoch seconds")
     parser.add_argument("--children", type=Path, help="the listener's folder of the children's words")
+    parser.add_argument("--attempt", type=int, default=1, help="AWS_BATCH_JOB_ATTEMPT")
     parser.add_argument("--period", default=str(DEFAULT_PERIOD), help="NODE_WATCH_SECONDS; 0: do not watch")
     args = parser.parse_args(argv)
     try:
@@ -321,6 +351,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
         since=args.since,
         period=period,
         children=args.children,
+        attempt=args.attempt,
     )
     return watch.run()
 

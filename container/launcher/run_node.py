@@ -174,6 +174,7 @@ def main(args: Sequence[str], *, signals: StopSignals, started: float) -> int:
                 is_child=not node.settings.is_main,
                 training_started=node.training_started,
                 told=node.told_main,
+                stopped=node.signals.stop_requested,
             ):
                 code = ending.child_code(result.code, training_started=False)
                 node.tell_main(code, node.last_error or f"launcher exited {result.code} before the rendezvous")

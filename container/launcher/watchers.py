@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from node_settings import UINT
 from node_state import NodeState
 from node_tools import helper
 from restore_phase import Restored
@@ -71,6 +72,8 @@ def start_listener(node: NodeState) -> None:
             stderr=subprocess.STDOUT,
         )
     if settings.get("AWS_BATCH_JQ_NAME"):
+        attempt = settings.get("AWS_BATCH_JOB_ATTEMPT", "1")
+        attempt = attempt if UINT.fullmatch(attempt) else "1"
         node.watcher = node.spawn(
             helper(
                 settings.python.node_watch,
@@ -93,6 +96,8 @@ def start_listener(node: NodeState) -> None:
                 settings.get("NODE_WATCH_SECONDS", "15"),
                 "--children",
                 str(node.faults / "children"),
+                "--attempt",
+                attempt,
             )
         )
 
