@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 # The reference script checkpoints every CHECKPOINT_EVERY steps: checkpoint K is step K * CHECKPOINT_EVERY.
@@ -168,18 +167,15 @@ def hang_names(node: int) -> Check:
 
 
 def last_save_uploaded() -> Check:
-    """The newest checkpoint the script saved in the last attempt is in S3 at its end (the stop's upload)."""
+    """The newest checkpoint the script saved in the last attempt is in S3 at its end: nothing it saved is lost."""
 
     def test(report: Report) -> bool:
         last = _attempts(report)[-1]
-        saved = []
-        for node in last["nodes"]:
-            text = Path(node["log"]).read_text(errors="replace") if Path(node["log"]).exists() else ""
-            saved += [int(step) for step in re.findall(r"saved checkpoint-(\d+)\.pt", text)]
-        uploaded = last["last_checkpoint"]
-        return bool(saved) and uploaded is not None and int(re.findall(r"\d+", uploaded)[-1]) >= max(saved)
+        saved, uploaded = last["saved"], last["last_checkpoint"]
+        newest = max((int(re.findall(r"\d+", name)[-1]) for name in saved), default=None)
+        return newest is not None and uploaded is not None and int(re.findall(r"\d+", uploaded)[-1]) >= newest
 
-    return Check("the last checkpoint the script saved reached S3 (the stop's final upload)", test)
+    return Check("the last checkpoint the script saved is in S3 at the end: checkpoints kept", test)
 
 
 def evidence_uploaded() -> Check:

@@ -17,6 +17,8 @@ from trainctl.rehearsal.records import Attempt, JobRun, Rehearsal, epoch_millise
 LAUNCHER_LINE = re.compile(r"^distributed_run\.sh: (.*)$")
 RESTORED_LINE = re.compile(r"checkpoint_sync: restored (\d+) files")
 RESUMED_LINE = re.compile(r"(resumed from \S+.*|no checkpoint on any node.*)$")
+# The reference script's line for a checkpoint file renamed into place (examples/rehearsal/train.py).
+SAVED_LINE = re.compile(r"\bsaved (checkpoint-\d+\.pt)$")
 LOG_GROUP = "rehearsal"
 
 
@@ -37,6 +39,12 @@ def _resumed(runs: list[NodeRun]) -> str:
             restored.append(f"node {run.index} restored {count} files")
         resumed += [m.group(1) for line in lines if (m := RESUMED_LINE.search(line))]
     return "; ".join(restored + resumed[:1])
+
+
+def _saved(runs: list[NodeRun]) -> list[str]:
+    """The checkpoint files the script says it saved in this attempt, oldest first."""
+    names = {m.group(1) for run in runs for line in run.last_lines(5000) if (m := SAVED_LINE.search(line))}
+    return sorted(names, key=_step)
 
 
 def _offset(rehearsal: Rehearsal, stamp: float | None) -> float | None:
@@ -69,6 +77,7 @@ def attempt_entry(rehearsal: Rehearsal, job: JobRun, attempt: Attempt) -> dict[s
         "status_reason": attempt.status_reason,
         "retry": attempt.retry,
         "resumed": _resumed([n for n in attempt.nodes if n.started])[:300],
+        "saved": _saved(attempt.nodes),
         "checkpoints_before": len(before),
         "checkpoints_completed": sorted(during, key=_step),
         "last_checkpoint": max(attempt.checkpoints_at_end, key=_step) if attempt.checkpoints_at_end else None,
