@@ -10,6 +10,7 @@ Stdlib only, Python 3.10; boto3 for the upload (as checkpoint_sync.py).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from aws_region import region
 from checkpoint_commit import process_tree
 
 PY_SPY_SECONDS = 30
@@ -119,7 +121,8 @@ def upload(uri: str, directory: Path) -> str | None:
     parsed = urlparse(uri)
     prefix = parsed.path.lstrip("/")
     try:
-        client = boto3.client("s3", config=Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 3}))
+        config = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 3})
+        client = boto3.client("s3", region_name=region(os.environ), config=config)
         for path in sorted(p for p in directory.rglob("*") if p.is_file()):
             client.upload_file(str(path), parsed.netloc, prefix + path.relative_to(directory).as_posix())
     except Exception as error:  # any failure is said in one line; the watch goes on
