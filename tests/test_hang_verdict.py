@@ -11,8 +11,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from training_constructs.jobs.multi_node_job import RETRY_RULES
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "container" / "launcher"))
+import ending  # noqa: E402
 import hang_evidence as evidence  # noqa: E402
 import hang_verdict as verdicts  # noqa: E402
 import progress_signals as signals  # noqa: E402
@@ -55,10 +58,12 @@ def test_the_innermost_frame_of_the_main_thread_says_whether_a_rank_waits_on_its
     assert evidence.innermost("py-spy could not read this rank's stacks: Permission denied\n") is None
 
 
-def report(node: int, last: float, *, ranks: Any = None, **extra: Any) -> verdicts.NodeReport:
+def report(
+    node: int, last: float | None, state: str = signals.HUNG, *, ranks: Any = None, **extra: Any
+) -> verdicts.NodeReport:
     extra.setdefault("heartbeat", True)
     ranks = ranks if ranks is not None else [(node, "S")]
-    return verdicts.NodeReport(node, f"host-{node}", signals.HUNG, last, 300, "heartbeat", ranks=ranks, **extra)
+    return verdicts.NodeReport(node, f"host-{node}", state, last, 300, "heartbeat", ranks=ranks, **extra)
 
 
 def test_a_rank_outside_any_collective_while_its_peers_wait_is_named_though_it_spoke_last():
@@ -92,8 +97,7 @@ def test_a_child_that_ended_does_not_hold_the_verdict_back(tmp_path):
     code, line = verdicts.verdict(reports, 3, 1, 5301, ended)
     assert code == 75 and "node 1 had ended (exit 0)" in line and "no word" not in line
     # An ended child is not waited for, but the nodes still training are: a progressing one holds it back.
-    progressing = {**reports, 2: report(2, 5290.0)}
-    progressing[2].state = signals.PROGRESSING
+    progressing = {**reports, 2: report(2, 5290.0, signals.PROGRESSING)}
     assert verdicts.verdict(progressing, 3, 1, 5301, ended) is None
 
 
@@ -121,6 +125,70 @@ def test_without_a_heartbeat_a_second_hang_is_retried_again():
     )
     quiet[1].heartbeat = True
     assert verdicts.verdict(quiet, 2, attempt=2, now=5400)[0] == verdicts.HANG_EXIT
+
+
+# --- the oldest progress, the children's latest reports, and the exit code ---------------------------
+
+
+def test_the_node_whose_last_progress_is_oldest_is_named_and_the_job_ends_only_when_every_node_stopped():
+    reports = {0: report(0, 5000.4), 1: report(1, 5000.1), 2: report(2, 5000.3)}
+    code, line = verdicts.verdict(reports, 3, attempt=1, now=5301)
+    assert code == 75
+    assert line.startswith("node 1 (host-1): hang: no progress on any node for 301 s")
+    assert "node 1 (ranks 1) stopped first" in line and "retried once" in line
+    # One node still progressing, or one not heard from: no verdict.
+    assert verdicts.verdict({**reports, 2: report(2, 5200, signals.PROGRESSING)}, 3, 1, 5301) is None
+    assert verdicts.verdict({0: reports[0], 1: reports[1]}, 3, 1, 5301) is None
+    # A node whose last output came long ago (rank-0-only logging) is not the cause; a stopped rank is.
+    quiet = {0: report(0, 5000.4), 1: report(1, 100.0), 2: report(2, 5000.3)}
+    assert verdicts.verdict(quiet, 3, 1, 5301)[1].startswith("node 2 (host-2)")
+    stopped_rank = verdicts.NodeReport(1, "h1", signals.HUNG, 5000.4, 300, "output", [(2, "S"), (3, "T")])
+    stopped = {0: report(0, 5000.1), 1: stopped_rank}
+    assert "rank 3 on node 1 stopped first" in verdicts.verdict(stopped, 2, 1, 5301)[1]
+
+
+def test_a_child_whose_progress_resumed_holds_the_verdict_back(tmp_path):
+    """The main node reads the children's latest report each (node_fault.py listen appends them)."""
+    hangs = tmp_path / "hangs"
+    lines = [report(1, 5000.0), report(1, 5310.0, signals.PROGRESSING)]
+    hangs.write_text("".join(json.dumps(asdict(r)) + "\n" for r in lines) + "not json\n")
+    children = verdicts.children(hangs)
+    assert children[1].state == signals.PROGRESSING
+    assert verdicts.verdict({**children, 0: report(0, 5000.0)}, 2, 1, 5320) is None
+    hangs.write_text(hangs.read_text() + json.dumps(asdict(report(1, 5311.0))) + "\n")
+    assert verdicts.verdict({**verdicts.children(hangs), 0: report(0, 5000.0)}, 2, 1, 5620) is not None
+
+
+def retried(code: int) -> bool:
+    """Batch's EvaluateOnExit: the first rule whose globs (exact, or a prefix ending in *) all match; no match
+    retries (API EvaluateOnExit). The launcher's own exit: reason and status reason are Batch's."""
+
+    def matches(pattern: str | None, value: str) -> bool:
+        return pattern is None or (value.startswith(pattern[:-1]) if pattern.endswith("*") else value == pattern)
+
+    for rule in RETRY_RULES:
+        reason, status_reason = "", "Essential container in task exited"
+        if (
+            matches(rule.on_exit_code, str(code))
+            and matches(rule.on_reason, reason)
+            and matches(rule.on_status_reason, status_reason)
+        ):
+            return rule.action == "RETRY"
+    return True
+
+
+def test_a_hang_is_retried_once_then_reported_and_a_hardware_sign_makes_it_a_node_fault():
+    assert [verdicts.hang_exit(attempt, hardware=False, heartbeat=True) for attempt in (1, 2, 3)] == [75, 124, 124]
+    assert verdicts.hang_exit(2, hardware=True, heartbeat=True) == 75
+    # Without a heartbeat silence is never proof enough: every attempt is retried.
+    assert [verdicts.hang_exit(attempt, hardware=False, heartbeat=False) for attempt in (1, 2, 3)] == [75, 75, 75]
+    assert retried(verdicts.hang_exit(1, hardware=False, heartbeat=True))
+    assert not retried(verdicts.hang_exit(2, hardware=False, heartbeat=True))
+    # The launcher ends the main node with the watch's code (ending.for_report keeps 124: not retried).
+    assert ending.HANG_EXIT == verdicts.HANG_EXIT == watch.HANG_EXIT and ending.HANG_EXIT in ending.FINAL_CODES
+    reports = {0: report(0, 5000, hardware="NVIDIA Xid needing a GPU reset or a new node: 79")}
+    code, line = verdicts.verdict(reports, 1, attempt=2, now=5400)
+    assert code == 75 and "node 0 shows a hardware fault: NVIDIA Xid" in line and "retried once" not in line
 
 
 # --- a hung node looks again, and uploads only what changed --------------------------------------------

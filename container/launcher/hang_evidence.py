@@ -5,6 +5,10 @@ A stopped process runs no faulthandler, but py-spy reads a process's memory: its
 the process with ptrace and fails on one that a signal stopped ("Failed to suspend process"), while
 --nonblocking reads it as it is (checked with py-spy 0.4.3 on a SIGSTOPped Python 3.11 process). Where
 py-spy cannot read a rank (no ptrace right: Yama's ptrace_scope, no CAP_SYS_PTRACE), its file says so.
+The innermost frame of a rank's main thread tells one waiting on its peers (in a collective, a barrier, a
+wait for the device) from one that is elsewhere (innermost, in_collective): the main node names the latter
+when the others wait (hang_verdict.first_stopped). Each dump looks the same while a rank stays where it is
+(fingerprint), so a hung node uploads again only when something changed.
 Stdlib only, Python 3.10; boto3 for the upload (as checkpoint_sync.py).
 """
 
