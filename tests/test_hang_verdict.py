@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from training_constructs.jobs.multi_node_job import RETRY_RULES
+from tests.test_hang_watch import retried
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "container" / "launcher"))
@@ -157,24 +157,6 @@ def test_a_child_whose_progress_resumed_holds_the_verdict_back(tmp_path):
     assert verdicts.verdict({**children, 0: report(0, 5000.0)}, 2, 1, 5320) is None
     hangs.write_text(hangs.read_text() + json.dumps(asdict(report(1, 5311.0))) + "\n")
     assert verdicts.verdict({**verdicts.children(hangs), 0: report(0, 5000.0)}, 2, 1, 5620) is not None
-
-
-def retried(code: int) -> bool:
-    """Batch's EvaluateOnExit: the first rule whose globs (exact, or a prefix ending in *) all match; no match
-    retries (API EvaluateOnExit). The launcher's own exit: reason and status reason are Batch's."""
-
-    def matches(pattern: str | None, value: str) -> bool:
-        return pattern is None or (value.startswith(pattern[:-1]) if pattern.endswith("*") else value == pattern)
-
-    for rule in RETRY_RULES:
-        reason, status_reason = "", "Essential container in task exited"
-        if (
-            matches(rule.on_exit_code, str(code))
-            and matches(rule.on_reason, reason)
-            and matches(rule.on_status_reason, status_reason)
-        ):
-            return rule.action == "RETRY"
-    return True
 
 
 def test_a_hang_is_retried_once_then_reported_and_a_hardware_sign_makes_it_a_node_fault():

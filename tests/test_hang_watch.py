@@ -22,6 +22,7 @@ import pytest
 from tests.local_aws import moto_server
 from tests.test_launcher import LAUNCHER, base_env, free_port
 from training_constructs.jobs import workloads
+from training_constructs.jobs.multi_node_job import RETRY_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "container" / "launcher"))
@@ -149,6 +150,27 @@ def test_any_signal_is_progress_the_floor_counts_from_the_first_heartbeat_and_a_
     progress.sample(1040)
     assert progress.source == "output" and progress.last == 1040 and progress.limit == 16
     assert progress.state(1055) == signals.PROGRESSING and progress.state(1056) == signals.HUNG
+
+
+# --- the exit codes against the retry rules ------------------------------------------------------
+
+
+def retried(code: int) -> bool:
+    """Batch's EvaluateOnExit: the first rule whose globs (exact, or a prefix ending in *) all match; no match
+    retries (API EvaluateOnExit). The launcher's own exit: reason and status reason are Batch's."""
+
+    def matches(pattern: str | None, value: str) -> bool:
+        return pattern is None or (value.startswith(pattern[:-1]) if pattern.endswith("*") else value == pattern)
+
+    for rule in RETRY_RULES:
+        reason, status_reason = "", "Essential container in task exited"
+        if (
+            matches(rule.on_exit_code, str(code))
+            and matches(rule.on_reason, reason)
+            and matches(rule.on_status_reason, status_reason)
+        ):
+            return rule.action == "RETRY"
+    return True
 
 
 # --- stacks ------------------------------------------------------------------------------------------
