@@ -107,6 +107,21 @@ def test_a_rank_seen_between_fork_and_exec_is_still_found_once_it_has_its_rank(t
     assert watch.sample(3.0) == []
 
 
+def test_a_file_changing_in_the_checkpoint_folder_is_progress_whoever_writes_it(tmp_path):
+    proc, checkpoints = tmp_path / "proc", tmp_path / "checkpoints"
+    proc.mkdir()
+    checkpoints.mkdir()
+    (checkpoints / "restored.pt").write_bytes(b"x")  # what the restore brought back: the first look's base
+    watch = signals.Signals(10, checkpoints, proc=proc)
+    assert watch.sample(0.0) == []
+    (checkpoints / "step-100").mkdir()
+    (checkpoints / "step-100" / "shard-0.pt").write_bytes(b"y" * 100)
+    assert watch.sample(1.0) == [signals.CHECKPOINTS]
+    assert watch.sample(2.0) == []
+    (checkpoints / "restored.pt").unlink()  # a rotation deleting the oldest: a change too
+    assert watch.sample(3.0) == [signals.CHECKPOINTS]
+
+
 class Moves:
     """A stand-in for Signals: the names given for each sample."""
 
