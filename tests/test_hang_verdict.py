@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT / "container" / "launcher"))
 import ending  # noqa: E402
 import hang_evidence as evidence  # noqa: E402
 import hang_verdict as verdicts  # noqa: E402
+import node_fault  # noqa: E402
 import progress_signals as signals  # noqa: E402
 import progress_watch as watch  # noqa: E402
 
@@ -199,3 +200,21 @@ def test_a_hung_node_uploads_and_reports_its_stacks_again_only_when_they_changed
     assert not again.changed and again.report is first.report and len(uploads) == 1
     moved = watch.examine(node, progress, {}, again)
     assert moved.changed and moved.report.waiting == [0] and len(uploads) == 2
+
+
+def test_a_report_from_a_node_of_many_ranks_fits_the_listeners_line(tmp_path, monkeypatch):
+    ranks = [evidence.Rank(5000 + r, r, "S") for r in range(64)]
+    long_frame = ASLEEP.replace("stalled_in_user_code", "a_very_long_function_name_" * 8)
+    monkeypatch.setattr(watch, "find_ranks", lambda pid: ranks)
+    monkeypatch.setattr(evidence, "dump_stacks", lambda r: (long_frame, True))
+    monkeypatch.setattr(watch, "upload", lambda uri, directory: "AccessDenied: " + "x" * 300)
+    monkeypatch.setattr(watch.node_fault, "judge", lambda environ, since, settle: "NVIDIA Xid 79 " + "y" * 300)
+    node = watch.Watch(
+        1, 1, tmp_path, 300, 1, 2, 1, 0.0, "j" * 36, "s3://" + "b" * 200 + "/", None, None, None, 0, 1, 1
+    )
+    progress = signals.Progress(300, tmp_path / "heartbeat", tmp_path / "output")
+    progress.last, progress.source = 1000.0, signals.OUTPUT
+    report = watch.examine(node, progress, {}, None).report
+    payload = f"hang {node.job} {json.dumps(asdict(report), separators=(',', ':'))}"
+    assert len(payload.encode()) < node_fault.REPORT_BYTES and len(report.outside) == 8
+    assert verdicts.NodeReport.parse(json.dumps(asdict(report))) == report

@@ -49,6 +49,8 @@ from hang_verdict import NodeReport, children, ended_children, verdict
 from progress_signals import HUNG, PROGRESSING, Progress, Signals
 
 CHUNK = 65536
+# A report must fit the listener's 4096 bytes (node_fault.REPORT_BYTES) with 32 ranks or more on a node.
+MAX_OUTSIDE, MAX_FRAME = 8, 80
 
 
 def relay(fd: int, mark: Path) -> int:
@@ -131,8 +133,8 @@ def examine(watch: Watch, progress: Progress, environ: Mapping[str, str], before
         frame = innermost(text)
         if frame is not None and in_collective(frame):
             report.waiting.append(rank)
-        elif frame is not None:
-            report.outside.append((rank, frame[:100]))
+        elif frame is not None and len(report.outside) < MAX_OUTSIDE:
+            report.outside.append((rank, frame[:MAX_FRAME]))
     if watch.uri:
         failure = upload(watch.uri, evidence)
         if failure:
