@@ -6,7 +6,6 @@ follows the attempt. Every address is loopback."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -14,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +26,8 @@ from training_constructs.jobs.multi_node_job import RETRY_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "container" / "launcher"))
-import ending  # noqa: E402
 import hang_evidence as evidence  # noqa: E402
-import progress_watch as watch  # noqa: E402
+import progress_signals as signals  # noqa: E402
 import watchers  # noqa: E402
 
 BUCKET = "hang-evidence"
@@ -121,73 +118,41 @@ def stamp(path: Path, epoch: float) -> None:
     os.utime(path, (epoch, epoch))
 
 
-def test_the_limit_is_never_below_twice_the_slowest_step(tmp_path):
+def test_the_limit_is_never_below_twice_the_longest_silence(tmp_path):
     beat = tmp_path / "heartbeat"
-    progress = watch.Progress(5, beat, tmp_path / "output")
+    progress = signals.Progress(5, beat, tmp_path / "output")
     for epoch in (1000, 1001, 1011, 1012):  # one 10 s step among 1 s steps
         stamp(beat, epoch)
-        progress.sample()
+        progress.sample(epoch)
     assert progress.slowest == 10 and progress.limit == 20
-    assert progress.state(1012 + 19) == watch.PROGRESSING  # HANG_SECONDS (5) alone would call this a hang
-    assert progress.state(1012 + 20) == watch.HUNG
-    fast = watch.Progress(5, tmp_path / "other", tmp_path / "output")
+    assert progress.state(1012 + 19) == signals.PROGRESSING  # HANG_SECONDS (5) alone would call this a hang
+    assert progress.state(1012 + 20) == signals.HUNG
+    fast = signals.Progress(5, tmp_path / "other", tmp_path / "output")
     stamp(tmp_path / "other", 1000)
-    fast.sample()
-    assert fast.limit == 5 and fast.state(1005) == watch.HUNG
+    fast.sample(1000)
+    assert fast.limit == 5 and fast.state(1005) == signals.HUNG
 
 
-def test_the_heartbeat_wins_over_output_once_it_exists_and_a_node_without_either_never_hangs(tmp_path):
+def test_any_signal_is_progress_the_floor_counts_from_the_first_heartbeat_and_a_silent_trainer_never_hangs(tmp_path):
     beat, output = tmp_path / "heartbeat", tmp_path / "output"
-    progress = watch.Progress(5, beat, output)
-    progress.sample()
-    assert progress.state(10**10) == watch.PROGRESSING
+    progress = signals.Progress(5, beat, output)
+    progress.sample(1000)
+    assert progress.state(10**10) == signals.PROGRESSING
     stamp(output, 1001)
-    progress.sample()
-    stamp(output, 1031)  # a silent 30 s before training: output intervals are no steps
-    progress.sample()
+    progress.sample(1001)
+    stamp(output, 1031)  # a silent 30 s before training: the floor grows while there is no heartbeat
+    progress.sample(1031)
     assert progress.source == "output" and progress.limit == 60
     stamp(beat, 1032)
-    progress.sample()
-    stamp(output, 1040)  # output goes on, the heartbeat does not: the heartbeat decides
-    progress.sample()
-    assert progress.source == "heartbeat" and progress.last == 1032 and progress.limit == 5
-    assert progress.state(1036) == watch.PROGRESSING and progress.state(1037) == watch.HUNG
+    progress.sample(1032)
+    assert progress.heartbeat_seen and progress.limit == 5  # what came before the first step is no step
+    stamp(output, 1040)  # output goes on, the heartbeat does not: output is progress too
+    progress.sample(1040)
+    assert progress.source == "output" and progress.last == 1040 and progress.limit == 16
+    assert progress.state(1055) == signals.PROGRESSING and progress.state(1056) == signals.HUNG
 
 
-# --- which node stopped first, and the exit code ---------------------------------------------------
-
-
-def report(node: int, last: float | None, state: str = watch.HUNG, **extra: Any) -> watch.NodeReport:
-    return watch.NodeReport(node, f"host-{node}", state, last, 300, "heartbeat", ranks=[(node, "S")], **extra)
-
-
-def test_the_node_whose_last_progress_is_oldest_is_named_and_the_job_ends_only_when_every_node_stopped():
-    reports = {0: report(0, 5000.4), 1: report(1, 5000.1), 2: report(2, 5000.3)}
-    code, line = watch.verdict(reports, 3, attempt=1, now=5301)
-    assert code == 75
-    assert line.startswith("node 1 (host-1): hang: no progress on any node for 301 s")
-    assert "node 1 (ranks 1) stopped first" in line and "retried once" in line
-    # One node still progressing, or one not heard from: no verdict.
-    assert watch.verdict({**reports, 2: report(2, 5200, watch.PROGRESSING)}, 3, 1, 5301) is None
-    assert watch.verdict({0: reports[0], 1: reports[1]}, 3, 1, 5301) is None
-    # A node whose last output came long ago (rank-0-only logging) is not the cause; a stopped rank is.
-    quiet = {0: report(0, 5000.4), 1: report(1, 100.0), 2: report(2, 5000.3)}
-    assert watch.verdict(quiet, 3, 1, 5301)[1].startswith("node 2 (host-2)")
-    stopped_rank = watch.NodeReport(1, "h1", watch.HUNG, 5000.4, 300, "output", [(2, "S"), (3, "T")])
-    stopped = {0: report(0, 5000.1), 1: stopped_rank}
-    assert "rank 3 on node 1 stopped first" in watch.verdict(stopped, 2, 1, 5301)[1]
-
-
-def test_a_child_whose_progress_resumed_holds_the_verdict_back(tmp_path):
-    """The main node reads the children's latest report each (node_fault.py listen appends them)."""
-    hangs = tmp_path / "hangs"
-    lines = [report(1, 5000.0), report(1, 5310.0, watch.PROGRESSING)]
-    hangs.write_text("".join(json.dumps(asdict(r)) + "\n" for r in lines) + "not json\n")
-    children = watch._children(hangs)
-    assert children[1].state == watch.PROGRESSING
-    assert watch.verdict({**children, 0: report(0, 5000.0)}, 2, 1, 5320) is None
-    hangs.write_text(hangs.read_text() + json.dumps(asdict(report(1, 5311.0))) + "\n")
-    assert watch.verdict({**watch._children(hangs), 0: report(0, 5000.0)}, 2, 1, 5620) is not None
+# --- the exit codes against the retry rules ------------------------------------------------------
 
 
 def retried(code: int) -> bool:
@@ -206,17 +171,6 @@ def retried(code: int) -> bool:
         ):
             return rule.action == "RETRY"
     return True
-
-
-def test_a_hang_is_retried_once_then_reported_and_a_hardware_sign_makes_it_a_node_fault():
-    assert [watch.hang_exit(attempt, hardware=False) for attempt in (1, 2, 3)] == [75, 124, 124]
-    assert watch.hang_exit(2, hardware=True) == 75
-    assert retried(watch.hang_exit(1, False)) and not retried(watch.hang_exit(2, False))
-    # The launcher ends the main node with the watch's code (ending.for_report keeps 124: not retried).
-    assert ending.HANG_EXIT == watch.HANG_EXIT and ending.HANG_EXIT in ending.FINAL_CODES
-    reports = {0: report(0, 5000, hardware="NVIDIA Xid needing a GPU reset or a new node: 79")}
-    code, line = watch.verdict(reports, 1, attempt=2, now=5400)
-    assert code == 75 and "node 0 shows a hardware fault: NVIDIA Xid" in line and "retried once" not in line
 
 
 # --- stacks ------------------------------------------------------------------------------------------
@@ -303,14 +257,15 @@ def test_a_stopped_rank_ends_the_attempt_with_its_stacks_in_s3_and_75_then_124(t
         startup = elapsed - after_stop
         assert node.returncode == expected, err
         line = launcher_line(err)
-        where = f"s3://{BUCKET}/runs/hj{attempt}/evidence/attempt-{attempt}/"
+        # By job id under the lineage (here the job's own): a resubmitted job's evidence keeps the original's.
+        where = f"s3://{BUCKET}/runs/hj{attempt}/evidence/hj{attempt}/attempt-{attempt}/"
         assert line.startswith("distributed_run.sh: node 0 (")
         assert "rank 0 on node 0 stopped first" in line and "state T" in line and f"stacks at {where}" in line
         if expected == 75:
             assert line.endswith("retried once; ending this job with exit 75 so that Batch retries it on other nodes")
         else:
             assert line.endswith("a hang again on attempt 2; ending this job with exit 124 (not retried)")
-        key = f"runs/hj{attempt}/evidence/attempt-{attempt}/node-0/stacks-rank-0.txt"
+        key = f"runs/hj{attempt}/evidence/hj{attempt}/attempt-{attempt}/node-0/stacks-rank-0.txt"
         stacks = client.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
         assert "state T" in stacks and "<module>" in stacks and "trainer-0.py" in stacks
         # No hardware sign: no take-out.

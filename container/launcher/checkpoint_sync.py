@@ -23,8 +23,8 @@ file closed after writing has settled (inotify); it uploads new or changed compl
 process count the same): upload at once what is complete; `status` (the trainer's exit status):
 the final upload, then exit 0, or 1 if it failed. The final upload is tried again with backoff (1 s,
 doubling to 10 s) while S3 throttles or errs, for up to --final-seconds.
-Credentials and region come from the usual AWS sources (on Batch: the job role); AWS_ENDPOINT_URL
-points it elsewhere (the tests use a local S3). A failure is one line on stderr. Python 3.10,
+Credentials come from the usual AWS sources (on Batch: the job role), the region from aws_region.py;
+AWS_ENDPOINT_URL points it elsewhere (the tests use a local S3). A failure is one line on stderr. Python 3.10,
 stdlib + boto3.
 """
 
@@ -44,6 +44,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import boto3
+from aws_region import region
 from boto3.exceptions import Boto3Error
 from botocore.exceptions import (
     BotoCoreError,
@@ -353,7 +354,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    client = boto3.client("s3")
+    client = boto3.client("s3", region_name=region(os.environ))
     if args.command == "watch":
         try:
             watcher = Watcher(

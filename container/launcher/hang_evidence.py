@@ -5,11 +5,17 @@ A stopped process runs no faulthandler, but py-spy reads a process's memory: its
 the process with ptrace and fails on one that a signal stopped ("Failed to suspend process"), while
 --nonblocking reads it as it is (checked with py-spy 0.4.3 on a SIGSTOPped Python 3.11 process). Where
 py-spy cannot read a rank (no ptrace right: Yama's ptrace_scope, no CAP_SYS_PTRACE), its file says so.
+The innermost frame of a rank's main thread tells one waiting on its peers (in a collective, a barrier, a
+wait for the device) from one that is elsewhere (innermost, in_collective): the main node names the latter
+when the others wait (hang_verdict.first_stopped). Each dump looks the same while a rank stays where it is
+(fingerprint), so a hung node uploads again only when something changed.
 Stdlib only, Python 3.10; boto3 for the upload (as checkpoint_sync.py).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,9 +24,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from checkpoint_commit import process_tree
+from aws_region import region
+from progress_signals import environ, rank_pids, read_processes
 
 PY_SPY_SECONDS = 30
+# A py-spy frame line: "function (file:line)".
+FRAME = re.compile(r"(?P<function>.+) \((?P<file>[^()]+):\d+\)")
+# py-spy's thread line: "Thread 123 (idle): "MainThread"", also (active), (active+gil).
+THREAD_MARK = re.compile(r"^(Thread \S+) \([a-z+]+\)", re.MULTILINE)
+RUNNING = re.compile(r"state [RS]$", re.MULTILINE)
+# Where a rank waits on its peers: torch.distributed's collectives and barriers (c10d, DDP's reducer, FSDP),
+# autograd (DDP's all-reduce is waited for at the end of backward), a wait for the device (torch.cuda,
+# torch_xla), and the communication layers of DeepSpeed and Horovod.
+COLLECTIVE_PATHS = ("torch/distributed/", "torch/nn/parallel/", "torch/autograd/", "torch/cuda/", "torch_xla/",
+                    "deepspeed/comm/", "horovod/")  # fmt: skip
+COLLECTIVE_FUNCTIONS = frozenset((
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "broadcast_object_list", "barrier",
+    "monitored_barrier", "reduce", "gather", "scatter", "send", "recv", "wait", "synchronize", "mark_step",
+))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -30,32 +52,21 @@ class Rank:
     state: str  # /proc/<pid>/stat's: T stopped by a signal, t traced, D uninterruptible, Z exited
 
 
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, _, v in pairs}
-
-
-def _stat(pid: int) -> tuple[str, int]:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return fields[0], int(fields[1])
-
-
 def find_ranks(root: int) -> list[Rank]:
-    """The training ranks under `root` (torchrun): processes with RANK set whose parent has none (a data
-    loader's workers inherit RANK from their rank)."""
-    found = []
-    for pid in sorted(process_tree(root)):
-        rank = _environ(pid).get("RANK", "")
-        try:
-            state, parent = _stat(pid)
-        except OSError:
-            continue
-        if rank.isdigit() and "RANK" not in _environ(parent):
-            found.append(Rank(pid, int(rank), state))
+    """The training ranks under `root` (torchrun), with their RANK and process state."""
+    processes = read_processes()
+    known: dict[int, str | None] = {}
+
+    def rank_of(pid: int) -> str | None:
+        if pid not in known:
+            known[pid] = environ(pid).get("RANK")
+        return known[pid]
+
+    found = [
+        Rank(pid, int(rank), processes[pid].state)
+        for pid in rank_pids(processes, root, rank_of)
+        if (rank := rank_of(pid) or "").isdigit()
+    ]
     return sorted(found, key=lambda r: r.rank)
 
 
@@ -88,15 +99,18 @@ def dump_stacks(rank: Rank, seconds: float = PY_SPY_SECONDS) -> tuple[str, bool]
     return "py-spy could not read this rank's stacks: " + "; ".join(errors) + "\n", False
 
 
-def collect(ranks: Sequence[Rank], directory: Path, fr_prefix: str) -> list[str]:
-    """Write each rank's stacks and the flight-recorder files into `directory`; problems as notes."""
+def collect(ranks: Sequence[Rank], directory: Path, fr_prefix: str) -> tuple[list[str], dict[int, str]]:
+    """Write each rank's stacks and the flight-recorder files into `directory`: problems as notes, and the
+    stacks py-spy could read, by rank."""
     directory.mkdir(parents=True, exist_ok=True)
-    notes = []
+    notes, stacks = [], {}
     for rank in ranks:
         text, ok = dump_stacks(rank)
         header = f"# rank {rank.rank}, pid {rank.pid}, state {rank.state}\n"
         (directory / f"stacks-rank-{rank.rank}.txt").write_text(header + text)
-        if not ok:
+        if ok:
+            stacks[rank.rank] = text
+        else:
             notes.append(f"rank {rank.rank}: {text.strip()[:160]}")
     if not ranks:
         notes.append("no training rank found (no process with RANK under the trainer)")
@@ -106,7 +120,39 @@ def collect(ranks: Sequence[Rank], directory: Path, fr_prefix: str) -> list[str]
             if trace.is_file():
                 (directory / "flight-recorder").mkdir(exist_ok=True)
                 shutil.copy2(trace, directory / "flight-recorder" / trace.name)
-    return notes
+    return notes, stacks
+
+
+def innermost(stacks: str) -> str | None:
+    """The innermost frame py-spy shows for the main thread ("function (file:line)"), else for the first."""
+    lines = stacks.splitlines()
+    threads = [i for i, line in enumerate(lines) if line.startswith("Thread ")]
+    if not threads:
+        return None
+    main = next((i for i in threads if '"MainThread"' in lines[i]), threads[0])
+    frame = lines[main + 1].strip() if main + 1 < len(lines) else ""
+    return frame if FRAME.fullmatch(frame) else None
+
+
+def in_collective(frame: str) -> bool:
+    """Whether a frame waits on the peers: a collective, a barrier, or a wait for the device."""
+    found = FRAME.fullmatch(frame)
+    if found is None:
+        return False
+    function, file = found["function"].rsplit(".", 1)[-1], found["file"].replace("\\", "/")
+    return function in COLLECTIVE_FUNCTIONS or any(part in file for part in COLLECTIVE_PATHS)
+
+
+def fingerprint(directory: Path) -> str:
+    """What the evidence says, without what changes from one dump to the next of a process that stays where
+    it is: py-spy's idle/active mark of each thread, and running or sleeping (a spinning wait is either)."""
+    parts = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        if path.name.startswith("stacks-rank-"):
+            parts.append(RUNNING.sub("state R/S", THREAD_MARK.sub(r"\1", path.read_text())))
+        else:
+            parts.append(f"{path.relative_to(directory)} {path.stat().st_size}")
+    return "\n".join(parts)
 
 
 def upload(uri: str, directory: Path) -> str | None:
@@ -119,7 +165,8 @@ def upload(uri: str, directory: Path) -> str | None:
     parsed = urlparse(uri)
     prefix = parsed.path.lstrip("/")
     try:
-        client = boto3.client("s3", config=Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 3}))
+        config = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 3})
+        client = boto3.client("s3", region_name=region(os.environ), config=config)
         for path in sorted(p for p in directory.rglob("*") if p.is_file()):
             client.upload_file(str(path), parsed.netloc, prefix + path.relative_to(directory).as_posix())
     except Exception as error:  # any failure is said in one line; the watch goes on

@@ -39,7 +39,7 @@ end the watching (the job goes on). Once the launcher's own trainer failed (it c
 asks at once and then every FAST_PERIOD seconds, while the launcher waits for every child's word
 (NODE_VERDICT_SECONDS).
 Region: AWS_REGION, else AWS_DEFAULT_REGION (botocore reads only the latter), else the TaskARN in the ECS
-task metadata (on EC2 the ECS agent set neither variable until aws/amazon-ecs-agent#4946, April 2026).
+task metadata (aws_region.py: on EC2 the ECS agent set neither variable until aws/amazon-ecs-agent#4946).
 AWS_ENDPOINT_URL is honoured (boto3's own rule): `trainctl rehearse` answers DescribeJobs locally.
 Python 3.10, stdlib and boto3.
 """
@@ -55,7 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cold_start import METADATA_ENV, alive, get_json  # beside this file in every image
+from aws_region import region  # beside this file in every image
+from cold_start import alive
 from node_fault import SHARED_EXIT, deliver
 
 NAME = "node_watch.py"
@@ -162,23 +163,6 @@ def verdict(jobs: Iterable[NodeJob], since_ms: int, told: Iterable[int] = ()) ->
     if first.exit_code in (BAD_INPUT_EXIT, SHARED_EXIT):
         return first.exit_code, said
     return NODE_FAULT_EXIT, f"{said}; it died without telling the main node (killed, never started or its host lost)"
-
-
-def region(environ: Mapping[str, str]) -> str | None:
-    """AWS_REGION, AWS_DEFAULT_REGION, else the region of this task's ARN (ECS developer guide, "Task metadata
-    endpoint version 4": `${ECS_CONTAINER_METADATA_URI_V4}/task` has TaskARN, arn:aws:ecs:<region>:...)."""
-    named = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
-    if named:
-        return named
-    uri = environ.get(METADATA_ENV)
-    if not uri:
-        return None
-    try:
-        arn = str(get_json(f"{uri.rstrip('/')}/task").get("TaskARN", ""))
-    except (OSError, ValueError):
-        return None
-    parts = arn.split(":")
-    return parts[3] if len(parts) > 5 and parts[3] else None
 
 
 def batch_client(region_name: str) -> Any:

@@ -2,22 +2,28 @@
 makes progress ends within minutes, with each node's Python stacks beside the job's checkpoints.
 
     progress_watch.py relay --fd 1|2 --mark FILE     # copy the trainer's output, stamping FILE's mtime
-    progress_watch.py watch --pid PID --launcher PID --dir DIR --hang-seconds N --node I --nodes N ...
+    progress_watch.py watch --pid PID --launcher PID --dir DIR --hang-seconds N --node I --nodes N
+        [--checkpoint-dir CHECKPOINT_DIR] [--uri S3_URI] [--out FILE --hangs FILE | --report-to ADDRESS ...]
 
-Progress is the heartbeat file (TRAINING_HEARTBEAT_FILE, DIR/heartbeat: the training script touches it
-once per step, on every rank) once it exists, and before that any output of the trainer (the relay
-stamps DIR/output). A node hangs when its last progress is older than HANG_SECONDS, or than twice the
-slowest step seen (the longest interval between two heartbeats, or two outputs before there is one) where
-that is longer; a node that never showed progress does not. A hung node dumps the Python stacks of its
-ranks (py-spy; a SIGSTOPped rank with --nonblocking, which reads its memory without stopping it) and
-copies PyTorch's flight-recorder files (TORCH_FR_DUMP_TEMP_FILE<rank>, written when NCCL's own watchdog
-times out), uploads them to --uri (<checkpoint prefix>/evidence/attempt-<A>/node-<I>/), and tells the main
-node through node_fault.py's channel ("hang <job> <json>", with its last progress); a node whose progress
-resumes says so. The main node ends the attempt once every node hangs: one line naming the rank and node
-that stopped first (first_stopped) and where the evidence is, written to --out for the launcher
-(SIGUSR1), which ends the attempt with it. Exit code: 75 (retried on fresh nodes) when a hung node shows a
-hardware sign (node_fault.py judge; that node is taken out) or on the first attempt; HANG_EXIT (124, not
-retried by the job definitions) from the second on.
+Progress (progress_signals.py) is any of: the heartbeat file (TRAINING_HEARTBEAT_FILE, DIR/heartbeat: the
+training script touches it once per step, on every rank), the trainer's output (the relay stamps
+DIR/output), files changing under CHECKPOINT_DIR, disk I/O of the ranks and their descendants, and CPU time
+of the processes the ranks started (never the ranks' own: a rank waiting in a collective spins). A node
+hangs when none has moved for HANG_SECONDS, or for twice the longest silence it came back from where that
+is longer; a node whose trainer never showed output or a heartbeat does not.
+
+A hung node dumps the Python stacks of its ranks (py-spy; a SIGSTOPped rank with --nonblocking) and copies
+PyTorch's flight-recorder files (TORCH_FR_DUMP_TEMP_FILE<rank>, written when NCCL's own watchdog times out),
+uploads them to --uri (<checkpoint prefix>evidence/<job id>/attempt-<A>/node-<I>/), and tells the main node
+through node_fault.py's channel ("hang <job> <json>", with its last progress, and which ranks wait in a
+collective and which do not). It looks again every limit while it stays hung, and uploads and tells again
+only when the stacks, the flight-recorder files or its hardware sign changed. A child's watch says it is
+there when it starts, and a node whose progress resumes says so. The main node ends the attempt once no node
+progresses (hang_verdict.py): one line naming the rank and node that stopped first and where the evidence
+is, written to --out for the launcher (SIGUSR1), which ends the attempt with it. Exit code: 75 (retried on
+fresh nodes) when a hung node shows a hardware sign (node_fault.py judge; that node is taken out), on the
+first attempt, or when no node touched the heartbeat; HANG_EXIT (124, not retried by the job definitions)
+from the second attempt on.
 Stdlib only, Python 3.10; boto3 for the upload (as checkpoint_sync.py).
 """
 
@@ -31,21 +37,20 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import node_fault  # beside this file in every image
 from cold_start import alive
-from hang_evidence import collect, find_ranks, upload
+from hang_evidence import collect, find_ranks, fingerprint, in_collective, innermost, upload
+from hang_verdict import HANG_EXIT as HANG_EXIT  # the launcher's code for a repeated hang, named here too
+from hang_verdict import NodeReport, children, ended_children, verdict
+from progress_signals import HUNG, PROGRESSING, Progress, Signals
 
-NODE_FAULT_EXIT = 75
-# GNU coreutils `timeout` exits 124 when the command timed out: a hang seen again after its retry. The job
-# definitions retry 75 alone, so 124 ends the job (training_constructs/jobs/multi_node_job.py RETRY_RULES).
-HANG_EXIT = 124
-HUNG, PROGRESSING = "hung", "progressing"
 CHUNK = 65536
+# A report must fit the listener's 4096 bytes (node_fault.REPORT_BYTES) with 32 ranks or more on a node.
+MAX_OUTSIDE, MAX_FRAME = 8, 80
 
 
 TAIL_BYTES = 16384
@@ -91,124 +96,6 @@ def _write_tail(tail: Path | None, kept: bytes | bytearray) -> None:
     partial.replace(tail)
 
 
-def _mtime(path: Path) -> float | None:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return None
-
-
-@dataclass
-class Progress:
-    """A node's progress: the heartbeat once it exists, else the trainer's output."""
-
-    hang_seconds: float
-    heartbeat: Path
-    output: Path
-    source: str = ""
-    last: float | None = None
-    slowest: float = 0.0
-
-    def sample(self) -> None:
-        beat = _mtime(self.heartbeat)
-        if beat is not None and self.source != "heartbeat":
-            # Output intervals are no steps: the floor counts heartbeats alone from here on.
-            self.source, self.last, self.slowest = "heartbeat", beat, 0.0
-            return
-        seen = beat if beat is not None else _mtime(self.output)
-        if seen is None:
-            return
-        if self.source == "":
-            self.source = "output"
-        if self.last is not None and seen > self.last:
-            self.slowest = max(self.slowest, seen - self.last)
-        if self.last is None or seen > self.last:
-            self.last = seen
-
-    @property
-    def limit(self) -> float:
-        """HANG_SECONDS, never below twice the slowest step seen."""
-        return max(self.hang_seconds, 2 * self.slowest)
-
-    def state(self, now: float) -> str:
-        """HUNG once the last progress is older than the limit; a node that never showed any is not."""
-        return HUNG if self.last is not None and now - self.last >= self.limit else PROGRESSING
-
-
-@dataclass
-class NodeReport:
-    node: int
-    host: str
-    state: str
-    last: float | None
-    limit: float
-    source: str
-    ranks: list[tuple[int, str]] = field(default_factory=list)
-    hardware: str | None = None
-    evidence: str | None = None
-    note: str = ""
-
-    @property
-    def stopped_ranks(self) -> list[int]:
-        return [rank for rank, state in self.ranks if state in ("T", "t", "Z", "D")]
-
-
-def _clock(epoch: float | None) -> str:
-    if epoch is None:
-        return "none"
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%H:%M:%S UTC")
-
-
-def first_stopped(hung: Sequence[NodeReport]) -> NodeReport:
-    """The node that stopped first: among the nodes whose last progress lies within one limit of the newest
-    (a node whose last output came hours ago, as with rank-0-only logging, is not the cause), one with a
-    hardware sign or a rank stopped by a signal, else the oldest last progress."""
-    newest = max(h.last or 0.0 for h in hung)
-    candidates = [h for h in hung if (h.last or 0.0) >= newest - max(h.limit for h in hung)]
-    marked = [h for h in candidates if h.hardware or h.stopped_ranks]
-    return min(marked or candidates, key=lambda h: (h.last or 0.0, h.node))
-
-
-def hang_exit(attempt: int, hardware: bool) -> int:
-    """75 (retried) on a hardware sign or the first attempt; HANG_EXIT (not retried) from the second on."""
-    return NODE_FAULT_EXIT if hardware or attempt <= 1 else HANG_EXIT
-
-
-def verdict(reports: Mapping[int, NodeReport], nodes: int, attempt: int, now: float) -> tuple[int, str] | None:
-    """(exit code, line) once every node is hung; None before."""
-    hung = [r for r in reports.values() if r.state == HUNG]
-    if len(hung) < nodes:
-        return None
-    first = first_stopped(hung)
-    hardware = [r for r in hung if r.hardware]
-    code = hang_exit(attempt, bool(hardware))
-    stopped = first.stopped_ranks
-    if stopped:
-        who = f"rank{'s' if len(stopped) > 1 else ''} {', '.join(map(str, stopped))} on node {first.node}"
-        why = "stopped: state " + "".join(sorted({s for r, s in first.ranks if r in stopped}))
-    else:
-        ranks = ", ".join(str(r) for r, _ in first.ranks) or "none found"
-        who, why = f"node {first.node} (ranks {ranks})", f"by its {first.source or 'output'}"
-    newest = max((r.last for r in hung if r.last is not None), default=now)
-    parts = [
-        f"node {first.node} ({first.host}): hang: no progress on any node for {now - newest:.0f} s"
-        f" (limit {first.limit:.0f} s)",
-        f"{who} stopped first (last progress {_clock(first.last)}, {why})",
-    ]
-    parts += [f"node {r.node} shows a hardware fault: {r.hardware}" for r in hardware]
-    where = {r.evidence.rstrip("/").rsplit("/", 1)[0] + "/" for r in hung if r.evidence}
-    if where:
-        parts.append(f"stacks at {' '.join(sorted(where))}")
-    else:
-        parts.append("stacks in each node's log (no CHECKPOINT_URI to upload them to)")
-    failed = [f"node {r.node}: {r.note}" for r in hung if r.note]
-    if failed:
-        parts.append("; ".join(failed)[:200])
-    if not hardware:
-        parts.append("retried once" if code == NODE_FAULT_EXIT else f"a hang again on attempt {attempt}")
-    return code, "; ".join(parts)
-
-
 @dataclass(frozen=True)
 class Watch:
     pid: int
@@ -227,25 +114,50 @@ class Watch:
     report_port: int
     within: float
     poll: float
+    checkpoints: Path | None = None
 
     @property
     def main(self) -> bool:
         return self.out is not None
 
 
+@dataclass(frozen=True)
+class Examined:
+    """A hung node's report, what its evidence said (hang_evidence.fingerprint) and when it was looked at."""
+
+    report: NodeReport
+    fingerprint: str
+    at: float
+    changed: bool
+
+
 def say(text: str) -> None:
     print(f"progress_watch.py: {text}", file=sys.stderr, flush=True)
 
 
-def examine(watch: Watch, progress: Progress, environ: Mapping[str, str]) -> NodeReport:
-    """This node's hang report: its ranks' stacks and flight-recorder files, uploaded; its hardware."""
-    host = socket.gethostname()
+def examine(watch: Watch, progress: Progress, environ: Mapping[str, str], before: Examined | None) -> Examined:
+    """This node's stacks, flight-recorder files and hardware sign; uploaded and said only when they differ
+    from what was seen `before` (a hung node looks again every limit: a dump costs little, an upload and a
+    report more, and the same stacks say nothing new)."""
+    now = time.time()
     ranks = find_ranks(watch.pid)
     evidence = watch.directory / "evidence"
     shutil.rmtree(evidence, ignore_errors=True)
-    notes = collect(ranks, evidence, environ.get("TORCH_FR_DUMP_TEMP_FILE", ""))
+    notes, stacks = collect(ranks, evidence, environ.get("TORCH_FR_DUMP_TEMP_FILE", ""))
+    hardware = node_fault.judge(environ, watch.since, settle=0)
+    seen = f"{hardware}\n{fingerprint(evidence)}"
+    if before is not None and seen == before.fingerprint:
+        return Examined(before.report, seen, now, changed=False)
+    host = socket.gethostname()
     report = NodeReport(watch.node, host, HUNG, progress.last, progress.limit, progress.source)
     report.ranks = [(r.rank, r.state) for r in ranks]
+    report.hardware, report.heartbeat = hardware, progress.heartbeat_seen
+    for rank, text in sorted(stacks.items()):
+        frame = innermost(text)
+        if frame is not None and in_collective(frame):
+            report.waiting.append(rank)
+        elif frame is not None and len(report.outside) < MAX_OUTSIDE:
+            report.outside.append((rank, frame[:MAX_FRAME]))
     if watch.uri:
         failure = upload(watch.uri, evidence)
         if failure:
@@ -256,71 +168,65 @@ def examine(watch: Watch, progress: Progress, environ: Mapping[str, str]) -> Nod
         for path in sorted(evidence.glob("stacks-rank-*.txt")):
             sys.stderr.write(path.read_text())
     report.note = "; ".join(notes)[:240]
-    report.hardware = node_fault.judge(environ, watch.since, settle=0)
-    idle = time.time() - (progress.last or 0.0)
+    idle = now - (progress.last or 0.0)
     say(
-        f"node {watch.node} ({host}): no progress for {idle:.0f} s (limit {progress.limit:.0f} s, by its "
-        f"{progress.source}); ranks {report.ranks}; evidence {report.evidence or 'in this log'}"
+        f"node {watch.node} ({host}): no progress for {idle:.0f} s (limit {progress.limit:.0f} s, last by its "
+        f"{progress.source}); ranks {report.ranks}, waiting in a collective {report.waiting}; evidence "
+        f"{report.evidence or 'in this log'}"
         + (f"; {report.note}" if report.note else "")
-        + "; the attempt ends once every node has stopped"
+        + "; the attempt ends once no node progresses"
     )
-    return report
+    return Examined(report, seen, now, changed=True)
 
 
-def _children(hangs: Path | None) -> dict[int, NodeReport]:
-    """The children's latest reports, from the file the main node's listener appends to."""
-    latest: dict[int, NodeReport] = {}
-    if hangs is None or not hangs.exists():
-        return latest
-    for line in hangs.read_text().splitlines():
-        try:
-            fields = json.loads(line)
-            fields["ranks"] = [tuple(r) for r in fields.get("ranks", [])]
-            report = NodeReport(**fields)
-        except (ValueError, TypeError):
-            continue
-        latest[report.node] = report
-    return latest
+def decide(watch: Watch, mine: NodeReport | None, now: float, environ: Mapping[str, str]) -> bool:
+    """On the main node: the verdict once no node progresses, for the launcher. True once it is written."""
+    if watch.out is None:
+        return False
+    reports = children(watch.hangs)
+    reports[watch.node] = mine or NodeReport(watch.node, "", PROGRESSING, None, 0, "")
+    ended = ended_children(watch.hangs.parent if watch.hangs else None)
+    decided = verdict(reports, watch.nodes, watch.attempt, now, ended)
+    if decided is None:
+        return False
+    code, line = decided
+    tmp = watch.out.with_suffix(".tmp")
+    tmp.write_text(f"{code} {line}\n")
+    tmp.replace(watch.out)
+    os.kill(watch.launcher, signal.SIGUSR1)
+    # The launcher's stop (SIGTERM) stays pending on a rank a signal stopped: continue it, so that the stop
+    # ends it now rather than torchrun's SIGKILL 30 s later.
+    for rank in find_ranks(watch.pid):
+        if rank.state in ("T", "t"):
+            os.kill(rank.pid, signal.SIGCONT)
+    if mine is not None and mine.hardware:
+        node_fault.mark(environ, f"hang, hardware fault: {mine.hardware}")
+    return True
 
 
 def run(watch: Watch, environ: Mapping[str, str] = os.environ) -> int:
-    progress = Progress(watch.hang_seconds, watch.directory / "heartbeat", watch.directory / "output")
-    mine: NodeReport | None = None
-    examined = 0.0
+    signals = Signals(watch.pid, watch.checkpoints)
+    progress = Progress(watch.hang_seconds, watch.directory / "heartbeat", watch.directory / "output", signals)
+    if not watch.main:
+        # The main node waits for word from every child before it calls a hang without it (hang_verdict.py).
+        tell(watch, NodeReport(watch.node, socket.gethostname(), PROGRESSING, None, watch.hang_seconds, ""))
+    examined: Examined | None = None
     while alive(watch.pid) and alive(watch.launcher):
         now = time.time()
-        progress.sample()
+        progress.sample(now)
         state = progress.state(now)
-        # Again every limit while it lasts: a node quiet for hours (its ranks log nothing, the others train)
-        # has fresh stacks when the whole job stops.
-        if state == HUNG and (mine is None or now - examined >= progress.limit):
-            mine, examined = examine(watch, progress, environ), now
-            if not watch.main:
-                tell(watch, mine)
-        elif state == PROGRESSING and mine is not None:
-            say(f"node {watch.node}: progress again")
+        if state == HUNG and (examined is None or now - examined.at >= progress.limit):
+            examined = examine(watch, progress, environ, examined)
+            if examined.changed and not watch.main:
+                tell(watch, examined.report)
+        elif state == PROGRESSING and examined is not None:
+            say(f"node {watch.node}: progress again (by its {progress.source})")
             if not watch.main:
                 host = socket.gethostname()
                 tell(watch, NodeReport(watch.node, host, PROGRESSING, progress.last, progress.limit, progress.source))
-            mine = None
-        if watch.main and watch.out is not None:
-            reports = _children(watch.hangs)
-            reports[watch.node] = mine or NodeReport(watch.node, "", PROGRESSING, None, 0, "")
-            decided = verdict(reports, watch.nodes, watch.attempt, now)
-            if decided:
-                code, line = decided
-                tmp = watch.out.with_suffix(".tmp")
-                tmp.write_text(f"{code} {line}\n")
-                tmp.replace(watch.out)
-                os.kill(watch.launcher, signal.SIGUSR1)
-                # The launcher's stop (SIGTERM) stays pending on a rank a signal stopped: continue it, so
-                # that the stop ends it now rather than torchrun's SIGKILL 30 s later.
-                for rank in find_ranks(watch.pid):
-                    if rank.state in ("T", "t"):
-                        os.kill(rank.pid, signal.SIGCONT)
-                if mine is not None and mine.hardware:
-                    node_fault.mark(environ, f"hang, hardware fault: {mine.hardware}")
-                return 0
+            examined = None
+        if decide(watch, examined.report if examined else None, now, environ):
+            return 0
         time.sleep(watch.poll)
     return 0
 
@@ -352,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attempt", type=int, default=1)
     p.add_argument("--since", type=float, default=0.0)
     p.add_argument("--job", default="local")
+    p.add_argument("--checkpoint-dir", type=Path, help="CHECKPOINT_DIR: files changing there are progress")
     p.add_argument("--uri", help="where this node's evidence goes: s3://bucket/prefix/")
     p.add_argument("--out", type=Path, help="main node: the launcher's report file")
     p.add_argument("--hangs", type=Path, help="main node: the children's hang reports (node_fault.py listen)")
@@ -365,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     watch = Watch(
         args.pid, args.launcher, args.dir, args.hang_seconds, args.node, args.nodes, args.attempt, args.since,
         args.job, args.uri, args.out, args.hangs, args.report_to, args.report_port, args.within, args.poll,
+        args.checkpoint_dir,
     )  # fmt: skip
     return run(watch)
 

@@ -11,8 +11,9 @@
 - the checkpoint copier (checkpoint_sync.py watch): new complete files to S3 every
   CHECKPOINT_SYNC_SECONDS, the last upload when the trainer ends or is stopped;
 - the hang watch (progress_watch.py watch, with HANG_SECONDS > 0 on Batch): progress is the heartbeat
-  file, else the trainer's output (stamped by the relay, trainer.py); a node past HANG_SECONDS dumps its
-  ranks' stacks and flight-recorder files and tells the main node;
+  file, the trainer's output (stamped by the relay, trainer.py), files changing in CHECKPOINT_DIR, the
+  ranks' disk I/O and their helper processes' CPU (progress_signals.py); a node with none for HANG_SECONDS
+  dumps its ranks' stacks and flight-recorder files and tells the main node;
 - the cold-start reporter (cold_start.py, on ECS): one metric line with where the node's first
   minutes went.
 """
@@ -183,8 +184,10 @@ def start_hang_watch(node: NodeState, folder: Path | None, restored: Restored | 
         "--nodes", str(batch.nodes if batch else 1), "--attempt", attempt, "--since", node.since,
     ]  # fmt: skip
     if restored is not None:
-        # Evidence beside the checkpoints: the prefix checkpoint_sync.py uses, whatever names the lineage.
-        watching += ["--uri", f"{restored.uri}evidence/attempt-{attempt}/node-{settings.index}/"]
+        # Evidence beside the checkpoints: the prefix checkpoint_sync.py uses, whatever names the lineage; by job
+        # id, as a resubmitted job shares the lineage and counts its attempts from 1 again.
+        evidence = f"{restored.uri}evidence/{settings.job_id}/attempt-{attempt}/node-{settings.index}/"
+        watching += ["--uri", evidence, "--checkpoint-dir", str(restored.folder)]
     if settings.is_main and node.faults is not None:
         watching += ["--out", str(node.faults / "report"), "--hangs", str(node.faults / "hangs")]
     elif batch is not None and batch.report_to is not None:

@@ -30,6 +30,8 @@ import sys
 import tarfile
 import time
 
+from aws_region import region  # beside this file in every image
+
 NAME = "workdir_fetch.py"
 # trainctl/submitting/workdir.py names every archive by the sha256 of its tar.
 DIGEST_NAME = re.compile(r"(?:^|/)([0-9a-f]{64})\.tar\.gz$")
@@ -83,7 +85,7 @@ def _get(bucket: str, key: str, uri: str) -> bytes:
     """The object's bytes; a transient error is tried again after RETRY_DELAYS, then raises Transient."""
     import boto3  # only here: the setup alone needs no AWS
 
-    client = boto3.client("s3")
+    client = boto3.client("s3", region_name=region(os.environ))
     for delay in (*RETRY_DELAYS, None):
         try:
             return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())

@@ -7,7 +7,7 @@ and what it found is the launcher's line in the main node's log of that attempt
 (container/launcher/ending.py): "distributed_run.sh: node N (host): ...", or "node N: Batch says ..." when
 the main node's watcher (container/launcher/node_watch.py) saw the child fail in Batch, which `node_line` picks out
 of the lines a caller read (`tail` below). A hang's line (container/launcher/progress_watch.py) reads "node N (host):
-hang: ...; rank R on node N stopped first (...); stacks at s3://.../evidence/attempt-A/; ...": the story
+hang: ...; rank R on node N stopped first (...); stacks at s3://.../evidence/<job id>/attempt-A/; ...": the story
 tells it as a hang and prints where the stacks are.
 """
 
