@@ -131,6 +131,11 @@ class Runtime:
         # A container's file system is new on every attempt: so is this folder.
         env["CHECKPOINT_DIR"] = str(run.folder / "checkpoints")
         env["WORKDIR_DIR"] = str(run.folder / "workdir")
+        # The hang watch's heartbeat and output marks: each container's own /tmp on Batch, and here each
+        # node's own folder (the nodes of a rehearsal, and rehearsals side by side, share this machine's /tmp).
+        env["PROGRESS_DIR"] = str(run.folder / "progress")
+        if "TORCH_FR_DUMP_TEMP_FILE" in env:
+            env["TORCH_FR_DUMP_TEMP_FILE"] = str(run.folder / "progress" / "flight-recorder" / "rank-")
         env[STALL_VARIABLE] = str(run.stall_file)
         env.update(CREDENTIALS)
         env["AWS_ENDPOINT_URL"] = self.s3.endpoint
