@@ -12,7 +12,7 @@ their table. Batch decides a multi-node job by the main node's exit code alone (
        a child that reported one, a child that died without a word (Batch shows it FAILED, or it fell
        silent while Batch still shows it running), a first hang; retried on fresh nodes
   78   a fault every node of the fleet shares (the AMI, the image); not retried
-  124  a hang seen again after its retry; not retried
+  124  a hang seen again after its retry, with a heartbeat (without one a hang is 75); not retried
   143  stopped (SIGTERM) before training started
 """
 
