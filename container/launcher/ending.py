@@ -41,8 +41,9 @@ DECISIVE_CODES = (*FINAL_CODES, NODE_FAULT_EXIT)
 # Said in a node's line when it writes its take-out marker (trainctl/inspecting/recovery.py reads it).
 TAKEN_OUT = "this node asks its host to take it out"
 # After a trainer failed, how long the main node waits for every child's word (NODE_VERDICT_SECONDS), and
-# how long a child that Batch does not show ended may stay silent before it counts as lost. A child says
-# "alive" every node_fault.ALIVE_SECONDS (5): three missed in a row is no network hiccup.
+# how long a child that Batch does not show ended may stay silent before it counts as lost
+# (NODE_LOST_SECONDS). A child says "alive" every node_fault.ALIVE_SECONDS (5): four missed in a row is no
+# network hiccup.
 VERDICT_SECONDS = 180
 LOST_SECONDS = 20.0
 
@@ -170,13 +171,13 @@ class ChildView:
     batch: str = ""  # SUCCEEDED or FAILED once the node watch saw it end; "" otherwise
     silent_for: float | None = None  # seconds since its last "alive"; None: never heard from
 
-    def lost(self, waited: float) -> bool:
-        """No word, not ended in Batch, and silent for LOST_SECONDS (counted from the wait's start for a
+    def lost(self, waited: float, after: float = LOST_SECONDS) -> bool:
+        """No word, not ended in Batch, and silent for `after` seconds (counted from the wait's start for a
         child never heard from): its host is gone or its container was killed."""
         if self.ended is not None or self.batch:
             return False
         silent = waited if self.silent_for is None else self.silent_for
-        return silent >= LOST_SECONDS
+        return silent >= after
 
 
 def _first_failure(ends: Sequence[NodeEnd]) -> NodeEnd:
@@ -185,17 +186,19 @@ def _first_failure(ends: Sequence[NodeEnd]) -> NodeEnd:
     return min(ends, key=lambda e: (e.failure.echo, e.failure.when or "~", e.node))
 
 
-def decisive(*, first: Report | None, children: Sequence[ChildView], waited: float) -> Ending | None:
+def decisive(
+    *, first: Report | None, children: Sequence[ChildView], waited: float, lost_after: float = LOST_SECONDS
+) -> Ending | None:
     """An ending no other word can change: a child's node fault, bad input, shared fault or repeated hang
     (or Batch's FAILED for a child that said nothing), or a lost child."""
     if first is not None and first.code in DECISIVE_CODES:
         return for_report(first)
-    lost = [c.node for c in children if c.lost(waited)]
+    lost = [c.node for c in children if c.lost(waited, lost_after)]
     if lost:
         nodes = ", ".join(map(str, lost))
         return Ending(
             NODE_FAULT_EXIT,
-            f"node {nodes}: no word for {LOST_SECONDS:.0f} s and Batch does not show it ended: lost (its host "
+            f"node {nodes}: no word for {lost_after:.0f} s and Batch does not show it ended: lost (its host "
             f"or container gone); ending this job with exit {NODE_FAULT_EXIT} so that Batch retries it on other nodes",
         )
     return None
@@ -203,13 +206,13 @@ def decisive(*, first: Report | None, children: Sequence[ChildView], waited: flo
 
 def after_failure(
     *, first: Report | None, own: NodeEnd | None, children: Sequence[ChildView], waited: float,
-    bound: float = VERDICT_SECONDS,
+    bound: float = VERDICT_SECONDS, lost_after: float = LOST_SECONDS,
 ) -> Ending | None:  # fmt: skip
     """The main node's ending once training failed somewhere (its own trainer, `own`, or a child's word,
     `first`: the report file's line). None: wait on (the caller asks again). A decisive report or a lost
     child ends it at once; application errors wait until every child has spoken or ended in Batch, or
     until `bound`, and then keep the first failure's own status: an application's bug is not retried."""
-    settled = decisive(first=first, children=children, waited=waited)
+    settled = decisive(first=first, children=children, waited=waited, lost_after=lost_after)
     if settled is not None:
         return settled
     pending = [c.node for c in children if c.ended is None and not c.batch]

@@ -9,7 +9,7 @@ import time
 import ending
 from ending import Ending, NodeEnd
 from failure_text import Failure, read_failure
-from node_settings import NUMBER, UINT
+from node_settings import NUMBER
 from node_state import NodeState
 from node_tools import say
 from watchers import hurry_node_watch
@@ -17,22 +17,30 @@ from watchers import hurry_node_watch
 POLL_SECONDS = 0.2
 
 
+def seconds(node: NodeState, name: str, default: float) -> float:
+    """A number of seconds from the environment; a value that is not one keeps the default."""
+    text = node.settings.get(name, "")
+    return float(text) if NUMBER.fullmatch(text) else float(default)
+
+
 def await_children(node: NodeState, own: NodeEnd | None, *, decisive_for: float | None = None) -> Ending | None:
     """Training failed: wait until every child has said how it ended, has ended in Batch, or is lost, and
     judge the ending from what they said (ending.after_failure). With `decisive_for`, only an ending no
     other word can change, for at most that many seconds (None when none came)."""
-    text = node.settings.get("NODE_VERDICT_SECONDS", str(ending.VERDICT_SECONDS))
-    bound = float(text) if UINT.fullmatch(text) else float(ending.VERDICT_SECONDS)
+    bound = seconds(node, "NODE_VERDICT_SECONDS", ending.VERDICT_SECONDS)
+    lost_after = seconds(node, "NODE_LOST_SECONDS", ending.LOST_SECONDS)
     start = time.monotonic()
     while True:
         waited = time.monotonic() - start
         first, views = node.reported(), node.children_views()
         if decisive_for is not None:
-            decided = ending.decisive(first=first, children=views, waited=waited)
+            decided = ending.decisive(first=first, children=views, waited=waited, lost_after=lost_after)
             if decided is not None or waited >= decisive_for:
                 return decided
         else:
-            decided = ending.after_failure(first=first, own=own, children=views, waited=waited, bound=bound)
+            decided = ending.after_failure(
+                first=first, own=own, children=views, waited=waited, bound=bound, lost_after=lost_after
+            )
             if decided is not None:
                 return decided
         time.sleep(POLL_SECONDS)
@@ -53,8 +61,7 @@ def judge_failure(node: NodeState, status: int, *, reported: bool, failed_at: fl
     hardware_fault = ""
     hurry_node_watch(node)
     # XID_SETTLE_SECONDS (default 5): how long the host's Xid watcher may take to record a crash's Xid.
-    text = settings.get("XID_SETTLE_SECONDS", "5")
-    settle = float(text) if NUMBER.fullmatch(text) else 5.0
+    settle = seconds(node, "XID_SETTLE_SECONDS", 5.0)
     listening = settings.is_main and node.listener is not None
     if listening:
         # A child's node fault, or Batch's FAILED for a silent one, usually follows at once and decides

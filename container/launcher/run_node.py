@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import ending
 from ending import Ending, Outcome
-from failure_phase import judge_failure
+from failure_phase import judge_failure, seconds
 from job_code import fetch_job_code
 from node_settings import BadInput, read_settings
 from node_state import EndNode, NodeState
@@ -31,7 +31,8 @@ from trainer import announce, become_trainer, command, start_trainer
 from watchers import progress_dir, start_cold_start, start_copier, start_hang_watch, start_listener
 
 REPORT_POLL_SECONDS = 0.2
-# After a child's word or a hang verdict stopped the trainer: how long it gets before it is killed.
+# After a child's word or a hang verdict stopped the trainer: how long it gets before it is killed
+# (TRAINER_STOP_SECONDS).
 STOP_KILL_SECONDS = 20.0
 
 
@@ -81,14 +82,15 @@ def _preflight_failed(node: NodeState, checked: PreflightResult) -> Ending:
 
 
 def _wait_trainer(node: NodeState, trainer: subprocess.Popen[bytes]) -> int:
-    """The trainer's exit status. Once a report stopped it (SIGTERM), it gets STOP_KILL_SECONDS before its
+    """The trainer's exit status. Once a report stopped it (SIGTERM), it gets TRAINER_STOP_SECONDS before its
     processes are killed: torchrun may sit in its exit barrier, or a rank in a collective, for minutes."""
+    grace = seconds(node, "TRAINER_STOP_SECONDS", STOP_KILL_SECONDS)
     while True:
         with contextlib.suppress(subprocess.TimeoutExpired):
             return ending.exit_status(trainer.wait(timeout=REPORT_POLL_SECONDS))
         reported = node.signals.reported_at
-        if reported is not None and time.monotonic() - reported >= STOP_KILL_SECONDS:
-            say(f"the trainer did not stop within {STOP_KILL_SECONDS:.0f} s of the report; killing it")
+        if reported is not None and time.monotonic() - reported >= grace:
+            say(f"the trainer did not stop within {grace:g} s of the report; killing it")
             kill_tree(trainer.pid)
             return ending.exit_status(trainer.wait())
 
