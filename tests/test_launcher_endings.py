@@ -178,7 +178,7 @@ def test_why_says_a_timed_out_attempt_is_not_retried_and_its_checkpoints_were_up
         return explain(job, queue=None, environment=None, instance=None, now=datetime.now(UTC)).reasons
 
     timed_out = " ".join(reasons("Job attempt duration exceeded timeout"))
-    assert "never retries a timed-out job" in timed_out and "uploaded the last checkpoint files" in timed_out
+    assert "never retries a timed-out job" in timed_out and "with CHECKPOINT_URI the launcher's stop" in timed_out
     assert "cancelled with `trainctl cancel`" in " ".join(reasons(TRAINCTL_CANCEL_REASON))
     assert "never retries" not in " ".join(reasons("Essential container in task exited"))
 
@@ -205,3 +205,20 @@ def test_on_a_retry_a_failed_node_job_that_never_ran_counts_only_after_it_was_se
     assert seen.this_attempts([never_ran]) == [never_ran]
     ran = node_watch.NodeJob(1, "FAILED", "Essential container in task exited", 137, "", 5, 9)
     assert watch(2).this_attempts([ran]) == [ran]  # with times, earlier_attempt decides as before
+
+
+def test_failures_that_are_all_a_lost_peers_echo_are_a_node_fault_not_the_applications():
+    """An EFA link or a GPU gone under every rank: each quotes a broken collective, none an error of its own."""
+    echo_main = app(0, ECHO)
+    echo_child = app(1, Failure(rank=3, error="torch.distributed.DistBackendError: NCCL communicator was aborted"))
+    result = ending.after_failure(first=Report(1, echo_child.line), own=echo_main, children=[child(1, echo_child)],
+                                  waited=1)  # fmt: skip
+    assert result is not None and result.code == 75 and retried(75)
+    assert "none an error of its own" in result.line
+
+
+def test_the_keepalive_period_is_the_senders():
+    import node_fault
+
+    assert ending.ALIVE_SECONDS == node_fault.ALIVE_SECONDS
+    assert ending.LOST_SECONDS >= 4 * node_fault.ALIVE_SECONDS

@@ -46,6 +46,7 @@ TAKEN_OUT = "this node asks its host to take it out"
 # network hiccup.
 VERDICT_SECONDS = 180
 LOST_SECONDS = 20.0
+ALIVE_SECONDS = 5.0  # node_fault.ALIVE_SECONDS (a test keeps the two equal)
 
 
 @dataclass(frozen=True)
@@ -222,13 +223,21 @@ def after_failure(
     failed += [own] if own is not None else []
     if first is not None and all(first.line != f.line for f in failed):
         # Batch's word for a child that said nothing (killed for memory): a failure of its own.
-        node = first.line.split(" ", 2)[1] if first.line.startswith("node ") else ""
+        node = first.line.split(" ", 2)[1].rstrip(":") if first.line.startswith("node ") else ""
         failed.append(NodeEnd(int(node) if node.isdigit() else 1 << 20, first.code, first.line))
     if not failed:
         if first is not None:
             return for_report(first)
         return Ending(1, "training failed and no node said why; ending this job with exit 1 (not retried)")
     cause = _first_failure(failed)
+    if all(f.failure.echo for f in failed):
+        # Every rank that said why quoted a broken collective, and none an error of its own: a link or a
+        # node went away under them (an EFA fault, a GPU off the bus), which a retry on fresh nodes mends.
+        return Ending(
+            NODE_FAULT_EXIT,
+            f"{cause.line}; every failed node reports a lost peer (a broken collective) and none an error of its "
+            f"own; ending this job with exit {NODE_FAULT_EXIT} so that Batch retries it on other nodes",
+        )
     summary = f"{len(failed)} of {len(children) + 1} nodes failed with an application error, none with a node fault"
     if pending:
         summary += f"; no word from node {', '.join(map(str, pending))} after {bound:.0f} s"

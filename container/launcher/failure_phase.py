@@ -28,7 +28,8 @@ def await_children(node: NodeState, own: NodeEnd | None, *, decisive_for: float 
     judge the ending from what they said (ending.after_failure). With `decisive_for`, only an ending no
     other word can change, for at most that many seconds (None when none came)."""
     bound = seconds(node, "NODE_VERDICT_SECONDS", ending.VERDICT_SECONDS)
-    lost_after = seconds(node, "NODE_LOST_SECONDS", ending.LOST_SECONDS)
+    # Never within one "alive" period: a live child would be judged lost between two of its keepalives.
+    lost_after = max(seconds(node, "NODE_LOST_SECONDS", ending.LOST_SECONDS), ending.ALIVE_SECONDS + 1)
     start = time.monotonic()
     while True:
         waited = time.monotonic() - start
@@ -69,7 +70,16 @@ def judge_failure(node: NodeState, status: int, *, reported: bool, failed_at: fl
         check = ending.should_check_hardware(status=status, stopped=False, reported=reported)
         verdict = await_children(node, None, decisive_for=settle if check else 0.0)
     waited = time.monotonic() - failed_at
-    if verdict is None and ending.should_check_hardware(status=status, stopped=False, reported=reported):
+    if verdict is None and reported:
+        # A child's word stopped this trainer; this node's own Xid record still decides its take-out and a
+        # retry (the record only: a device probe can hang on a GPU off the bus).
+        hardware_fault = node.judge("--settle", "0", "--xid-only")
+        if hardware_fault:
+            say(node.node_line(f"hardware fault recorded: {hardware_fault}; {ending.TAKEN_OUT}"))
+            line = node.node_line(f"hardware fault: {hardware_fault}")
+            verdict = ending.Ending(ending.NODE_FAULT_EXIT, ending.for_report(ending.Report(75, line)).line,
+                                    mark=f"hardware fault: {hardware_fault}")  # fmt: skip
+    elif verdict is None and ending.should_check_hardware(status=status, stopped=False, reported=reported):
         hardware_fault = node.judge("--settle", f"{max(0.0, settle - waited):.1f}")
         if hardware_fault:
             say(

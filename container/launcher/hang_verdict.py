@@ -91,6 +91,12 @@ def ended_children(faults: Path | None) -> dict[int, Ended]:
         return found
     for path in sorted((faults / "children").glob("node-*")):
         try:
+            if path.suffix == ".batch":
+                # The node watch's: Batch shows the child ended (SUCCEEDED or FAILED).
+                node = int(path.stem.removeprefix("node-"))
+                ended = Ended(node, 0 if path.read_text().strip() == "SUCCEEDED" else 1, "Batch shows it ended")
+                found.setdefault(node, ended)
+                continue
             fields = json.loads(path.read_text())
             ended = Ended(int(fields["node"]), int(fields["code"]), str(fields.get("line", "")))
         except (OSError, ValueError, TypeError, KeyError):

@@ -15,10 +15,12 @@ from typing import Any
 from ending import ChildView, NodeEnd, Report
 from failure_text import Failure
 from node_settings import Settings
-from node_tools import helper, hostname, run_helper, say
+from node_tools import hostname, run_helper, say
 from stop_signals import StopSignals
 
 RELAY_DRAIN_SECONDS = 5.0
+# How long a child whose trainer succeeded tries to tell the main node (its hang watch stops counting it).
+SUCCESS_REPORT_SECONDS = 5
 # After the trainer exits, how long its output relays get to write the stream's last bytes.
 RELAY_TAIL_SECONDS = 2.0
 
@@ -70,7 +72,7 @@ class NodeState:
 
     def tell_main(self, code: int, text: str, failure: Failure | None = None, *, wait: bool = True) -> None:
         """A child tells the main node, once, how it ended (retrying for NODE_REPORT_SECONDS); without
-        `wait`, in the background (a success: the node need not wait for a main node that may be gone)."""
+        `wait`, trying for SUCCESS_REPORT_SECONDS only (a success: the main node may be gone already)."""
         batch = self.settings.batch
         self.told_main = True
         if batch is None or batch.report_to is None:
@@ -80,11 +82,10 @@ class NodeState:
         args += ["--node", str(batch.index), "--code", str(code), "--line", self.node_line(text)]
         args += ["--when", said.when, "--error", said.error]
         args += ["--rank", str(said.rank)] if said.rank is not None else []
-        if wait:
-            args += ["--within", str(batch.report_seconds)]
-            run_helper(self.settings.python.stdlib, "node_fault.py", "report", *args, to_stderr=True)
-        else:
-            self.spawn(helper(self.settings.python.stdlib, "node_fault.py", "report", *args, "--within", "5"))
+        within = batch.report_seconds if wait else SUCCESS_REPORT_SECONDS
+        run_helper(
+            self.settings.python.stdlib, "node_fault.py", "report", *args, "--within", str(within), to_stderr=True
+        )
 
     def trainer_tail(self) -> list[str]:
         """The last lines the trainer wrote (stdout's, then stderr's), once its relays have written them."""

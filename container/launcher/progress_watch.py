@@ -190,10 +190,8 @@ def decide(watch: Watch, mine: NodeReport | None, now: float, environ: Mapping[s
     if decided is None:
         return False
     code, line = decided
-    tmp = watch.out.with_suffix(".tmp")
-    tmp.write_text(f"{code} {line}\n")
-    tmp.replace(watch.out)
-    os.kill(watch.launcher, signal.SIGUSR1)
+    # First wins, as for the listener and the node watch: a child's report already there is not replaced.
+    node_fault.deliver(watch.out, watch.launcher, code, line)
     # The launcher's stop (SIGTERM) stays pending on a rank a signal stopped: continue it, so that the stop
     # ends it now rather than torchrun's SIGKILL 30 s later.
     for rank in find_ranks(watch.pid):

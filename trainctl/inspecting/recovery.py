@@ -90,11 +90,14 @@ def attempt_story(job: dict[str, Any], tail: Tail | None = None) -> list[str]:
         found = None
         # The launcher's line names the node and quotes what failed: a node fault's, a hang's, or an
         # application error's (the first rank that failed and its error; a SIGKILL leaves no line).
-        if code not in (None, 0, 137) and stream and tail and group:
+        if code not in (None, 0) and stream and tail and group:
             found = node_line(tail(group, str(stream)))
         hang = HANG_LINE.match(found) if found else None
         if code is not None:
             ending = HANG_RETRIED if hang and code == NODE_FAULT_EXIT else ENDINGS.get(int(code), "the trainer failed")
+            if code == 137 and found:
+                # The main node's launcher lived to say it: a child was killed, not the main node.
+                ending = "a node was killed (SIGKILL: out of memory; the application's, not retried)"
             parts.append(f"exit {code}: {ending}")
         if reason:
             parts.append(f"Batch says: {reason}")

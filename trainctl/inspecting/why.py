@@ -75,8 +75,9 @@ def explain(
         if str(status_reason).startswith(TIMEOUT_REASON):
             reasons.append(
                 "the attempt ran past the job's timeout (attemptDurationSeconds): Batch stopped every node and never "
-                'retries a timed-out job (Batch user guide, "Job timeouts"); the launcher\'s stop uploaded the last '
-                "checkpoint files: submit it again with a longer timeout to go on"
+                'retries a timed-out job (Batch user guide, "Job timeouts"); with CHECKPOINT_URI the launcher\'s stop '
+                "uploaded the last checkpoint files (its log says if that upload failed): submit it again with a "
+                "longer timeout to go on"
             )
         if str(status_reason) == TRAINCTL_CANCEL_REASON:
             reasons.append("it was cancelled with `trainctl cancel`: Batch stopped every node and does not retry it")

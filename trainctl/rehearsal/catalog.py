@@ -73,7 +73,8 @@ STEPS = 60
 CATALOG: tuple[Entry, ...] = (
     Entry("no-fault", "two nodes train, checkpoint and finish", (), "succeeded",
           (attempts(1), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY), why_says("SUCCEEDED"))),
-    Entry("kill-child", "a child's container is SIGKILLed after checkpoint 1 (an OOM kill looks the same)",
+    Entry("kill-child", "a child's container is SIGKILLed after checkpoint 1 (with no OutOfMemoryError "
+          "reason: an OOM kill is the application's)",
           ("kill-child@checkpoint:1",), "succeeded",
           (ended_within(CHILD_FAILURE_SECONDS), main_line_names(1), attempts(2), resumed_from_newest(1))),
     Entry("kill-main", "the main node's container is SIGKILLed: exit 137 is the application's (an OOM kill), "
