@@ -218,3 +218,12 @@ def test_a_report_from_a_node_of_many_ranks_fits_the_listeners_line(tmp_path, mo
     payload = f"hang {node.job} {json.dumps(asdict(report), separators=(',', ':'))}"
     assert len(payload.encode()) < node_fault.REPORT_BYTES and len(report.outside) == 8
     assert verdicts.NodeReport.parse(json.dumps(asdict(report))) == report
+
+
+def test_the_line_states_the_largest_limit_the_verdict_waited_for():
+    """Every node must be past its own limit: the catalog judges a hang against the limit the line states."""
+    stalled = verdicts.NodeReport(1, "h1", signals.HUNG, 5000.0, 30, "heartbeat", [(1, "T")])
+    waiting = verdicts.NodeReport(0, "h0", signals.HUNG, 5000.5, 70, "heartbeat", [(0, "S")])
+    decided = verdicts.verdict({0: waiting, 1: stalled}, 2, 1, 5071.0)
+    assert decided is not None
+    assert "(limit 70 s)" in decided[1] and "on node 1 stopped first" in decided[1]

@@ -181,8 +181,9 @@ def verdict(
     who, why = _who(first, hung)
     newest = max((r.last for r in hung if r.last is not None), default=now)
     parts = [
+        # The verdict waits for every node's own limit: the largest is the one that held it back.
         f"node {first.node} ({first.host}): hang: no progress on any node for {now - newest:.0f} s"
-        f" (limit {first.limit:.0f} s)",
+        f" (limit {max(r.limit for r in hung):.0f} s)",
         f"{who} stopped first (last progress {_clock(first.last)}, {why})",
     ]
     parts += [f"node {r.node} shows a hardware fault: {r.hardware}" for r in hardware]
