@@ -10,7 +10,8 @@ their table. Batch decides a multi-node job by the main node's exit code alone (
   2    bad input: a value the launcher cannot run with, or a child's; not retried
   75   a node fault or a lost node: a failed device preflight, a trainer that died on a hardware fault,
        a child that reported one, a child that died without a word (Batch shows it FAILED, or it fell
-       silent while Batch still shows it running), a first hang; retried on fresh nodes
+       silent while Batch still shows it running), failures that are all a lost peer's echo, a first
+       hang; retried on fresh nodes
   78   a fault every node of the fleet shares (the AMI, the image); not retried
   124  a hang seen again after its retry, with a heartbeat (without one a hang is 75); not retried
   143  stopped (SIGTERM) before training started
