@@ -4,6 +4,7 @@ are ending.py's (decisive, after_failure); this module waits for their facts."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import ending
@@ -77,8 +78,8 @@ def judge_failure(node: NodeState, status: int, *, reported: bool, failed_at: fl
         if hardware_fault:
             say(node.node_line(f"hardware fault recorded: {hardware_fault}; {ending.TAKEN_OUT}"))
             line = node.node_line(f"hardware fault: {hardware_fault}")
-            verdict = ending.Ending(ending.NODE_FAULT_EXIT, ending.for_report(ending.Report(75, line)).line,
-                                    mark=f"hardware fault: {hardware_fault}")  # fmt: skip
+            own = ending.for_report(ending.Report(ending.NODE_FAULT_EXIT, line))
+            verdict = dataclasses.replace(own, mark=f"hardware fault: {hardware_fault}")
     elif verdict is None and ending.should_check_hardware(status=status, stopped=False, reported=reported):
         hardware_fault = node.judge("--settle", f"{max(0.0, settle - waited):.1f}")
         if hardware_fault:
