@@ -78,8 +78,8 @@ def judge_failure(node: NodeState, status: int, *, reported: bool, failed_at: fl
         if hardware_fault:
             say(node.node_line(f"hardware fault recorded: {hardware_fault}; {ending.TAKEN_OUT}"))
             line = node.node_line(f"hardware fault: {hardware_fault}")
-            said = ending.for_report(ending.Report(ending.NODE_FAULT_EXIT, line))
-            verdict = dataclasses.replace(said, mark=f"hardware fault: {hardware_fault}")
+            xid_ending = ending.for_report(ending.Report(ending.NODE_FAULT_EXIT, line))
+            verdict = dataclasses.replace(xid_ending, mark=f"hardware fault: {hardware_fault}")
     elif verdict is None and ending.should_check_hardware(status=status, stopped=False, reported=reported):
         hardware_fault = node.judge("--settle", f"{max(0.0, settle - waited):.1f}")
         if hardware_fault:
