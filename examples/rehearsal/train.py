@@ -14,8 +14,12 @@ agree on the newest step and the rank holding it sends its weights to the others
 Options that make it behave like scripts that give recovery trouble (the fault catalog uses them):
 `--fail-at-step N` (every rank raises a ValueError at step N: a plain bug), `--silent-save-seconds S` (rank
 0's first save takes S seconds and prints nothing, as a large model's first save does, while the other ranks
-wait in the next collective), `--compile-seconds S` (before the first step every rank waits for a silent
-child process that burns CPU for S seconds, as neuronx-cc's or torch.compile's workers do).
+wait in the next collective), `--compile-seconds S` (before the first step every rank waits for a silent child
+process that burns CPU for S seconds, as neuronx-cc's or torch.compile's workers do; a whole core, or the
+share `--compile-share F` gives). `--gradients allreduce` does DDP's and torch.optim's work by hand (an
+all-reduce per gradient, then the SGD step): the same collectives, without the first DistributedDataParallel
+and optimizer importing torch._dynamo (about 3 s of CPU per rank on torch 2.x, measured with cProfile), which
+the fault catalog pays on every attempt on a two-core machine. Scripts of your own use DDP.
 
 Rehearsal only: `trainctl rehearse` sets REHEARSAL_STALL_FILE on every node, and its stall-rank fault
 creates that file with a local rank in it; that rank then sleeps at its next step, silent and runnable (not
@@ -42,7 +46,15 @@ from torch.nn.parallel import DistributedDataParallel
 NAME = re.compile(r"^checkpoint-(\d+)\.pt$")
 STALL_VARIABLE = "REHEARSAL_STALL_FILE"
 # What a compiler's worker does, for as many seconds as it is given: burn CPU and print nothing.
-BURN = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
+# A compiler's worker: for argv[1] seconds, busy for argv[2] of every 0.2 s and asleep for the rest.
+BURN = """import sys, time
+end, share = time.monotonic() + float(sys.argv[1]), float(sys.argv[2])
+while time.monotonic() < end:
+    busy = time.monotonic() + 0.2 * share
+    while time.monotonic() < busy:
+        pass
+    time.sleep(0.2 * (1 - share))
+"""
 
 
 def say(message: str) -> None:
@@ -88,10 +100,14 @@ def save(folder: Path, step: int, model: torch.nn.Module, slow_seconds: float = 
     say(f"saved {final.name}")
 
 
-def compile_workers(seconds: float) -> None:
-    """Wait for a silent child that burns CPU for `seconds`, as a rank waits for its compiler's workers."""
+def compile_workers(seconds: float, share: float = 1.0) -> None:
+    """Wait for a silent child that burns `share` of a core for `seconds`, as a rank waits for its compiler's
+    workers."""
     subprocess.run(  # noqa: S603 - this interpreter, with the script's own code
-        [sys.executable, "-c", BURN, str(seconds)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-c", BURN, str(seconds), str(share)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -102,6 +118,18 @@ def stalled(environ: Mapping[str, str] = os.environ) -> bool:
         return False
     named = Path(path).read_text().strip() or "0"
     return named == environ.get("LOCAL_RANK", "0")
+
+
+def averaged_sgd_step(model: torch.nn.Module, learning_rate: float = 0.05) -> None:
+    """What DDP and torch.optim.SGD(lr=...) do together, by hand: average each gradient over the ranks (an
+    all-reduce per parameter) and step against it."""
+    for parameter in model.parameters():
+        if parameter.grad is None:
+            continue
+        dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
+        with torch.no_grad():
+            parameter -= learning_rate * parameter.grad / dist.get_world_size()
+        parameter.grad = None
 
 
 def check_batch(step: int, fail_at: int | None) -> None:
@@ -118,6 +146,13 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fail-at-step", type=int, default=None, help="every rank raises ValueError at this step")
     parser.add_argument("--silent-save-seconds", type=float, default=0.0, help="rank 0's first save takes this long")
     parser.add_argument("--compile-seconds", type=float, default=0.0, help="a silent CPU-bound child before step 1")
+    parser.add_argument("--compile-share", type=float, default=1.0, help="the share of a core that child burns")
+    parser.add_argument(
+        "--gradients",
+        choices=("ddp", "allreduce"),
+        default="ddp",
+        help="ddp: DistributedDataParallel and torch.optim; allreduce: the same step by hand",
+    )
     return parser.parse_args(argv)
 
 
@@ -132,7 +167,7 @@ def main() -> int:
     folder = Path(os.environ.get("CHECKPOINT_DIR", "checkpoints"))
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 1).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05) if args.gradients == "ddp" else None
 
     # Rank 0 may live on any node (the rendezvous orders nodes by host name and process id), and each node
     # restores its own files: the rank that holds the newest checkpoint hands it to the others.
@@ -155,21 +190,25 @@ def main() -> int:
             dist.broadcast(parameter.data, src=holder_rank)
         if dist.get_rank() == 0:
             say(f"resumed from checkpoint-{start}.pt (step {start}, held by rank {holder_rank})")
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+    forward = DistributedDataParallel(model, device_ids=[device.index] if cuda else None) if optimizer else model
     target = torch.arange(16, dtype=torch.float32, device=device)
     loss = torch.zeros(1, device=device)
     if args.compile_seconds > 0:
-        compile_workers(args.compile_seconds)
+        compile_workers(args.compile_seconds, args.compile_share)
     slow_save = args.silent_save_seconds
     for step in range(start + 1, args.steps + 1):
         while stalled():
             time.sleep(1)
         check_batch(step, args.fail_at_step)
         inputs = torch.randn(32, 16, device=device)
-        loss = ((ddp(inputs).squeeze(1) - inputs @ target) ** 2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = ((forward(inputs).squeeze(1) - inputs @ target) ** 2).mean()
+        if optimizer:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        else:
+            loss.backward()
+            averaged_sgd_step(model)
         time.sleep(args.step_seconds)
         # Progress for the launcher's hang watch (TRAINING_HEARTBEAT_FILE, docs/health.md).
         Path(os.environ.get("TRAINING_HEARTBEAT_FILE", os.devnull)).touch()

@@ -67,16 +67,19 @@ class Entry:
     args: tuple[str, ...] = ()  # more of the reference script's options
     steps: int = 60
     timeout: int | None = None  # the attempt's timeout (attemptDurationSeconds); None: the task's
+    # The script's DistributedDataParallel and torch.optim (True), or the same step by hand (the script's
+    # --gradients allreduce): DDP's first construction costs each rank about 3 s of CPU, on every attempt.
+    ddp: bool = False
 
 
 STEPS = 60
 CATALOG: tuple[Entry, ...] = (
-    Entry("no-fault", "two nodes train, checkpoint and finish", (), "succeeded",
-          (attempts(1), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY), why_says("SUCCEEDED"))),
+    Entry("no-fault", "two nodes train with DistributedDataParallel, checkpoint and finish", (), "succeeded",
+          (attempts(1), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY), why_says("SUCCEEDED")), ddp=True),
     Entry("kill-child", "a child's container is SIGKILLed after checkpoint 1 (with no OutOfMemoryError "
           "reason: an OOM kill is the application's)",
           ("kill-child@checkpoint:1",), "succeeded",
-          (ended_within(CHILD_FAILURE_SECONDS), main_line_names(1), attempts(2), resumed_from_newest(1))),
+          (ended_within(CHILD_FAILURE_SECONDS), main_line_names(1), attempts(2), resumed_from_newest(1)), ddp=True),
     Entry("kill-main", "the main node's container is SIGKILLed: exit 137 is the application's (an OOM kill), "
           "and the job definitions do not retry it", ("kill-main@checkpoint:1",), "failed",
           (attempts(1), why_says("exit 137"))),
@@ -119,13 +122,13 @@ CATALOG: tuple[Entry, ...] = (
     Entry("silent-save", "rank 0's first save takes 45 s and prints nothing, with HANG_SECONDS=20", (),
           "succeeded", (attempts(1), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY)),
           {"HANG_SECONDS": "20"}, args=("--silent-save-seconds", "45")),
-    Entry("silent-compile", "every rank waits 45 s for a silent compiler child burning CPU, with HANG_SECONDS=20",
-          (), "succeeded", (attempts(1), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY)),
-          {"HANG_SECONDS": "20"}, args=("--compile-seconds", "45")),
+    Entry("silent-compile", "every rank waits 45 s for a silent compiler child burning a quarter of a core, with "
+          "HANG_SECONDS=20", (), "succeeded", (attempts(1), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY)),
+          {"HANG_SECONDS": "20"}, args=("--compile-seconds", "45", "--compile-share", "0.25")),
     Entry("stall", "a child's rank sleeps in its own code after checkpoint 1 while its peer waits in the "
           "all-reduce: a real stall, with HANG_SECONDS=30", ("stall-rank:1@checkpoint:1",), "succeeded",
           (hang_caught(), hang_names(1), evidence_uploaded(), attempts(2), resumed_from_newest(1)),
-          {"HANG_SECONDS": "30"}),
+          {"HANG_SECONDS": "30"}, ddp=True),
     Entry("lost-child-batch-late", "a child's instance is terminated after checkpoint 1 and Batch shows its node "
           "job FAILED 45 s late", ("batch-lag=45@start", "lose-host:1@checkpoint:1"), "succeeded",
           (fault_ended_within("lose-host:1@checkpoint:1", CHILD_FAILURE_SECONDS), main_line_names(1), attempts(2),
@@ -156,7 +159,7 @@ def run_entry(item: Entry, *, assembly: Path) -> Report:
     task = load_task(checkout() / TASK)
     update: dict[str, Any] = {"fleet": item.fleet, "env": {**task.env, **item.env}, "command": [
         "examples/rehearsal/train.py", "--steps", str(item.steps), "--checkpoint-every", str(CHECKPOINT_EVERY),
-        "--step-seconds", "0.1", *item.args]}  # fmt: skip
+        "--step-seconds", "0.1", "--gradients", "ddp" if item.ddp else "allreduce", *item.args]}  # fmt: skip
     if item.timeout is not None:
         update["timeout"] = item.timeout
     task = task.model_copy(update=update)
