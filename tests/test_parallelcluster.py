@@ -21,6 +21,7 @@ LITERAL_INPUTS = ClusterInputs(
     pyxis_script_url="s3://cdk-hnb659fds-assets-123456789012-us-east-1/enable_pyxis.sh",
     script_bucket="cdk-hnb659fds-assets-123456789012-us-east-1",
     ecr_pull_policy="arn:aws:iam::123456789012:policy/parallelcluster/TrainingParallelCluster-SlurmEcrPull-1A2B3C",
+    checkpoint_write_policy="arn:aws:iam::123456789012:policy/parallelcluster/TrainingParallelCluster-Write-4D5E6F",
 )
 
 
@@ -42,9 +43,10 @@ def test_seed_plan_asks_for_what_the_seed_needs():
     assert queue["CapacityType"] == "ONDEMAND"
     assert {(a["BucketName"], a["EnableWriteAccess"]) for a in queue["Iam"]["S3Access"]} == {
         (LITERAL_INPUTS.dataset_bucket, False),
-        (LITERAL_INPUTS.checkpoint_bucket, True),
+        (LITERAL_INPUTS.checkpoint_bucket, False),
         (LITERAL_INPUTS.script_bucket, False),
     }
+    assert {"Policy": LITERAL_INPUTS.checkpoint_write_policy} in queue["Iam"]["AdditionalIamPolicies"]
     assert queue["CustomActions"]["OnNodeStart"] == {"Script": LITERAL_INPUTS.pyxis_script_url, "Args": ["compute"]}
     head = c["HeadNode"]
     assert head["Networking"]["SubnetId"] == LITERAL_INPUTS.subnet_id
@@ -261,12 +263,73 @@ def test_every_node_policy_is_one_the_provider_may_attach():
     assert "AmazonEC2ContainerRegistryReadOnly" not in json.dumps(cluster)
 
 
+def test_no_node_gets_write_all_access_to_a_bucket():
+    # ParallelCluster renders EnableWriteAccess: true as s3:* on the bucket: versions purged, versioning
+    # suspended, a lifecycle or a bucket policy set by any Slurm job.
+    for context in ({}, {"pclusterInstanceType": "p5.48xlarge,trn1.32xlarge"}):
+        c = configuration(**context)
+        nodes = [c["HeadNode"], *c["Scheduling"]["SlurmQueues"]]
+        accesses = [a for node in nodes for a in node["Iam"]["S3Access"]]
+        assert accesses and all(a["EnableWriteAccess"] is False for a in accesses)
+        assert all({"Policy": LITERAL_INPUTS.checkpoint_write_policy} in q["Iam"]["AdditionalIamPolicies"]
+                   for q in c["Scheduling"]["SlurmQueues"])  # fmt: skip
+
+
+def _actions(statement):
+    action = statement["Action"]
+    return {action} if isinstance(action, str) else set(action)
+
+
+CHECKPOINT_OBJECTS = {"Fn::Join": ["", [{"Fn::ImportValue": "TrainingData-CheckpointBucketArn"}, "/*"]]}
+
+
+def _statements(template, resource_type):
+    return [
+        statement for p in resources(template, resource_type).values()
+        for statement in p["Properties"]["PolicyDocument"]["Statement"]
+    ]  # fmt: skip
+
+
+def _writes_to_checkpoints(statements):
+    """The actions allowed on the checkpoint bucket's objects alone: the writes (reads name both buckets)."""
+    return {
+        a for s in statements if s["Effect"] == "Allow" and s["Resource"] == CHECKPOINT_OBJECTS for a in _actions(s)
+    }
+
+
+def _denied_on_checkpoints(statements):
+    return {
+        a for s in statements if s["Effect"] == "Deny"
+        and CHECKPOINT_OBJECTS in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+        for a in _actions(s)
+    }  # fmt: skip
+
+
+def test_slurm_compute_nodes_get_the_batch_job_roles_checkpoint_grants_and_denies():
+    templates = synth("parallelcluster").templates
+    (write,) = [
+        p["Properties"] for p in resources(templates[STACK], "AWS::IAM::ManagedPolicy").values()
+        if "checkpoint" in p["Properties"].get("Description", "")
+    ]  # fmt: skip
+    assert write["Path"] == "/parallelcluster/"  # the provider may attach it
+    slurm = write["PolicyDocument"]["Statement"]
+    batch = _statements(templates["TrainingJobs"], "AWS::IAM::Policy")
+    assert "s3:PutObject" in _writes_to_checkpoints(batch)
+    assert _writes_to_checkpoints(slurm) == _writes_to_checkpoints(batch)
+    assert "s3:DeleteObjectVersion" in _denied_on_checkpoints(batch) & _denied_on_checkpoints(slurm)
+    guarded = {a for s in slurm if s["Effect"] == "Deny" for a in _actions(s)}
+    assert {"s3:PutBucketVersioning", "s3:PutLifecycleConfiguration", "s3:PutBucketPolicy"} <= guarded
+    allowed = {a for s in _statements(templates[STACK], "AWS::IAM::ManagedPolicy") if s["Effect"] == "Allow"
+               for a in _actions(s)}  # fmt: skip
+    assert not allowed & {"s3:*", "s3:Delete*", "s3:DeleteObject*", "s3:Put*", "*"}
+
+
 def test_nodes_pull_images_only_from_this_accounts_repositories():
     template = synth("parallelcluster").templates[STACK]
     pull = [
         p
         for p in resources(template, "AWS::IAM::ManagedPolicy").values()
-        if p["Properties"]["Path"] == "/parallelcluster/"
+        if p["Properties"]["Path"] == "/parallelcluster/" and "ECR" in p["Properties"].get("Description", "")
     ]
     (policy,) = pull
     statements = policy["Properties"]["PolicyDocument"]["Statement"]

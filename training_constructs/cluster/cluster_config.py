@@ -57,6 +57,8 @@ class ClusterInputs:
     script_bucket: str
     # ARN of the customer managed policy that lets nodes pull training images from ECR.
     ecr_pull_policy: str
+    # ARN of the customer managed policy that lets compute nodes write checkpoints as Batch jobs do.
+    checkpoint_write_policy: str
 
 
 def queue_name(instance: InstanceSpec) -> str:
@@ -93,10 +95,13 @@ def _compute_queue(
         },
         "ComputeSettings": {"LocalStorage": {"RootVolume": {"Size": root_gib, "Encrypted": True}}},
         "Iam": {
-            "AdditionalIamPolicies": [{"Policy": inputs.ecr_pull_policy}],
+            "AdditionalIamPolicies": [{"Policy": inputs.ecr_pull_policy}, {"Policy": inputs.checkpoint_write_policy}],
+            # Read only: ParallelCluster renders EnableWriteAccess as s3:* on the bucket (versions purged,
+            # versioning suspended, a lifecycle or bucket policy set by any job). Checkpoint writes come from
+            # the checkpoint-write policy, the Batch job role's grants and denies.
             "S3Access": [
                 {"BucketName": inputs.dataset_bucket, "EnableWriteAccess": False},
-                {"BucketName": inputs.checkpoint_bucket, "EnableWriteAccess": True},
+                {"BucketName": inputs.checkpoint_bucket, "EnableWriteAccess": False},
                 {"BucketName": inputs.script_bucket, "EnableWriteAccess": False},
             ],
         },

@@ -34,6 +34,26 @@ PROVIDER_POLICIES_PARAMETER = "AdditionalIamPolicies"
 # The service-linked role FSx for Lustre uses to reach S3 for data repository associations.
 FSX_S3_SERVICE_ROLE = "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/*"
 ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
+# What Bucket.grant_put gives the Batch job role on checkpoint objects (stacks/jobs_stack.py), with the
+# s3:DeleteObject it adds for rotation; a test keeps the two roles' checkpoint actions equal.
+CHECKPOINT_WRITE_ACTIONS = [
+    "s3:PutObject",
+    "s3:PutObjectLegalHold",
+    "s3:PutObjectRetention",
+    "s3:PutObjectTagging",
+    "s3:PutObjectVersionTagging",
+    "s3:Abort*",
+    "s3:DeleteObject",
+]
+# Never, whatever else a node's role is given: a version deleted is gone for good, and the bucket's
+# versioning, lifecycle and policy keep every checkpoint recoverable.
+BUCKET_GUARD_ACTIONS = [
+    "s3:PutBucketVersioning",
+    "s3:PutLifecycleConfiguration",
+    "s3:PutBucketPolicy",
+    "s3:DeleteBucketPolicy",
+    "s3:DeleteBucket",
+]
 
 
 def open_ssh_warning(source: str) -> str:
@@ -46,7 +66,8 @@ def open_ssh_warning(source: str) -> str:
 
 class TrainingCluster(Construct):
     """Attributes: `cluster` (the Custom::PclusterCluster L1), `provider` (nested stack),
-    `provider_policy` (what the provider needs beyond its defaults), `ecr_pull_policy` (the nodes'),
+    `provider_policy` (what the provider needs beyond its defaults), `ecr_pull_policy` and
+    `checkpoint_write_policy` (the compute nodes'),
     `configuration` (the ClusterConfiguration as passed, tokens included)."""
 
     def __init__(
@@ -65,6 +86,7 @@ class TrainingCluster(Construct):
         super().__init__(scope, construct_id)
         script = s3_assets.Asset(self, "EnablePyxis", path=str(PYXIS_SCRIPT))
         self.ecr_pull_policy = self._ecr_pull_policy()
+        self.checkpoint_write_policy = self._checkpoint_write_policy(dataset_bucket, checkpoint_bucket)
         self.provider_policy = self._provider_policy([dataset_bucket, checkpoint_bucket], script)
         inputs = ClusterInputs(
             partition=Aws.PARTITION,
@@ -74,6 +96,7 @@ class TrainingCluster(Construct):
             pyxis_script_url=script.s3_object_url,
             script_bucket=script.s3_bucket_name,
             ecr_pull_policy=self.ecr_pull_policy.managed_policy_arn,
+            checkpoint_write_policy=self.checkpoint_write_policy.managed_policy_arn,
         )
         self.configuration = cluster_configuration(
             settings, inputs, log_retention_days=log_retention_days, root_volume_gib=root_volume_gib
@@ -129,6 +152,35 @@ class TrainingCluster(Construct):
                 f"Resource::{nag_name(stack, repositories)}": (
                     "pull only, from the repositories of this account and region: the training images"
                 ),
+            },
+        )
+        return policy
+
+    def _checkpoint_write_policy(self, dataset_bucket: s3.IBucket, checkpoint_bucket: s3.IBucket) -> iam.ManagedPolicy:
+        """Compute nodes write and rotate checkpoints as Batch jobs do, and can never erase a version or
+        change what keeps versions. Under /parallelcluster/ so that the provider may attach it."""
+        stack = Stack.of(self)
+        objects = [checkpoint_bucket.arn_for_objects("*"), dataset_bucket.arn_for_objects("*")]
+        policy = iam.ManagedPolicy(
+            self,
+            "CheckpointWrite",
+            path="/parallelcluster/",
+            description="ParallelCluster compute nodes: write checkpoints; never delete a version",
+            statements=[
+                iam.PolicyStatement(actions=CHECKPOINT_WRITE_ACTIONS, resources=[objects[0]]),
+                iam.PolicyStatement(effect=iam.Effect.DENY, actions=["s3:DeleteObjectVersion"], resources=objects),
+                iam.PolicyStatement(
+                    effect=iam.Effect.DENY,
+                    actions=BUCKET_GUARD_ACTIONS,
+                    resources=[checkpoint_bucket.bucket_arn, dataset_bucket.bucket_arn],
+                ),
+            ],
+        )
+        _acknowledge(
+            policy,
+            {
+                "Action::s3:Abort*": "abort multipart uploads of large checkpoints, in the checkpoint bucket only",
+                f"Resource::{nag_name(stack, objects[0])}": "objects of the checkpoint bucket: checkpoints",
             },
         )
         return policy
