@@ -3,11 +3,13 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_ecr as ecr
 from constructs import Construct
 
 from config.settings import ParallelClusterSettings
 from stacks.data_stack import ExportedBucket
 from training_constructs.cluster.training_cluster import TrainingCluster
+from training_constructs.images.image_repositories import image_repository_arns
 from training_constructs.network.az_subnet import slurm_subnet
 from training_constructs.network.training_network import TrainingNetwork
 
@@ -30,6 +32,7 @@ class ParallelClusterStack(Stack):
         network: TrainingNetwork,
         datasets: ExportedBucket,
         checkpoints: ExportedBucket,
+        team_repository: ecr.IRepository,
         settings: ParallelClusterSettings,
         log_retention_days: int,
         root_volume_gib: int,
@@ -49,6 +52,7 @@ class ParallelClusterStack(Stack):
             subnet_id=subnet_id,
             dataset_bucket=dataset_bucket,
             checkpoint_bucket=checkpoint_bucket,
+            image_repositories=image_repository_arns(self, team_repository),
             log_retention_days=log_retention_days,
             root_volume_gib=root_volume_gib,
         )

@@ -3,11 +3,13 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_ecr as ecr
 from constructs import Construct
 
 from config.settings import PcsSettings, RootVolume
 from stacks.data_stack import ExportedBucket
 from training_constructs.cluster.pcs_cluster import PcsCluster
+from training_constructs.images.image_repositories import image_repository_arns
 from training_constructs.network.az_subnet import slurm_subnet
 from training_constructs.network.training_network import TrainingNetwork
 
@@ -32,6 +34,7 @@ class PcsStack(Stack):
         network: TrainingNetwork,
         datasets: ExportedBucket,
         checkpoints: ExportedBucket,
+        team_repository: ecr.IRepository,
         settings: PcsSettings,
         fsx_capacity_gib: int,
         fsx_throughput: int,
@@ -51,6 +54,7 @@ class PcsStack(Stack):
             node_security_group=network.node_security_group,
             dataset_bucket=datasets.bucket(self, "Datasets"),
             checkpoint_bucket=checkpoints.bucket(self, "Checkpoints"),
+            image_repositories=image_repository_arns(self, team_repository),
             fsx_capacity_gib=fsx_capacity_gib,
             fsx_throughput=fsx_throughput,
             root_volume=root_volume,

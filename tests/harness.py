@@ -234,3 +234,18 @@ def scrub(value: Any) -> Any:
 
 def resources(template: dict[str, Any], resource_type: str) -> dict[str, dict[str, Any]]:
     return {k: r for k, r in template["Resources"].items() if r["Type"] == resource_type}
+
+
+def pulls_only_this_deployments_images(statements: list[dict[str, Any]]) -> bool:
+    """Whether the ECR pull statement among `statements` names exactly the team repository (the registry
+    stack's export) and the CDK bootstrap's container-asset repository: no other repository of the account."""
+    pulls = [s for s in statements if "ecr:BatchGetImage" in s["Action"]]
+    if len(pulls) != 1 or not isinstance(pulls[0]["Resource"], list) or len(pulls[0]["Resource"]) != 2:
+        return False
+    team, assets = (json.dumps(r) for r in pulls[0]["Resource"])
+    return (
+        '"Fn::ImportValue": "TrainingRegistry:ExportsOutputFnGetAttTeamImages' in team
+        and assets.startswith('{"Fn::Sub": "arn:${AWS::Partition}:ecr:${AWS::Region}:${AWS::AccountId}:repository/')
+        and "container-assets-${AWS::AccountId}-${AWS::Region}" in assets
+        and "*" not in team + assets
+    )

@@ -9,7 +9,7 @@ import aws_cdk as cdk
 import pytest
 
 from config.context import read_settings
-from tests.harness import ROOT, VARIANTS, resources, synth, synth_with
+from tests.harness import ROOT, VARIANTS, pulls_only_this_deployments_images, resources, synth, synth_with
 from training_constructs.cluster.cluster_config import NO_SSH, ClusterInputs, cluster_configuration
 
 STACK = "TrainingParallelCluster"
@@ -324,7 +324,7 @@ def test_slurm_compute_nodes_get_the_batch_job_roles_checkpoint_grants_and_denie
     assert not allowed & {"s3:*", "s3:Delete*", "s3:DeleteObject*", "s3:Put*", "*"}
 
 
-def test_nodes_pull_images_only_from_this_accounts_repositories():
+def test_nodes_pull_images_only_from_this_deployments_repositories():
     template = synth("parallelcluster").templates[STACK]
     pull = [
         p
@@ -340,7 +340,7 @@ def test_nodes_pull_images_only_from_this_accounts_repositories():
         "ecr:BatchGetImage",
         "ecr:GetDownloadUrlForLayer",
     ]
-    assert json.dumps(scoped["Resource"]).endswith(':repository/*"]]}')
+    assert pulls_only_this_deployments_images(statements)
 
 
 def test_environment_bound_synth_passes_cdk_nag_too():
@@ -349,7 +349,7 @@ def test_environment_bound_synth_passes_cdk_nag_too():
     # does on a machine with a default region).
     result = synth_with({"parallelCluster": "true"}, cdk.Environment(account="123456789012", region="eu-west-1"))
     policies = resources(result.templates[STACK], "AWS::IAM::ManagedPolicy")
-    assert "arn:aws:ecr:eu-west-1:123456789012:repository/*" in json.dumps(policies)
+    assert "repository/*" not in json.dumps(policies)
 
 
 def _cluster_warnings(ssh_source: str | None) -> list[str]:
@@ -370,6 +370,7 @@ def _cluster_warnings(ssh_source: str | None) -> list[str]:
         subnet_id="subnet-0123456789abcdef0",
         dataset_bucket=buckets[0],
         checkpoint_bucket=buckets[1],
+        image_repositories=["arn:aws:ecr:us-east-1:123456789012:repository/team"],
         log_retention_days=30,
         root_volume_gib=300,
     )

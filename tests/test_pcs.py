@@ -14,7 +14,7 @@ from config.context import ConfigError, read_settings
 from config.context_keys import KEYS
 from config.pcs import cluster_size
 from config.settings import RESERVED_CONSTRUCT_IDS
-from tests.harness import VARIANTS, resources, synth
+from tests.harness import VARIANTS, pulls_only_this_deployments_images, resources, synth
 from training_constructs.cluster.cluster_config import queue_name
 
 STACK = "TrainingPcs"
@@ -110,6 +110,14 @@ def test_node_role_sits_under_the_pcs_path_with_the_managed_node_policy(template
     assert any(p.endswith(':iam::aws:policy/AWSPCSComputeNodePolicy"]]}') for p in policies)
     for group in resources(template, "AWS::PCS::ComputeNodeGroup").values():
         assert group["Properties"]["IamInstanceProfileArn"] == {"Fn::GetAtt": [profile_id, "Arn"]}
+
+
+def test_nodes_pull_images_only_from_this_deployments_repositories(template):
+    (role_id,) = resources(template, "AWS::IAM::Role")
+    (policy,) = [p for p in resources(template, "AWS::IAM::Policy").values() if p["Properties"]["Roles"] == [
+        {"Ref": role_id}]]  # fmt: skip
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert pulls_only_this_deployments_images(statements)
 
 
 def test_one_compute_node_group_per_slurm_fleet_with_every_efa_card(template):

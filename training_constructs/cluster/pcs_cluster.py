@@ -8,6 +8,8 @@ aws_cdk.aws_pcs. Their properties follow the AWS::PCS::* resource schemas cfn-li
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import Acknowledgment, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -42,6 +44,7 @@ class PcsCluster(Construct):
         node_security_group: ec2.ISecurityGroup,
         dataset_bucket: s3.IBucket,
         checkpoint_bucket: s3.IBucket,
+        image_repositories: Sequence[str],
         fsx_capacity_gib: int,
         fsx_throughput: int,
         root_volume: RootVolume,
@@ -61,7 +64,9 @@ class PcsCluster(Construct):
         )
         self.security_group.add_ingress_rule(self.security_group, ec2.Port.all_traffic(), "from cluster members")
         self.security_group.add_egress_rule(self.security_group, ec2.Port.all_traffic(), "to cluster members")
-        self.node_role, self.instance_profile = self._node_identity(dataset_bucket, checkpoint_bucket)
+        self.node_role, self.instance_profile = self._node_identity(
+            dataset_bucket, checkpoint_bucket, image_repositories
+        )
         self.storage = SharedLustre(
             self,
             "Storage",
@@ -149,10 +154,11 @@ class PcsCluster(Construct):
             )
 
     def _node_identity(
-        self, dataset_bucket: s3.IBucket, checkpoint_bucket: s3.IBucket
+        self, dataset_bucket: s3.IBucket, checkpoint_bucket: s3.IBucket, image_repositories: Sequence[str]
     ) -> tuple[iam.Role, iam.InstanceProfile]:
         """The nodes' role: registration with the cluster, Session Manager, the data buckets (datasets
-        read, checkpoints read and written, nothing deleted) and image pulls from this account's ECR."""
+        read, checkpoints read and written, nothing deleted) and image pulls from this deployment's ECR
+        repositories (image_repositories.py)."""
         stack = Stack.of(self)
         role = iam.Role(
             self,
@@ -170,10 +176,9 @@ class PcsCluster(Construct):
         dataset_bucket.grant_read(role)
         checkpoint_bucket.grant_read(role)
         checkpoint_bucket.grant_put(role)
-        repositories = stack.format_arn(service="ecr", resource="repository", resource_name="*")
         # GetAuthorizationToken has no resource to scope to (ECR API reference).
         role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
-        role.add_to_policy(iam.PolicyStatement(actions=ECR_PULL_ACTIONS, resources=[repositories]))
+        role.add_to_policy(iam.PolicyStatement(actions=ECR_PULL_ACTIONS, resources=list(image_repositories)))
         for policy in (pcs_facts.NODE_POLICY, SSM_POLICY):
             finding = f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]"
             reason = f"AWS's managed {policy}: what PCS and Session Manager document for their nodes"
@@ -184,7 +189,6 @@ class PcsCluster(Construct):
             "Action::s3:List*": "list the dataset and checkpoint buckets only",
             "Action::s3:Abort*": "multi-part checkpoint uploads to the checkpoint bucket only",
             "Resource::*": "ecr:GetAuthorizationToken cannot be scoped to a resource",
-            f"Resource::{nag_name(stack, repositories)}": "pull only, from this account's repositories",
             f"Resource::{nag_name(stack, dataset_bucket.arn_for_objects('*'))}": "objects of the dataset bucket",
             f"Resource::{nag_name(stack, checkpoint_bucket.arn_for_objects('*'))}": "objects of the checkpoint bucket",
         }

@@ -3,6 +3,7 @@ resource: the provider as a nested stack of a pinned release, and a Custom::Pclu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from aws_cdk import Acknowledgment, Annotations, Aws, CfnResource, Fn, RemovalPolicy, Stack, Validations
@@ -80,12 +81,13 @@ class TrainingCluster(Construct):
         subnet_id: str,
         dataset_bucket: s3.IBucket,
         checkpoint_bucket: s3.IBucket,
+        image_repositories: Sequence[str],
         log_retention_days: int,
         root_volume_gib: int,
     ) -> None:
         super().__init__(scope, construct_id)
         script = s3_assets.Asset(self, "EnablePyxis", path=str(PYXIS_SCRIPT))
-        self.ecr_pull_policy = self._ecr_pull_policy()
+        self.ecr_pull_policy = self._ecr_pull_policy(image_repositories)
         self.checkpoint_write_policy = self._checkpoint_write_policy(dataset_bucket, checkpoint_bucket)
         self.provider_policy = self._provider_policy([dataset_bucket, checkpoint_bucket], script)
         inputs = ClusterInputs(
@@ -128,32 +130,22 @@ class TrainingCluster(Construct):
         if settings.ssh_source and settings.ssh_source.endswith("/0"):
             Annotations.of(self).add_warning_v2("training:open-ssh", open_ssh_warning(settings.ssh_source))
 
-    def _ecr_pull_policy(self) -> iam.ManagedPolicy:
-        """Nodes pull training images from this account's ECR repositories (the CDK asset repository
-        and the team repository). The provider may attach it because it lives under /parallelcluster/;
+    def _ecr_pull_policy(self, repositories: Sequence[str]) -> iam.ManagedPolicy:
+        """Nodes pull training images from this deployment's repositories only (image_repositories.py).
+        The provider may attach it because it lives under /parallelcluster/;
         AmazonEC2ContainerRegistryReadOnly is not on its list."""
-        stack = Stack.of(self)
-        repositories = stack.format_arn(service="ecr", resource="repository", resource_name="*")
         policy = iam.ManagedPolicy(
             self,
             "EcrPull",
             path="/parallelcluster/",
-            description="ParallelCluster nodes: pull images from this account's ECR repositories",
+            description="ParallelCluster nodes: pull images from this deployment's ECR repositories",
             statements=[
                 # GetAuthorizationToken has no resource to scope to (ECR API reference).
                 iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]),
-                iam.PolicyStatement(actions=ECR_PULL_ACTIONS, resources=[repositories]),
+                iam.PolicyStatement(actions=ECR_PULL_ACTIONS, resources=list(repositories)),
             ],
         )
-        _acknowledge(
-            policy,
-            {
-                "Resource::*": "ecr:GetAuthorizationToken cannot be scoped to a resource",
-                f"Resource::{nag_name(stack, repositories)}": (
-                    "pull only, from the repositories of this account and region: the training images"
-                ),
-            },
-        )
+        _acknowledge(policy, {"Resource::*": "ecr:GetAuthorizationToken cannot be scoped to a resource"})
         return policy
 
     def _checkpoint_write_policy(self, dataset_bucket: s3.IBucket, checkpoint_bucket: s3.IBucket) -> iam.ManagedPolicy:
