@@ -502,10 +502,11 @@ def test_a_failed_setup_stops_the_node_before_the_command(s3_endpoint: str, tmp_
 
 def test_a_workdir_that_cannot_be_fetched_is_one_line_and_no_command(s3_endpoint: str, tmp_path: Path) -> None:
     uri = uploaded(s3_endpoint, tree(tmp_path / "code", {"train.py": TRAIN}))
-    result = launch(s3_endpoint, tmp_path, WORKDIR_URI=uri.replace("workdirs/", "workdirs/gone-"))
+    gone = re.sub(r"[0-9a-f]{64}", "0" * 64, uri)  # named as trainctl names one, never uploaded
+    result = launch(s3_endpoint, tmp_path, WORKDIR_URI=gone)
     assert result.returncode == 2 and "TRAINED" not in result.stdout
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("workdir_fetch.py")]
-    assert line.startswith("workdir_fetch.py: workdir: cannot read s3://datasets/workdirs/gone-")
+    assert line.startswith(f"workdir_fetch.py: workdir: cannot read {gone}: ")
 
 
 # ----------------------------------------------------------------------------------------------- rehearsal

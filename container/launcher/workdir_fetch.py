@@ -3,9 +3,13 @@
     workdir_fetch.py --dir DIR
 
 WORKDIR_URI (s3://bucket/workdirs/<sha256>.tar.gz, set by `trainctl submit --workdir`): the archive is read
-from S3 with the job role, checked against the digest in its name, and unpacked into DIR, which is emptied
-first (a retried attempt on the same host starts clean) when this script made it (its MARKER file), used when
-new or empty, and refused otherwise. WORKDIR_SETUP: a shell command run with bash in DIR
+from S3 with the job role, gunzipped as it streams in (to a temporary file, never whole in memory, and no
+more than MAX_TAR_BYTES), checked against the digest its name must carry, and unpacked into DIR, which is
+emptied first (a retried attempt on the same host starts clean) when this script made it (its MARKER file),
+used when new or empty, and refused otherwise. Only regular files, folders and symbolic links are unpacked
+(no sparse files, hard links or devices), and no more than MAX_FILE_BYTES of files, the most
+`trainctl submit` packs: an archive that anyone with write access to the bucket replaced cannot fill the
+node's disk or memory. WORKDIR_SETUP: a shell command run with bash in DIR
 (in the current folder without WORKDIR_URI) after the unpack; its output is the job's.
 
 Exits 0, or 2 with one line when the archive cannot be fetched or unpacked or the setup fails: the job's own
@@ -18,7 +22,6 @@ Stdlib + boto3, Python 3.10 (the oldest interpreter the images ship).
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import io
 import os
@@ -28,7 +31,10 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
+import zlib
+from typing import IO, Any
 
 from aws_region import region  # beside this file in every image
 
@@ -37,6 +43,11 @@ NAME = "workdir_fetch.py"
 DIGEST_NAME = re.compile(r"(?:^|/)([0-9a-f]{64})\.tar\.gz$")
 
 
+# What `trainctl submit` packs at most (trainctl/submitting/workdir.py MAX_BYTES; a test keeps them equal), and
+# the tar of it: those bytes plus a 512-byte header and up to 511 bytes of padding per file, with room to spare.
+MAX_FILE_BYTES = 100 * 1024 * 1024
+MAX_TAR_BYTES = 2 * MAX_FILE_BYTES
+CHUNK_BYTES = 1 << 20
 # A name that cannot be a training file's: marks WORKDIR_DIR as this script's to empty.
 MARKER = ".workdir_fetch"
 # Exit code for an S3 error still there after the retries: the code the job definitions retry
@@ -81,14 +92,51 @@ def _transient(error: Exception) -> bool:
     )
 
 
-def _get(bucket: str, key: str, uri: str) -> bytes:
-    """The object's bytes; a transient error is tried again after RETRY_DELAYS, then raises Transient."""
+def _size(count: int) -> str:
+    return f"{count / 2**20:g} MiB" if count >= 2**20 else f"{count} bytes"
+
+
+def _gunzip(body: Any, out: IO[bytes], uri: str) -> str:
+    """Inflate the gzip stream `body` into `out`, refusing past MAX_TAR_BYTES; the tar's sha256."""
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing (zlib manual, inflateInit2)
+    digest = hashlib.sha256()
+    size = 0
+
+    def keep(data: bytes) -> None:
+        nonlocal size
+        size += len(data)
+        if size > MAX_TAR_BYTES:
+            raise Refused(f"{uri} unpacks to more than {_size(MAX_TAR_BYTES)}: not a workdir trainctl packed")
+        digest.update(data)
+        out.write(data)
+
+    try:
+        while chunk := body.read(CHUNK_BYTES):
+            # max_length bounds each piece: a small archive that inflates hugely never sits in memory.
+            keep(inflate.decompress(chunk, CHUNK_BYTES))
+            while inflate.unconsumed_tail:
+                keep(inflate.decompress(inflate.unconsumed_tail, CHUNK_BYTES))
+        keep(inflate.flush())
+    except zlib.error as error:
+        raise Refused(f"{uri} is not a gzip archive ({error})") from None
+    if not inflate.eof or inflate.unused_data:
+        raise Refused(f"{uri} is not one whole gzip archive")
+    return digest.hexdigest()
+
+
+def _get(bucket: str, key: str, uri: str, out: IO[bytes]) -> str:
+    """The object, gunzipped into `out`; its tar's sha256. A transient error is tried again (from the start)
+    after RETRY_DELAYS, then raises Transient."""
     import boto3  # only here: the setup alone needs no AWS
 
     client = boto3.client("s3", region_name=region(os.environ))
     for delay in (*RETRY_DELAYS, None):
         try:
-            return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+            out.seek(0)
+            out.truncate()
+            return _gunzip(client.get_object(Bucket=bucket, Key=key)["Body"], out, uri)
+        except Refused:
+            raise
         except Exception as error:  # botocore's errors: one line, whatever went wrong
             line = str(error).splitlines()[0][:150] if str(error) else type(error).__name__
             if not _transient(error):
@@ -100,20 +148,24 @@ def _get(bucket: str, key: str, uri: str) -> bytes:
     raise AssertionError("unreachable")
 
 
-def fetch(uri: str) -> bytes:
-    """The archive's tar bytes, checked against the digest its name carries."""
+def fetch(uri: str) -> IO[bytes]:
+    """The archive's tar, in a temporary file read from its start, checked against the digest its name
+    carries (trainctl names every workdir by it: a key without one is not a workdir it uploaded)."""
     bucket, _, key = uri[len("s3://") :].partition("/") if uri.startswith("s3://") else ("", "", "")
     if not bucket or not key:
         raise Refused(f"WORKDIR_URI={uri[:120]!r} is not an s3://bucket/key URI")
-    body = _get(bucket, key, uri)
-    try:
-        tar = gzip.decompress(body)
-    except (OSError, EOFError) as error:
-        raise Refused(f"{uri} is not a gzip archive ({error})") from None
     named = DIGEST_NAME.search(key)
-    if named and hashlib.sha256(tar).hexdigest() != named.group(1):
-        raise Refused(f"{uri}: its content does not match the digest in its name; submit again")
-    return tar
+    if not named:
+        raise Refused(f"WORKDIR_URI={uri[:120]!r} is not named <sha256>.tar.gz, as trainctl submit names a workdir")
+    out = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller, who closes it
+    try:
+        if _get(bucket, key, uri, out) != named.group(1):
+            raise Refused(f"{uri}: its content does not match the digest in its name; submit again")
+    except BaseException:
+        out.close()
+        raise
+    out.seek(0)
+    return out
 
 
 def _prepare(directory: str) -> None:
@@ -136,15 +188,18 @@ def _prepare(directory: str) -> None:
         out.write(f"unpacked by {NAME}: emptied on every attempt\n")
 
 
-def unpack(tar_bytes: bytes, directory: str) -> int:
-    """Regular files and links that stay inside `directory`; links last, so that no file is written through
-    one, and each link checked where it really points once made (a chain such as `l -> .`, `x -> l/..` reads as
-    inside but is not); none may lie under a link. Returns the number of files."""
+def unpack(tar_file: bytes | IO[bytes], directory: str) -> int:
+    """Regular files, folders and links that stay inside `directory`; links last, so that no file is written
+    through one, and each link checked where it really points once made (a chain such as `l -> .`, `x -> l/..`
+    reads as inside but is not); none may lie under a link. No more than MAX_FILE_BYTES of files. Returns the
+    number of files."""
     _prepare(directory)
     links = []
     link_names: set[str] = set()
     count = 0
-    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tar:
+    size = 0
+    source_file = io.BytesIO(tar_file) if isinstance(tar_file, bytes) else tar_file
+    with tarfile.open(fileobj=source_file, mode="r:") as tar:
         for member in tar:
             if not _inside(member.name):
                 raise Refused(f"archive entry {member.name!r} is outside the workdir")
@@ -158,7 +213,15 @@ def unpack(tar_bytes: bytes, directory: str) -> int:
                     raise Refused(f"archive link {member.name} -> {member.linkname} points outside the workdir")
                 links.append((member.name, member.linkname, target))
                 link_names.add(name)
+            elif member.issparse():
+                # tarfile counts a GNU sparse member as a file and writes it whole: 228 bytes can be 256 MiB.
+                raise Refused(f"archive entry {member.name!r} is a sparse file, which trainctl never packs")
             elif member.isfile():
+                size += member.size
+                if size > MAX_FILE_BYTES:
+                    raise Refused(
+                        f"archive files pass {_size(MAX_FILE_BYTES)} at {member.name!r}: more than trainctl packs"
+                    )
                 source = tar.extractfile(member)
                 assert source is not None
                 os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -193,12 +256,16 @@ def main(argv: list[str] | None = None) -> int:
     if uri:
         start = time.monotonic()
         try:
-            count = unpack(fetch(uri), args.dir)
+            with fetch(uri) as tar_file:
+                count = unpack(tar_file, args.dir)
         except Transient as error:
             print(f"{NAME}: workdir: {error}", file=sys.stderr)
             return TRANSIENT_EXIT
         except (Refused, OSError, tarfile.TarError) as error:
             print(f"{NAME}: workdir: {error}", file=sys.stderr)
+            return 2
+        except MemoryError:
+            print(f"{NAME}: workdir: {uri} needs more memory than the container has to unpack", file=sys.stderr)
             return 2
         where = args.dir
         print(f"{NAME}: {count} files from {uri} in {args.dir} ({time.monotonic() - start:.1f} s)", file=sys.stderr)
