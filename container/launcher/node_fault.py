@@ -21,7 +21,9 @@ outside the group). One line per connection:
   hang <job> <json>           a progress watch's hang report (progress_watch.py): only recorded
 
 The listener ignores other jobs' lines and keeps each child's latest word in CHILDREN/node-<n> (the
-ending, JSON) and CHILDREN/node-<n>.alive (its mtime: the last keepalive). A failing ending is also
+ending, JSON) and CHILDREN/node-<n>.alive (its mtime: the last keepalive). It reads connections side by
+side, each given a few seconds, and on Batch takes a line only from the address Batch gives the node it
+speaks for (report_listener.py). A failing ending is also
 written to the launcher's report file FILE and the launcher gets SIGUSR1: it stops training and judges
 the ending from every child's word (ending.py after_failure).
 
@@ -54,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from cold_start import alive  # beside this file in every image, like checkpoint_commit for checkpoint_sync
+from report_listener import WAITING_LINES, Connections, Line, Senders
 
 NODE_STATE_DIR = "/var/lib/training-node"
 TAKE_OUT = "take-out"
@@ -79,34 +82,44 @@ def state_dir(environ: Mapping[str, str]) -> Path:
 
 def listen(
     port: int, pid: int, out: Path, job: str, poll: float = 1.0, hangs: Path | None = None,
-    children: Path | None = None,
+    children: Path | None = None, verify: bool = False,
 ) -> int:  # fmt: skip
     """Take the children's lines on job `job` while the launcher (`pid`) runs: keepalives and endings
     into `children`, hang reports appended to `hangs`; a failing ending also into `out`, with SIGUSR1 to
-    the launcher, on which it stops training. Lines on other jobs are ignored."""
+    the launcher, on which it stops training. Lines on other jobs are ignored. With `verify` (on Batch, where
+    the node watch writes the children's addresses into `children`), a line is taken only from the address
+    of the node it speaks for (report_listener.py)."""
     if children is not None:
         children.mkdir(parents=True, exist_ok=True)
+    senders = Senders(children, job) if verify and children is not None else None
+    waiting: list[Line] = []
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("0.0.0.0", port))  # noqa: S104 - the children reach the main node on its task ENI
         server.listen(64)
-        while alive(pid):
-            ready, _, _ = select.select([server], [], [], poll)
-            if not ready:
-                continue
-            connection, _ = server.accept()
-            with connection:
-                connection.settimeout(5)
-                try:
-                    text = connection.recv(REPORT_BYTES).decode(errors="replace").strip()
-                except OSError:
-                    continue
-            take(text, job=job, out=out, pid=pid, hangs=hangs, children=children)
+        connections = Connections(server)
+        try:
+            while alive(pid):
+                ready, _, _ = select.select(connections.sockets(), [], [], poll)
+                now = time.monotonic()
+                waiting += connections.read(ready, now)
+                still = []
+                for line in waiting:
+                    verdict = senders.judge(line, now) if senders is not None else "take"
+                    if verdict == "take":
+                        take(line.text, job=job, out=out, pid=pid, hangs=hangs, children=children, at=line.at)
+                    elif verdict == "wait":
+                        still.append(line)
+                waiting = still[-WAITING_LINES:]
+        finally:
+            connections.close()
     return 0
 
 
-def take(text: str, *, job: str, out: Path, pid: int, hangs: Path | None, children: Path | None) -> None:
-    """One line from a child (see the module's docstring)."""
+def take(
+    text: str, *, job: str, out: Path, pid: int, hangs: Path | None, children: Path | None, at: float | None = None
+) -> None:
+    """One line from a child (see the module's docstring), which arrived `at` (epoch seconds; now if None)."""
     kind, _, rest = text.partition(" ")
     reported_job, _, payload = rest.partition(" ")
     if reported_job != job or not payload:
@@ -115,7 +128,10 @@ def take(text: str, *, job: str, out: Path, pid: int, hangs: Path | None, childr
         with hangs.open("a") as record:
             record.write(payload + "\n")
     elif kind == ALIVE and children is not None and payload.isdigit():
-        (children / f"node-{int(payload)}.alive").touch()
+        mark = children / f"node-{int(payload)}.alive"
+        mark.touch()
+        if at is not None:  # a line that waited for its sender's address counts from when it came
+            os.utime(mark, (at, at))
     elif kind == END:
         try:
             ending = json.loads(payload)
@@ -267,6 +283,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     p.add_argument("--job", required=True)
     p.add_argument("--hangs", type=Path, help="where children's hang reports are appended")
     p.add_argument("--children", type=Path, help="where each child's latest word is kept")
+    p.add_argument("--verify-senders", action="store_true", help="take a line only from its node's address")
     p = commands.add_parser("beat")
     p.add_argument("--address", required=True)
     p.add_argument("--port", type=int, required=True)
@@ -293,7 +310,8 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     p.add_argument("--line", required=True)
     args = parser.parse_args(argv)
     if args.command == "listen":
-        return listen(args.port, args.pid, args.out, args.job, hangs=args.hangs, children=args.children)
+        verify = args.verify_senders
+        return listen(args.port, args.pid, args.out, args.job, hangs=args.hangs, children=args.children, verify=verify)
     if args.command == "beat":
         return beat(args.address, args.port, args.job, args.node, args.pid, args.every)
     if args.command == "report":

@@ -2,26 +2,28 @@
 
     node_watch.py --job ID --nodes N --main M --pid PID --out FILE --since EPOCH [--period SECONDS]
 
-Batch decides a multi-node job by its main node alone, and "if a child node dies, AWS Batch doesn't take
-any action on the other nodes" (Batch user guide, "Multi-node parallel jobs"). A child that reports its
-own fault reaches the main node's listener (node_fault.py); one that cannot (its container SIGKILLed or
-killed for memory, its image never pulled, its host lost) would leave the main node waiting for the
-rendezvous (RDZV_JOIN_TIMEOUT) or, once its own trainer crashed, unsure whether a child was lost. So the
-main node's launcher starts this beside the listener: every `period` seconds (NODE_WATCH_SECONDS,
-default 15) it calls DescribeJobs on the node jobs `<job id>#<n>` (up to 100 ids a call, Batch API
-DescribeJobs) and reads only jobId, status, statusReason, startedAt, stoppedAt, container.exitCode and
-container.reason. Each child of this attempt that Batch shows ended is written to CHILDREN/node-<n>.batch
-(its status), which the launcher counts as an answer when it waits for every child's word. A FAILED
-child that told the main node nothing (no CHILDREN/node-<n> from the listener: it was killed, never
-started, or its host was lost) is written to the launcher's report file FILE as
-"<code> node <n>: Batch says FAILED: <what Batch says>; ..." and the launcher gets SIGUSR1: it stops
-training and ends the attempt. The code is 75 (retried on fresh nodes); the child's own exit code where
-that is the launcher's verdict for the whole job, 2 (bad input) or 78 (a fault the fleet shares); and the
-child's exit code (137) when ECS says its container was killed for memory (container.reason
-"OutOfMemoryError: ...", ECS developer guide, "Troubleshooting Amazon ECS OutOfMemoryError errors"):
-that is the application's, as the main node's own out-of-memory kill is, and no retry mends it. A child
-that did tell is judged by what it said (ending.py), not here. Of several such children, the one that
-did not exit 1 is named (the cause, not its echo), then the earliest to stop.
+Batch decides a multi-node job by its main node alone, and "if a child node dies, AWS Batch doesn't take any
+action on the other nodes" (Batch user guide, "Multi-node parallel jobs"). A child that reports its own fault
+reaches the main node's listener (node_fault.py); one that cannot (its container SIGKILLed or killed for
+memory, its image never pulled, its host lost) would leave the main node waiting for the rendezvous
+(RDZV_JOIN_TIMEOUT) or, once its own trainer crashed, unsure whether a child was lost. So the main node's
+launcher starts this beside the listener: every `period` seconds (NODE_WATCH_SECONDS, default 15) it calls
+DescribeJobs on the node jobs `<job id>#<n>` (up to 100 ids a call, Batch API DescribeJobs) and reads only
+jobId, status, statusReason, startedAt, stoppedAt, container.exitCode, container.reason and
+container.networkInterfaces. Each running child's address (its task ENI's privateIpv4Address) is written to
+CHILDREN/node-<n>.address, from which alone the listener takes that node's lines (report_listener.py); when
+this watch cannot ask Batch it writes CHILDREN/addresses.unknown. Each child of this attempt that Batch shows
+ended is written to CHILDREN/node-<n>.batch (its status), which the launcher counts as an answer when it waits
+for every child's word. A FAILED child that told the main node nothing (no CHILDREN/node-<n> from the
+listener: it was killed, never started, or its host was lost) is written to the launcher's report file FILE as
+"<code> node <n>: Batch says FAILED: <what Batch says>; ..." and the launcher gets SIGUSR1: it stops training
+and ends the attempt. The code is 75 (retried on fresh nodes); the child's own exit code where that is the
+launcher's verdict for the whole job, 2 (bad input) or 78 (a fault the fleet shares); and the child's exit
+code (137) when ECS says its container was killed for memory (container.reason "OutOfMemoryError: ...", ECS
+developer guide, "Troubleshooting Amazon ECS OutOfMemoryError errors"): that is the application's, as the main
+node's own out-of-memory kill is, and no retry mends it. A child that did tell is judged by what it said
+(ending.py), not here. Of several such children, the one that did not exit 1 is named (the cause, not its
+echo), then the earliest to stop.
 
 A child that SUCCEEDED is noted once and not acted on: Batch counts it a success, and a script whose rank 0
 alone saves and uploads at the end lets the others finish first. A child node job whose startedAt (else
@@ -58,6 +60,7 @@ from typing import Any
 from aws_region import region  # beside this file in every image
 from cold_start import alive
 from node_fault import SHARED_EXIT, deliver
+from report_listener import ADDRESS_UNKNOWN, address_file
 
 NAME = "node_watch.py"
 NODE_FAULT_EXIT = 75
@@ -96,6 +99,7 @@ class NodeJob:
     reason: str = ""
     started_at: int | None = None
     stopped_at: int | None = None
+    address: str = ""  # container.networkInterfaces[0].privateIpv4Address (Batch API, NetworkInterface)
 
     def describe(self) -> str:
         """What Batch says, e.g. "Essential container in task exited, exit code 137"."""
@@ -124,6 +128,8 @@ def node_job(entry: Mapping[str, Any]) -> NodeJob | None:
     container = entry.get("container") or {}
     code = container.get("exitCode")
     started, stopped = entry.get("startedAt"), entry.get("stoppedAt")
+    interfaces = container.get("networkInterfaces") or [{}]
+    address = interfaces[0].get("privateIpv4Address") if isinstance(interfaces[0], dict) else None
     return NodeJob(
         index=int(index),
         status=str(entry.get("status", "")),
@@ -132,6 +138,7 @@ def node_job(entry: Mapping[str, Any]) -> NodeJob | None:
         reason=str(container.get("reason") or ""),
         started_at=started if isinstance(started, int) else None,
         stopped_at=stopped if isinstance(stopped, int) else None,
+        address=address if isinstance(address, str) else "",
     )
 
 
@@ -229,6 +236,9 @@ class Watch:
         except (BotoCoreError, ClientError, ResponseParserError) as error:
             why = denied(error)
             if why:
+                if self.children is not None:
+                    self.children.mkdir(parents=True, exist_ok=True)
+                    (self.children / ADDRESS_UNKNOWN).touch()
                 say(f"cannot watch the child nodes in Batch ({why}): the job role needs batch:DescribeJobs; "
                     "training goes on, but a child that dies silently is not seen")  # fmt: skip
                 return True
@@ -247,6 +257,7 @@ class Watch:
                 self.noted.add(job.index)
                 say(f"node {job.index}: Batch says SUCCEEDED before the main node ended; not acted on")
         self.record(j for j in jobs if j.status in TERMINAL and not j.earlier_attempt(since_ms))
+        self.addresses(j for j in jobs if j.status not in TERMINAL and j.address and not j.earlier_attempt(since_ms))
         found = verdict(jobs, since_ms, self.told())
         if found is not None:
             time.sleep(REPORT_RACE_SECONDS)
@@ -283,6 +294,18 @@ class Watch:
         self.children.mkdir(parents=True, exist_ok=True)
         for job in ended:
             (self.children / f"node-{job.index}.batch").write_text(job.status + "\n")
+
+    def addresses(self, running: Iterable[NodeJob]) -> None:
+        """Each running child's address, for the listener (report_listener.py); written only when it changed."""
+        if self.children is None:
+            return
+        self.children.mkdir(parents=True, exist_ok=True)
+        for job in running:
+            path = address_file(self.children, job.index)
+            if not path.exists() or path.read_text().strip() != job.address:
+                tmp = path.with_name(f".{path.name}.tmp")
+                tmp.write_text(job.address + "\n")
+                tmp.replace(path)
 
     def wait(self) -> None:
         deadline = time.monotonic() + self.period

@@ -49,6 +49,8 @@ def start_listener(node: NodeState) -> None:
         return
     node.faults = Path(tempfile.mkdtemp())
     pid = str(os.getpid())
+    # On Batch the node watch reads the children's addresses, and the listener takes a line only from its node's.
+    on_batch = bool(settings.get("AWS_BATCH_JQ_NAME"))
     # Its output goes to a file: it must not hold the launcher's stdout and stderr open.
     with open(node.faults / "listener.log", "wb") as log:
         node.listener = node.spawn(
@@ -68,11 +70,12 @@ def start_listener(node: NodeState) -> None:
                 str(node.faults / "children"),
                 "--job",
                 settings.job_id,
+                *(["--verify-senders"] if on_batch else []),
             ),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    if settings.get("AWS_BATCH_JQ_NAME"):
+    if on_batch:
         attempt = settings.get("AWS_BATCH_JOB_ATTEMPT", "1")
         attempt = attempt if UINT.fullmatch(attempt) else "1"
         node.watcher = node.spawn(

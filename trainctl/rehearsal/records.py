@@ -13,6 +13,8 @@ from trainctl.rehearsal.fleet_facts import FleetFacts, deployed_facts
 from trainctl.rehearsal.hosts import HostPool
 from trainctl.rehearsal.nodes import NodeRun
 
+LOOPBACK_SOURCE = "127.0.0.1"
+
 
 @dataclass
 class Attempt:
@@ -115,6 +117,11 @@ def node_description(job: JobRun, run: NodeRun, *, now: float | None = None, lag
     else:
         status = "SUCCEEDED" if run.exit_code == 0 else "FAILED"
     container: dict[str, Any] = {}
+    if run.started is not None:
+        # The node's task ENI (Batch API, NetworkInterface), from which alone the main node's listener takes
+        # its lines (container/launcher/report_listener.py). A rehearsed host has its own 127.0.0.x, but a
+        # connection to another 127.0.0.x leaves from the loopback route's source, 127.0.0.1.
+        container["networkInterfaces"] = [{"privateIpv4Address": LOOPBACK_SOURCE}]
     if ended is not None and run.exit_code is not None:
         container["exitCode"] = run.exit_code
     if ended is not None and run.reason:
