@@ -211,3 +211,16 @@ def test_a_node_watch_that_cannot_ask_batch_says_so_to_the_listener(tmp_path: Pa
 
     assert watch(tmp_path, Denied()).once() is True
     assert (tmp_path / "children" / ADDRESS_UNKNOWN).exists()
+
+
+def test_describejobs_gives_a_node_jobs_address_where_the_watch_reads_it() -> None:
+    # Batch API reference, ContainerDetail.networkInterfaces and NetworkInterface.privateIpv4Address, as
+    # botocore's own model of the Batch API has them.
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("batch")
+    container = model.shape_for("ContainerDetail")
+    interfaces = container.members["networkInterfaces"]
+    assert interfaces.type_name == "list" and "privateIpv4Address" in interfaces.member.members
+    job = model.shape_for("JobDetail")
+    assert job.members["container"].name == "ContainerDetail"
