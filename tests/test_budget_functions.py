@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -88,11 +89,14 @@ def detail_of(world: World, job_id: str, status: str) -> dict[str, Any]:
 def test_the_ledger_keeps_the_newest_event_of_a_job(env: dict[str, Any]) -> None:
     budgets, table = env["budgets"], env["table"]
     world: World = env["world"]
-    queue = world.queues["gpu"]
+    job = world.submit("gpu", name="llm", tags={ledger.TEAM_TAG: "vision"})
+    numbered = world.client("batch").describe_jobs(jobs=[job])["jobs"][0]["nodeProperties"]["numNodes"]
+    assert numbered == 2
     now = functions.now_ms()
     running = {
-        "jobId": "job-1", "jobName": "llm", "jobQueue": queue, "status": "RUNNING", "startedAt": now - 3_600_000,
-        "attempts": [], "nodeProperties": {"numNodes": 2}, "tags": {ledger.TEAM_TAG: "vision"},
+        "jobId": job, "jobName": "llm", "jobQueue": world.queues["gpu"], "status": "RUNNING",
+        "startedAt": now - 3_600_000, "attempts": [], "nodeProperties": {"numNodes": 2},
+        "tags": {ledger.TEAM_TAG: "vision"},
     }  # fmt: skip
     ended = {**running, "status": "SUCCEEDED", "stoppedAt": now - 1_800_000}
     ended["attempts"] = [{"startedAt": running["startedAt"], "stoppedAt": ended["stoppedAt"]}]
@@ -100,22 +104,116 @@ def test_the_ledger_keeps_the_newest_event_of_a_job(env: dict[str, Any]) -> None
     queued = {**running, "status": "RUNNABLE", "startedAt": None}
     functions.on_job_event({"detail": queued}, None)
     # A job that never ran leaves nothing in the ledger.
-    assert "Item" not in table.get_item(Key={"month": ledger.RUNNING, "job": "vision#job-1"})
+    assert "Item" not in table.get_item(Key={"month": ledger.RUNNING, "job": f"vision#{job}"})
     functions.on_job_event({"detail": running}, None)
-    running_item = table.get_item(Key={"month": ledger.RUNNING, "job": "vision#job-1"}).get("Item")
+    running_item = table.get_item(Key={"month": ledger.RUNNING, "job": f"vision#{job}"}).get("Item")
     assert running_item is not None and running_item["spans"][0][1] == 0
     functions.on_job_event({"detail": ended}, None)
     # A late RUNNING event (EventBridge does not promise order) must not reopen the ended job.
     functions.on_job_event({"detail": running}, None)
 
-    closed = table.get_item(Key={"month": ledger.RUNNING, "job": "vision#job-1"})["Item"]
+    closed = table.get_item(Key={"month": ledger.RUNNING, "job": f"vision#{job}"})["Item"]
     assert closed["spans"] == [[running["startedAt"], ended["stoppedAt"]]]
     assert closed[ledger.EXPIRES] > now // 1000
     vision = budgets.spends(table, functions.now_ms())["vision"]
     # 0.5 h x 2 nodes x $10.
     assert (vision.spent, vision.accruing) == (pytest.approx(10), 0)
     for month in (ledger.month_of(now), ledger.RUNNING):
-        table.delete_item(Key={"month": month, "job": "vision#job-1"})
+        table.delete_item(Key={"month": month, "job": f"vision#{job}"})
+
+
+def documented_event(job_id: str, queue: str, status: str, **detail: Any) -> dict[str, Any]:
+    """A job state change event shaped as the Batch user guide's example ("Job state change events"):
+    `tags` holds only the job's resourceArn, and nothing says how many nodes the job has."""
+    return {
+        "version": "0",
+        "detail-type": "Batch Job State Change",
+        "source": "aws.batch",
+        "detail": {
+            "jobName": "event-test", "jobId": job_id, "jobQueue": queue, "status": status, "attempts": [],
+            "createdAt": functions.now_ms(), "retryStrategy": {"attempts": 1}, "dependsOn": [],
+            "jobDefinition": "arn:aws:batch:us-east-1:123456789012:job-definition/first-run-job-definition:1",
+            "parameters": {}, "container": {"image": "busybox", "command": ["echo"]},
+            "tags": {"resourceArn": f"arn:aws:batch:us-east-1:123456789012:job/{job_id}"},
+            "propagateTags": False, "platformCapabilities": [], **detail,
+        },
+    }  # fmt: skip
+
+
+def test_the_documented_event_shape_charges_the_team_and_nodes_batch_gives(env: dict[str, Any]) -> None:
+    world: World = env["world"]
+    budgets, table = env["budgets"], env["table"]
+    job = world.submit("gpu", name="documented", tags={ledger.TEAM_TAG: "llama"})
+    world.set_job(job, "RUNNABLE")
+    arrived = functions.on_job_event(documented_event(job, world.queues["gpu"], "RUNNABLE"), None)
+    # Not stopped as "no trainctl:team tag", not charged to a default team: llama's, as Batch says.
+    assert arrived == {"jobId": job, "status": "RUNNABLE", "team": "llama", "stopped": None}
+    now = functions.now_ms()
+    started = now - 3_600_000
+    running = documented_event(job, world.queues["gpu"], "RUNNING", startedAt=started)
+    assert functions.on_job_event(running, None)["team"] == "llama"
+    item = table.get_item(Key={"month": ledger.RUNNING, "job": f"llama#{job}"})["Item"]
+    assert int(item["nodes"]) == 2  # the job's numNodes from DescribeJobs; the event names none
+    llama = budgets.spends(table, now)["llama"]
+    assert llama.accruing == pytest.approx(2 * 10 * 1, rel=0.01)  # 2 nodes x $10 x 1 h so far
+    for month in (ledger.month_of(now), ledger.RUNNING):
+        table.delete_item(Key={"month": month, "job": f"llama#{job}"})
+
+
+def test_an_event_of_a_job_batch_does_not_know_charges_nothing(env: dict[str, Any]) -> None:
+    world: World = env["world"]
+    now = functions.now_ms()
+    ghost = documented_event("no-such-job", world.queues["gpu"], "RUNNING", startedAt=now - 60_000)
+    ghost["detail"]["tags"] = {ledger.TEAM_TAG: "vision"}
+    ghost["detail"]["nodeProperties"] = {"numNodes": 64}
+    assert functions.on_job_event(ghost, None) == {
+        "jobId": "no-such-job",
+        "status": "RUNNING",
+        "team": None,
+        "stopped": None,
+    }
+    assert "Item" not in env["table"].get_item(Key={"month": ledger.RUNNING, "job": "vision#no-such-job"})
+
+
+def test_enforcement_closes_what_batch_shows_ended_when_its_end_event_was_lost(env: dict[str, Any]) -> None:
+    world: World = env["world"]
+    budgets = env["budgets"]
+    table = create_ledger(boto3.resource("dynamodb"), "ledger-reconcile")
+    now = functions.now_ms()
+    started, stopped = now - 7_200_000, now - 3_600_000
+    ended = world.submit("gpu", name="ended", tags={ledger.TEAM_TAG: "vision"})
+    world.set_job(ended, "RUNNING")
+    running_detail = detail_of(world, ended, "RUNNING")
+    running_detail["startedAt"] = started
+    entry = functions.entry_of(running_detail, budgets)
+    assert entry is not None and entry.running
+    functions.record(table, entry, now)
+    still = world.submit("gpu", name="still", tags={ledger.TEAM_TAG: "vision"})
+    world.set_job(still, "RUNNING")
+    still_detail = {**detail_of(world, still, "RUNNING"), "startedAt": started}
+    functions.record(table, functions.entry_of(still_detail, budgets), now)  # type: ignore[arg-type]
+    gone = ledger.Entry(
+        team="vision", job_id="purged", job_name="purged", fleet="gpu", instance_type="g6.12xlarge", nodes=1,
+        usd_per_hour=10.0, spans=((started, None),), progress=1,
+    )  # fmt: skip
+    functions.record(table, gone, now)
+    # The end event never came; Batch shows the job SUCCEEDED an hour ago.
+    world.set_job(
+        ended, "SUCCEEDED",
+        started=datetime.fromtimestamp(started / 1000, UTC), stopped=datetime.fromtimestamp(stopped / 1000, UTC),
+    )  # fmt: skip
+
+    done = functions.reconcile(budgets, table, world.client("batch"), now)
+    assert sorted(done) == sorted([f"closed vision {ended} (SUCCEEDED)", "closed vision purged (unknown to Batch)"])
+    items = {i["jobId"]: i for i in table.query(
+        KeyConditionExpression="#m = :m", ExpressionAttributeNames={"#m": "month"},
+        ExpressionAttributeValues={":m": ledger.RUNNING},
+    )["Items"]}  # fmt: skip
+    assert items[ended]["spans"] == [[started, stopped]]
+    assert items["purged"]["spans"] == [[started, now]]
+    assert items[still]["spans"] == [[started, 0]]  # Batch shows it running: left open
+    assert functions.reconcile(budgets, table, world.client("batch"), now) == []  # nothing left to close
+    world.set_job(still, "SUCCEEDED")  # no running vision job left for the tests after this one
 
 
 def test_a_job_submitted_around_trainctl_that_cannot_fit_is_stopped_on_arrival(env: dict[str, Any]) -> None:

@@ -1,18 +1,20 @@
 """Lambda handlers of the budgets (training_constructs/budgets/team_budgets.py deploys them).
 
-`on_job_event`: every Batch job state change of the deployment's queues. Writes the job's entry into the
-ledger, and stops on arrival a job that cannot fit its team's remainder (or, on FIFO fleets, names no
-budgeted team): Batch sends no event for the submission itself (Batch user guide, "Job state change
-events"), so the first event (PENDING or RUNNABLE, no attempt yet) is the arrival, whichever way the job
-was submitted (trainctl, the console, the AWS CLI).
+`on_job_event`: every Batch job state change of the deployment's queues. Reads the job's team, nodes and
+bounds from DescribeJobs (FROM_BATCH: never from the event alone), writes the job's entry into the ledger, and
+stops on arrival a job that cannot fit its team's remainder (or, on FIFO fleets, names no budgeted team):
+Batch sends no event for the submission itself (Batch user guide, "Job state change events"), so the first
+event (PENDING or RUNNABLE, no attempt yet) is the arrival, whichever way the job was submitted (trainctl, the
+console, the AWS CLI).
 
-`on_schedule`: every few minutes (ENFORCE_MINUTES). Per team: at 80% of the month's budget one alert to the
-job-alert topic; at 100% one alert, the team's queued jobs cancelled and its running jobs terminated
-(TerminateJob for both) with a reason that starts "budget:". TerminateJob stops a running job's containers
-(SIGTERM, then SIGKILL after the stop timeout: ECS developer guide, "Stopping a task"), which is the
-launcher's stop path: it uploads the checkpoints before it exits (container/launcher/). Markers
-in the ledger table, written after each alert and stop, keep a later pass from repeating it. Only jobs of
-this deployment's queues whose team is the one over budget are touched.
+`on_schedule`: every few minutes (ENFORCE_MINUTES). First it closes what the ledger counts as running but
+Batch shows ended or no longer knows (an end event lost or late: DescribeJobs decides). Then per team: at 80%
+of the month's budget one alert to the job-alert topic; at 100% one alert, the team's queued jobs cancelled
+and its running jobs terminated (TerminateJob for both) with a reason that starts "budget:". TerminateJob
+stops a running job's containers (SIGTERM, then SIGKILL after the stop timeout: ECS developer guide, "Stopping
+a task"), which is the launcher's stop path: it uploads the checkpoints before it exits (container/launcher/).
+Markers in the ledger table, written after each alert and stop, keep a later pass from repeating it. Only jobs
+of this deployment's queues whose team is the one over budget are touched.
 
 Both need only the stdlib, the shared ledger (budget_ledger/ledger.py, which the asset carries beside this
 file) and the boto3 that Lambda's Python runtime ships.
@@ -21,6 +23,7 @@ file) and the boto3 that Lambda's Python runtime ships.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -126,22 +129,56 @@ def arrival_refusal(detail: Mapping[str, Any], budgets: ledger.Budgets, table: A
     return None if team is None else ledger.refusal(budgets.spends(table, now)[team], estimate)
 
 
-# What names a job's team: absent from an event, DescribeJobs has it (and the bounds the estimate uses).
-DESCRIBED = ("tags", "shareIdentifier", "timeout", "retryStrategy")
+# What is charged comes from Batch, never from the event alone: who the job is charged to, how many nodes it
+# holds, the bounds of its estimate. An event's detail only "resembles" DescribeJobs' JobDetail (Batch user
+# guide, "Job state change events"): the guide's own example carries `tags` holding only resourceArn, and
+# nothing there promises nodeProperties, the share identifier or the retry strategy (API JobDetail has all).
+FROM_BATCH = ("tags", "shareIdentifier", "timeout", "retryStrategy", "nodeProperties", "jobDefinition")
 
 
-def completed(detail: Mapping[str, Any], budgets: ledger.Budgets, batch: Any) -> Mapping[str, Any]:
-    """The event's detail with the job's tags or share identifier from DescribeJobs where the event lacks
-    them. The detail only "resembles" DescribeJobs' JobDetail (Batch user guide, "Job state change events"):
-    nothing there promises the tags or the share identifier; DescribeJobs returns both (API JobDetail)."""
+def described(detail: Mapping[str, Any], budgets: ledger.Budgets, batch: Any) -> Mapping[str, Any] | None:
+    """The event's detail (its status, attempts and times: the moment it tells of) with FROM_BATCH as
+    DescribeJobs gives them now, for a main job of a budgeted queue (one call per event); other details as
+    they came. None when Batch does not know the job: nothing is charged on what the event alone says."""
     job_id = str(detail.get("jobId", ""))
     if budgets.price_of(str(detail.get("jobQueue", ""))) is None or "#" in job_id:
         return detail
-    if ("shareIdentifier" if budgets.fair_share else "tags") in detail:
-        return detail
-    found = batch.describe_jobs(jobs=[job_id]).get("jobs") or []
-    extra = {key: found[0][key] for key in DESCRIBED if found and key in found[0] and key not in detail}
-    return {**detail, **extra}
+    found = [j for j in batch.describe_jobs(jobs=[job_id]).get("jobs") or [] if j.get("jobId") == job_id]
+    if not found:
+        return None
+    return {
+        **{k: v for k, v in detail.items() if k not in FROM_BATCH},
+        **{k: found[0][k] for k in FROM_BATCH if k in found[0]},
+    }
+
+
+def reconcile(budgets: ledger.Budgets, table: Any, batch: Any, now: int) -> list[str]:
+    """Close what the ledger still counts as running but Batch shows ended (its end event lost or late), from
+    DescribeJobs (up to 100 ids a call); a job Batch no longer knows is closed now. One line per job closed."""
+    open_entries = [e for e in ledger.read_entries(table, ledger.month_of(now)) if e.running]
+    latest: dict[str, ledger.Entry] = {}
+    for entry in open_entries:
+        if entry.job_id not in latest or entry.progress > latest[entry.job_id].progress:
+            latest[entry.job_id] = entry
+    done: list[str] = []
+    ids = sorted(latest)
+    for start in range(0, len(ids), 100):
+        answered = {str(j.get("jobId")): j for j in batch.describe_jobs(jobs=ids[start : start + 100]).get("jobs", [])}
+        for job_id in ids[start : start + 100]:
+            job = answered.get(job_id)
+            if job is not None and job.get("status") not in ledger.DONE:
+                continue
+            ended = entry_of(job, budgets) if job is not None else None
+            if ended is None or not ended.spans or ended.running:
+                # Gone from Batch, or ended with no attempt it shows: the open span ends when Batch says the
+                # job stopped, else now.
+                known = latest[job_id]
+                stop = int((job or {}).get("stoppedAt") or now)
+                spans = tuple((first, last if last is not None else max(stop, first)) for first, last in known.spans)
+                ended = dataclasses.replace(known, spans=spans, progress=known.progress + 1)
+            record(table, ended, now)
+            done.append(f"closed {ended.team} {job_id} ({job['status'] if job else 'unknown to Batch'})")
+    return done
 
 
 def _clients() -> tuple[ledger.Budgets, Any]:
@@ -156,7 +193,12 @@ def on_job_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
 
     budgets, table = _clients()
     batch = boto3.client("batch")
-    detail = completed(event.get("detail") or {}, budgets, batch)
+    event_detail = event.get("detail") or {}
+    detail = described(event_detail, budgets, batch)
+    if detail is None:
+        outcome = {"jobId": event_detail.get("jobId"), "status": event_detail.get("status"), "team": None}
+        print(json.dumps(outcome | {"stopped": None, "skipped": "DescribeJobs does not know the job: not charged"}))
+        return outcome | {"stopped": None}
     now = now_ms()
     reason = arrival_refusal(detail, budgets, table, now)
     if reason:
@@ -280,7 +322,9 @@ def on_schedule(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
 
     budgets, table = _clients()
     now = now_ms()
-    done = enforce(budgets, table, boto3.client("batch"), boto3.client("sns"), os.environ[TOPIC_ENV], now)
+    batch = boto3.client("batch")
+    done = reconcile(budgets, table, batch, now)
+    done += enforce(budgets, table, batch, boto3.client("sns"), os.environ[TOPIC_ENV], now)
     for line in metric_lines(budgets.spends(table, now), now):
         print(line)
     print(json.dumps({"actions": done}))
