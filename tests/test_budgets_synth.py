@@ -142,6 +142,30 @@ def test_job_events_of_every_queue_reach_the_ledger_and_the_enforcement_runs_eve
     assert schedule["ScheduleExpression"] == f"rate({budget_functions.ENFORCE_MINUTES} minutes)"
 
 
+def test_job_events_that_cannot_be_delivered_wait_in_a_queue_that_alarms_to_the_alert_topic() -> None:
+    stack = template()
+    (events,) = [
+        r["Properties"] for k, r in resources(stack, "AWS::Events::Rule").items()
+        if k.startswith("TeamBudgets") and "EventPattern" in r["Properties"]
+    ]  # fmt: skip
+    (target,) = events["Targets"]
+    (queue_id,) = [k for k in resources(stack, "AWS::SQS::Queue") if k.startswith("TeamBudgets")]
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [queue_id, "Arn"]}}
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] == 8
+    (policy,) = [p["Properties"] for p in resources(stack, "AWS::SQS::QueuePolicy").values()
+                 if {"Ref": queue_id} in p["Properties"]["Queues"]]  # fmt: skip
+    sends = [s for s in policy["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
+    assert any(s["Principal"] == {"Service": "events.amazonaws.com"} and s["Action"] == "sqs:SendMessage"
+               for s in sends)  # fmt: skip
+    (alarm,) = [a["Properties"] for a in resources(stack, "AWS::CloudWatch::Alarm").values()
+                if {"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}
+                in a["Properties"].get("Dimensions", [])]  # fmt: skip
+    assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible" and alarm["Threshold"] == 1
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    (topic,) = resources(stack, "AWS::SNS::Topic")
+    assert alarm["AlarmActions"] == [{"Ref": topic}]
+
+
 def test_the_functions_ship_the_two_ledger_files_only() -> None:
     assembly = synth(VARIANT).assembly
     stack = template()

@@ -28,6 +28,8 @@ from aws_cdk import (
     Validations,
 )
 from aws_cdk import aws_batch as batch
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -35,6 +37,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from budget_ledger import ledger
@@ -97,7 +100,8 @@ def job_event_pattern(queue_arns: Sequence[str]) -> events.EventPattern:
 
 class TeamBudgets(Construct):
     """Attributes: `table`, `ledger_function`, `enforcement_function`, `document` (the budgets document
-    as a JSON string: the functions' BUDGETS variable and the jobs stack's `Budgets` output)."""
+    as a JSON string: the functions' BUDGETS variable and the jobs stack's `Budgets` output), `lost_events`
+    (the job-event rule's dead-letter queue) and `lost_events_alarm`."""
 
     def __init__(
         self,
@@ -170,12 +174,43 @@ class TeamBudgets(Construct):
         )
         alarm_on_errors(self.ledger_function, topic, "job costs are not recorded and no job is cancelled on arrival")
         alarm_on_errors(self.enforcement_function, topic, "no team is alerted or stopped at its budget")
+        # An event EventBridge could not deliver after its retries lands here, not nowhere (EventBridge user
+        # guide, "Using dead-letter queues to process undelivered events"), and an alarm says so: the job's
+        # entry may then miss an end, which the enforcement closes from DescribeJobs (budget_functions.reconcile).
+        self.lost_events = sqs.Queue(
+            self,
+            "LostJobEvents",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+        )
+        Validations.of(self.lost_events).acknowledge(
+            Acknowledgment(id="AwsSolutions-SQS3", reason="it is the dead-letter queue of the job-event rule's target")
+        )
+        self.lost_events_alarm = self.lost_events.metric_approximate_number_of_messages_visible(
+            period=Duration.minutes(5), statistic="Maximum"
+        ).create_alarm(
+            self,
+            "LostJobEventsAlarm",
+            alarm_description=(
+                "Job state changes did not reach the budget ledger (they wait in the LostJobEvents queue): a job's "
+                "cost may be missing until the enforcement reconciles it with Batch; the ledger function's log "
+                "group says why."
+            ),
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        self.lost_events_alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
         self.job_rule = events.Rule(
             self,
             "JobStateChanges",
             description="Every state change of the training jobs, for the budget ledger",
             event_pattern=job_event_pattern(queue_arns),
-            targets=[targets.LambdaFunction(self.ledger_function, retry_attempts=8)],
+            targets=[
+                targets.LambdaFunction(self.ledger_function, retry_attempts=8, dead_letter_queue=self.lost_events)
+            ],
         )
         self.schedule = events.Rule(
             self,
