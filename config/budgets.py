@@ -18,7 +18,7 @@ from budget_ledger.ledger import QueuePrice, document
 from config.context_keys import TEAM_PATTERN
 from config.key_refusals import fail
 from config.placements import LAMBDA_ENVIRONMENT_BYTES, QUEUE_ARN_CHARS
-from config.prices import PRICES
+from config.prices import PRICE_REGION, PRICES
 from config.settings import BudgetSettings, FleetSettings, Share, TeamBudget
 
 # A month's budget above this is a typo (ten billion dollars), not a plan.
@@ -84,6 +84,7 @@ def read_budgets(
     fleets: tuple[FleetSettings, ...],
     shares: tuple[Share, ...],
     timeout_seconds: int,
+    region: str | None = None,
 ) -> BudgetSettings | None:
     """BudgetSettings, or None without budgets (then budgetPrices and budgetDefaultTeam are refused)."""
     if not budgets:
@@ -109,6 +110,14 @@ def read_budgets(
         if name not in names:
             raise fail(f"budgetPrices.{name}", usd, "no such fleet", "one of " + ", ".join(sorted(names)))
         given[name] = _amount(f"budgetPrices.{name}", usd, MAX_USD_PER_HOUR, "US dollars per instance-hour")
+    if region is not None and region != PRICE_REGION:
+        # config/prices.py's figures are us-east-1's, in US dollars: anywhere else (and in aws-cn, whose bill
+        # is in CNY) every fleet's price must be given. A synth that knows no region cannot tell.
+        missing = sorted(names - set(given))
+        if missing:
+            problem = f"the stack's region is {region}; config/prices.py has {PRICE_REGION} prices only"
+            wanted = ", ".join(f'"{name}": N' for name in missing)
+            raise fail("budgetPrices", dict(prices or {}), problem, f"budgetPrices {{{wanted}}}, N per instance-hour")
     table: dict[tuple[str, str], float] = {}
     # One queue per placement (training_constructs/jobs/training_jobs.py), each in the budgets document.
     queues: list[tuple[str, str, float]] = []

@@ -293,6 +293,7 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None, now:
         fleets=fleets,
         shares=shares,
         timeout_seconds=ctx.job_timeout_seconds,
+        region=region,
     )
     if ctx.ngc_secret and ctx.image_build != "cloud":
         raise fail("ngcSecret", ctx.ngc_secret, "only the cloud build reads it; add -c imageBuild=cloud")

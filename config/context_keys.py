@@ -231,7 +231,8 @@ class _ContextBase(BaseModel):
     )  # fmt: skip
     budget_prices: Annotated[dict[str, Any] | None, BeforeValidator(_json_object)] = key(
         "budgetPrices", None, "a JSON object: fleet name -> US dollars per instance-hour (a number above 0)",
-        "what an instance-hour of a fleet costs for budgets, instead of config/prices.py (a reservation's price)",
+        "what an instance-hour of a fleet costs for budgets, instead of config/prices.py (a reservation's price); "
+        "outside us-east-1 every fleet needs one",
     )  # fmt: skip
     budget_default_team: TeamName = key(
         "budgetDefaultTeam", None, "a team of `budgets`; only with FIFO queues (no `shares`)",

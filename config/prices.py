@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The region every figure below is for.
+PRICE_REGION = "us-east-1"
+
 # AWS's own figures: the Price List bulk API's us-east-1 EC2 offer file, filtered to OnDemand, Linux,
 # Shared tenancy (Last-Modified 2026-07-28), as quoted in a public instance audit read in 2026-11.
 PRICE_LIST = "AWS Price List API, us-east-1 EC2 offer of 2026-07-28 (OnDemand, Linux, Shared)"

@@ -202,6 +202,21 @@ def test_budgets_are_read_with_each_fleets_price() -> None:
     assert read_settings({}).jobs.budgets is None
 
 
+def test_outside_us_east_1_every_fleet_needs_its_price_given() -> None:
+    budgets = '{"llama": 20000}'
+    for region in ("eu-west-1", "cn-north-1"):
+        with pytest.raises(ConfigError) as refusal:
+            read_settings({"budgets": budgets, "budgetPrices": '{"gpu": 12}'}, region=region)
+        line = str(refusal.value)
+        assert "\n" not in line and f"the stack's region is {region}" in line
+        assert line.endswith('allowed: budgetPrices {"trainium": N}, N per instance-hour')  # gpu's was given
+    given = read_settings({"budgets": budgets, "budgetPrices": '{"gpu": 12, "trainium": 30}'}, region="eu-west-1")
+    assert given.jobs.budgets is not None and given.jobs.budgets.price("trainium", "trn1.32xlarge") == 30
+    # us-east-1, or a synth that knows no region: config/prices.py's figures stand.
+    for region in ("us-east-1", None):
+        assert read_settings({"budgets": budgets}, region=region).jobs.budgets is not None
+
+
 def test_budgets_that_would_not_fit_lambdas_environment_are_refused() -> None:
     # Lambda takes 4 KB of environment per function; each placement's queue ARN and each fleet's
     # benchmark definition ARN (the fleet checks, exempt from naming a team) are in the document.
