@@ -203,15 +203,21 @@ def refusal(spend: TeamSpend, estimate: Estimate) -> str | None:
 
 
 def unknown_team(detail: Mapping[str, Any], budgets: Budgets) -> str | None:
-    """On FIFO fleets with budgets every job counts against a team: the one line refusing a job whose
-    trainctl:team tag names no budgeted team (or that has none and there is no default team), else None."""
-    if budgets.fair_share or budgets.team_of(detail) is not None:
+    """With budgets every job counts against a team: the one line refusing a job whose share identifier
+    (fair-share queues) or trainctl:team tag (FIFO queues) names no budgeted team, or that names none and there
+    is no default team; else None. A share without a budget would otherwise run free, and any submitter can
+    start a new share."""
+    if budgets.team_of(detail) is not None:
         return None
     # The fleet checks (scheduled, or `trainctl check`) run the deployment's benchmark definitions untagged.
     if str(detail.get("jobDefinition") or "") in budgets.check_definitions:
         return None
-    tagged = str((detail.get("tags") or {}).get(TEAM_TAG) or "")
-    named = f"team {tagged[:64]} has no budget" if tagged else f"no {TEAM_TAG} tag"
+    if budgets.fair_share:
+        share = str(detail.get("shareIdentifier") or "")
+        named = f"share {share[:64]} has no budget" if share else "no share identifier"
+    else:
+        tagged = str((detail.get("tags") or {}).get(TEAM_TAG) or "")
+        named = f"team {tagged[:64]} has no budget" if tagged else f"no {TEAM_TAG} tag"
     line = f"{REASON_PREFIX} {named}; the teams are {', '.join(budgets.teams)}"
     return line if len(line) <= LINE_LIMIT else f"{REASON_PREFIX} {named}; `trainctl budget` lists the teams"
 

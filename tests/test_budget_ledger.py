@@ -176,6 +176,23 @@ def test_a_job_belongs_to_its_share_its_tag_or_the_default_team() -> None:
     assert team_of({"tags": {"trainctl:team": "nobody"}}, **fifo) is None
 
 
+def test_on_fair_share_queues_a_share_without_a_budget_is_refused_like_a_fifo_job_of_no_team() -> None:
+    from budget_ledger.ledger import Budgets, unknown_team
+
+    shared = Budgets(
+        table="t", teams={"llama": 100.0, "sweep*": 50.0}, default_team=None, fair_share=True, queues=(),
+        timeout_seconds=3600, check_definitions=("arn:aws:batch:us-east-1:1:job-definition/gpu-benchmark:3",),
+    )  # fmt: skip
+    assert unknown_team({"shareIdentifier": "robotics"}, shared) == (
+        "budget: share robotics has no budget; the teams are llama, sweep*"
+    )
+    assert unknown_team({}, shared) == "budget: no share identifier; the teams are llama, sweep*"
+    assert unknown_team({"shareIdentifier": "llama"}, shared) is None
+    assert unknown_team({"shareIdentifier": "sweep7"}, shared) is None
+    check = {"jobDefinition": "arn:aws:batch:us-east-1:1:job-definition/gpu-benchmark:3"}
+    assert unknown_team(check, shared) is None  # the fleet check counts against no budget
+
+
 # ------------------------------------------------------------------------------------------- the keys
 def refused(**context: str) -> str:
     with pytest.raises(ConfigError) as caught:

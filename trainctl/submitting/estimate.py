@@ -142,7 +142,7 @@ def _team(budgets: Budgets, request: dict[str, Any], team: str | None) -> str | 
     # before it leaves.
     unknown = unknown_team(detail, budgets)
     if unknown:
-        raise TrainctlError(f"{unknown} (--team)")
+        raise TrainctlError(f"{unknown} ({'--share' if budgets.fair_share else '--team'})")
     return budgets.team_of(detail)
 
 
