@@ -16,6 +16,7 @@ from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
 from stacks.registry_stack import RegistryStack
 from training_constructs.budgets.team_budgets import PricedQueue, TeamBudgets
+from training_constructs.budgets.team_policies import TeamPolicies
 from training_constructs.common.small_functions import alarm_on_errors
 from training_constructs.compute.training_fleet import TrainingFleet
 from training_constructs.health.boot_breaker import BootCircuitBreaker, BreakerFleet
@@ -227,6 +228,13 @@ class JobsStack(Stack):
             )
             # trainctl reads the budgets from this (budget_ledger/ledger.py, Budgets.parse).
             CfnOutput(self, "Budgets", value=self.budgets.document)
+            self.team_policies = TeamPolicies(
+                self,
+                "TeamPolicies",
+                teams=[t.team for t in jobs.budgets.teams],
+                fair_share=jobs.budgets.fair_share,
+                queue_arns=[q.job_queue_arn for f in fleets for q in self.fleets[f.name].placement_queues],
+            )
 
         # Boot-check alarms, and with healthCheckSchedule the scheduled fleet check and its alarms.
         self.health = {

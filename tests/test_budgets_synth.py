@@ -203,3 +203,69 @@ def test_the_dashboard_draws_each_teams_spend_against_its_budget() -> None:
     assert "Team sweep*: USD this month of $2,500" in graphs
     default = synth("default").templates["TrainingMonitoring"]
     assert budget_functions.SPENT_METRIC not in json.dumps(default)
+
+
+def _team_policies(stack: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Each team policy's statements, by the team its description names."""
+    found = {}
+    for policy in resources(stack, "AWS::IAM::ManagedPolicy").values():
+        described = policy["Properties"].get("Description", "")
+        if described.startswith("Submit training jobs as team "):
+            found[described.split()[5]] = policy["Properties"]["PolicyDocument"]["Statement"]
+    return found
+
+
+def test_each_team_gets_a_policy_that_submits_only_as_that_team_and_never_retags() -> None:
+    stack = template()
+    policies = _team_policies(stack)
+    teams = json.loads(VARIANTS[VARIANT]["budgets"])
+    assert set(policies) == set(teams)
+    queues = [{"Fn::GetAtt": [k, "JobQueueArn"]} for k in resources(stack, "AWS::Batch::JobQueue")]
+    fair_share = "shares" in VARIANTS[VARIANT]
+    for team, statements in policies.items():
+        submits = [s for s in statements if s["Action"] == "batch:SubmitJob"]
+        assert len(submits) == 1 and submits[0]["Effect"] == "Allow"
+        assert all(q in submits[0]["Resource"] for q in queues)
+        if fair_share:
+            operator = "StringLike" if team.endswith("*") else "StringEquals"  # sweep* covers sweep7
+            assert submits[0]["Condition"] == {operator: {"batch:ShareIdentifier": team}}
+        else:
+            tagged = {"StringEquals": {f"aws:RequestTag/{ledger.TEAM_TAG}": team}}
+            assert submits[0]["Condition"] == tagged
+            (tag,) = [s for s in statements if s["Action"] == "batch:TagResource" and s["Effect"] == "Allow"]
+            assert tag["Condition"] == tagged
+        denied = {s["Action"]: s["Condition"] for s in statements if s["Effect"] == "Deny"}
+        team_key = {"ForAnyValue:StringEquals": {"aws:TagKeys": [ledger.TEAM_TAG]}}
+        assert denied["batch:UntagResource"] == team_key
+        assert denied["batch:TagResource"] == {**team_key, "Null": {f"aws:ResourceTag/{ledger.TEAM_TAG}": "false"}}
+    outputs = {k: v for k, v in stack["Outputs"].items() if k.startswith("TeamPolicy")}
+    assert len(outputs) == len(teams)
+    assert all("Ref" in o["Value"] for o in outputs.values())
+
+
+def test_on_fifo_queues_a_team_policy_needs_the_team_tag_to_submit_and_to_tag() -> None:
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from training_constructs.budgets.team_policies import TeamPolicies
+
+    stack = cdk.Stack(cdk.App(), "Jobs")
+    queue = "arn:aws:batch:us-east-1:123456789012:job-queue/gpu"
+    TeamPolicies(stack, "TeamPolicies", teams=["llama", "vision"], fair_share=False, queue_arns=[queue])
+    policies = _team_policies(Template.from_stack(stack).to_json())
+    assert set(policies) == {"llama", "vision"}
+    for team, statements in policies.items():
+        tagged = {"StringEquals": {f"aws:RequestTag/{ledger.TEAM_TAG}": team}}
+        allowed = {s["Action"]: s for s in statements if s["Effect"] == "Allow"}
+        assert set(allowed) == {"batch:SubmitJob", "batch:TagResource"}
+        assert all(s["Condition"] == tagged for s in allowed.values())
+        assert queue in allowed["batch:SubmitJob"]["Resource"]
+
+
+def test_output_ids_are_letters_and_digits_and_unique() -> None:
+    from training_constructs.budgets.team_policies import output_id
+
+    taken: set[str] = set()
+    assert [output_id(t, taken) for t in ("llama", "vision-v2", "vision_v2", "sweep*")] == [
+        "TeamPolicyLlama", "TeamPolicyVisionV2", "TeamPolicyVisionV22", "TeamPolicySweep",
+    ]  # fmt: skip
