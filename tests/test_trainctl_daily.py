@@ -257,18 +257,20 @@ def test_exec_finds_the_nodes_task_and_hands_the_session_to_the_plugin(
          "interactive": True},
     )  # fmt: skip
     monkeypatch.setattr("trainctl.commands.control.shutil.which", lambda _name: "/opt/bin/session-manager-plugin")
-    calls: list[list[str]] = []
-    monkeypatch.setattr("trainctl.commands.control.run_plugin", lambda argv: calls.append(argv) or 0)
+    calls: list[Any] = []
+    monkeypatch.setattr("trainctl.commands.control.run_plugin", lambda call: calls.append(call) or 0)
 
     result = trainctl("exec", job_id, "--node", "1", "--", "nvidia-smi", "-L")
 
     assert result.exit_code == 0, result.output
     stubber.assert_no_pending_responses()
-    # What the AWS CLI's `ecs execute-command` passes the plugin.
-    assert calls == [
+    # What the AWS CLI's `ecs execute-command` passes the plugin, the session in the variable it names.
+    (call,) = calls
+    assert json.loads(call.env({})["AWS_SSM_START_SESSION_RESPONSE"]) == session
+    assert [call.argv] == [
         [
             "/opt/bin/session-manager-plugin",
-            json.dumps(session),
+            "AWS_SSM_START_SESSION_RESPONSE",
             REGION,
             "StartSession",
             "",

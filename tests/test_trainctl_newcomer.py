@@ -271,22 +271,24 @@ def test_exec_port_forwards_each_port_through_session_manager(
     world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job_id, task, stubbers, sessions, requests = forwarding_stubs(monkeypatch, world)
-    calls: list[list[list[str]]] = []
-    monkeypatch.setattr("trainctl.commands.control.run_plugins", lambda argvs: calls.append(argvs))
+    calls: list[list[Any]] = []
+    monkeypatch.setattr("trainctl.commands.control.run_plugins", lambda handed: calls.append(handed))
 
     result = trainctl("exec", job_id, "--node", "1", "--port", "6006", "--port", "18888:8888")
 
     assert result.exit_code == 0, result.output
     for stubber in stubbers.values():
         stubber.assert_no_pending_responses()
-    # What the AWS CLI's `ssm start-session` passes the plugin: the session, the region, the request.
-    assert calls == [
-        [
-            ["/opt/bin/session-manager-plugin", json.dumps(session), REGION, "StartSession", "", json.dumps(request),
-             world.endpoint]
-            for session, request in zip(sessions, requests, strict=True)
-        ]
+    # What the AWS CLI's `ssm start-session` passes the plugin: the name of the variable that holds the session,
+    # the region, the request; the session (its token) in that variable, never on the command line.
+    (handed,) = calls
+    assert [c.argv for c in handed] == [
+        ["/opt/bin/session-manager-plugin", "AWS_SSM_START_SESSION_RESPONSE", REGION, "StartSession", "",
+         json.dumps(request), world.endpoint]
+        for request in requests
     ]  # fmt: skip
+    assert [json.loads(c.env({})["AWS_SSM_START_SESSION_RESPONSE"]) for c in handed] == sessions
+    assert not any(s["TokenValue"] in " ".join(c.argv) for c in handed for s in sessions)
     assert "localhost:18888 -> container port 8888" in result.stderr
 
     # A session that cannot start ends those already started, as the AWS CLI does.
@@ -325,6 +327,30 @@ STUBBORN = [sys.executable, "-c", (
 BUSY_PORT = ["sh", "-c", 'while [ ! -e "$0" ] || [ ! -e "$1" ]; do sleep 0.05; done; exit 7']
 
 
+def plugin(argv: list[str]) -> Any:
+    from trainctl.inspecting.ecs_exec import PluginCall
+
+    return PluginCall(argv, json.dumps({"SessionId": "s", "TokenValue": "t"}))
+
+
+def test_the_plugin_finds_the_session_in_its_environment_not_on_its_command_line(tmp_path: Path) -> None:
+    from trainctl.inspecting import ecs_exec
+
+    seen = tmp_path / "seen"
+    reader = [sys.executable, "-c", (
+        "import os, sys; open(sys.argv[1], 'w').write(sys.argv[2] + ' ' + os.environ[sys.argv[2]]); sys.exit(3)"
+    ), str(seen)]  # fmt: skip
+    call = ecs_exec.plugin_call(
+        "plugin", {"SessionId": "s-1", "TokenValue": "secret-token"}, {"Target": "ecs:c_t_r"}, region="us-east-1",
+        profile=None, endpoint="https://ssm.us-east-1.amazonaws.com",
+    )  # fmt: skip
+    assert "secret-token" not in " ".join(call.argv) and call.session_id == "s-1"
+    stand_in = ecs_exec.PluginCall([*reader, call.argv[1]], call.response)
+    assert ecs_exec.run_plugins([stand_in]) == (0, 3)
+    name, value = seen.read_text().split(" ", 1)
+    assert name == "AWS_SSM_START_SESSION_RESPONSE" and json.loads(value)["TokenValue"] == "secret-token"
+
+
 def reaped(pid_file: Path) -> bool:
     """The process has ended and was waited for: an unreaped one stays in the process table (a zombie)."""
     try:
@@ -342,7 +368,7 @@ def test_when_one_forwarding_ends_the_others_are_stopped_and_waited_for(
     monkeypatch.setattr(ecs_exec, "PLUGIN_STOP_SECONDS", 0.5)
     started = time.monotonic()
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    ended = ecs_exec.run_plugins([[*FORWARDING, a], [*BUSY_PORT, a, b], [*STUBBORN, b]])
+    ended = ecs_exec.run_plugins([plugin([*FORWARDING, a]), plugin([*BUSY_PORT, a, b]), plugin([*STUBBORN, b])])
     assert ended == (1, 7) and time.monotonic() - started < 10
     assert reaped(tmp_path / "a") and reaped(tmp_path / "b")  # the one ignoring SIGTERM was killed
 
@@ -356,7 +382,8 @@ def test_ctrl_c_stops_every_forwarding_and_waits_for_it(tmp_path: Path, monkeypa
         time.sleep(seconds)
 
     monkeypatch.setattr(ecs_exec, "pause", interrupted)
-    assert ecs_exec.run_plugins([[*FORWARDING, str(tmp_path / "a")], [*FORWARDING, str(tmp_path / "b")]]) is None
+    calls = [plugin([*FORWARDING, str(tmp_path / "a")]), plugin([*FORWARDING, str(tmp_path / "b")])]
+    assert ecs_exec.run_plugins(calls) is None
     assert reaped(tmp_path / "a") and reaped(tmp_path / "b")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
 import subprocess
@@ -176,7 +175,7 @@ def exec_(
         _forward_ports(state, plugin, target, forwards, where=f"node {node} of job {job_id}")
         return
     session = ecs_exec.start(ecs, target, shlex.join(command) if command else "/bin/bash")
-    argv = ecs_exec.plugin_argv(
+    call = ecs_exec.plugin_call(
         plugin,
         session,
         {"Target": target.ssm_target},
@@ -185,7 +184,7 @@ def exec_(
         endpoint=_endpoint(ecs),
     )
     note(f"node {node} of job {job_id}: {target.task} ({target.container}); exit the shell to end the session")
-    code = run_plugin(argv)
+    code = run_plugin(call)
     if code:
         raise typer.Exit(code)
 
@@ -195,24 +194,24 @@ def _forward_ports(
 ) -> None:
     """One Session Manager port-forwarding session per --port, all open until Ctrl-C."""
     ssm = state.aws.client("ssm")
-    argvs: list[list[str]] = []
+    calls: list[ecs_exec.PluginCall] = []
     for forward in forwards:
         try:
             session, request = ecs_exec.start_port_forwarding(ssm, target, forward)
         except TrainctlError:
             # As the AWS CLI does when it cannot hand a session on: end those already started.
-            for started in argvs:
-                ssm.terminate_session(SessionId=json.loads(started[1])["SessionId"])
+            for started in calls:
+                ssm.terminate_session(SessionId=started.session_id)
             raise
-        argvs.append(
-            ecs_exec.plugin_argv(
+        calls.append(
+            ecs_exec.plugin_call(
                 plugin, session, request, region=state.aws.region, profile=state.aws.profile, endpoint=_endpoint(ssm)
             )
         )
     for forward in forwards:
         note(f"{where}: localhost:{forward.local} -> container port {forward.container}")
     note("Ctrl-C ends the forwarding")
-    ended = run_plugins(argvs)
+    ended = run_plugins(calls)
     if ended is not None:
         index, code = ended
         line = f"localhost:{forwards[index].local}: its forwarding ended (plugin exit {code}); the others were stopped"
@@ -227,6 +226,6 @@ def _endpoint(client: Any) -> str:
     return str(client.meta.endpoint_url)
 
 
-def run_plugin(argv: list[str]) -> int:
+def run_plugin(call: ecs_exec.PluginCall) -> int:
     """The plugin owns the terminal until the session ends (tests stand in for it)."""
-    return subprocess.call(argv)  # noqa: S603 - a fixed program found on PATH, no shell
+    return subprocess.call(call.argv, env=call.env())  # noqa: S603 - a fixed program found on PATH, no shell

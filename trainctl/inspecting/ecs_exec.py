@@ -17,9 +17,11 @@ target for a task's container; only ECS Exec puts the Session Manager agent ther
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,12 +138,36 @@ def start(ecs: Any, target: ExecTarget, command: str) -> dict[str, Any]:
     return dict(response["session"])
 
 
-def plugin_argv(
+# The plugin reads the StartSession response from the environment variable its first argument names, as the
+# AWS CLI hands it over (aws-cli's ssm start-session, and session-manager-plugin's StartSession arguments):
+# never on the command line, where `ps` on a shared host would show the session's token.
+RESPONSE_VARIABLE = "AWS_SSM_START_SESSION_RESPONSE"
+
+
+@dataclass(frozen=True)
+class PluginCall:
+    """One run of the plugin: its arguments, and the session (JSON) it finds in RESPONSE_VARIABLE."""
+
+    argv: list[str]
+    response: str
+
+    @property
+    def session_id(self) -> str:
+        """SSM's StartSession names it SessionId, ECS's ExecuteCommand sessionId."""
+        data = json.loads(self.response)
+        return str(data.get("SessionId") or data.get("sessionId") or "")
+
+    def env(self, base: Mapping[str, str] = os.environ) -> dict[str, str]:
+        return {**base, RESPONSE_VARIABLE: self.response}
+
+
+def plugin_call(
     plugin: str, session: dict[str, Any], request: dict[str, Any], *, region: str, profile: str | None, endpoint: str
-) -> list[str]:
+) -> PluginCall:
     """The plugin's arguments: for ECS Exec the request is {"Target": ...}; for port forwarding, the
-    StartSession request itself."""
-    return [plugin, json.dumps(session), region, "StartSession", profile or "", json.dumps(request), endpoint]
+    StartSession request itself. The session goes in the environment (RESPONSE_VARIABLE)."""
+    argv = [plugin, RESPONSE_VARIABLE, region, "StartSession", profile or "", json.dumps(request), endpoint]
+    return PluginCall(argv, json.dumps(session))
 
 
 def start_port_forwarding(ssm: Any, target: ExecTarget, forward: PortForward) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -175,11 +201,11 @@ def pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def run_plugins(argvs: list[list[str]]) -> tuple[int, int] | None:
+def run_plugins(calls: list[PluginCall]) -> tuple[int, int] | None:
     """Several plugins side by side (one per forwarded port) until Ctrl-C (None) or until one ends, say on a
     local port already in use: then the others are stopped too, and the (index, exit code) of the one that
     ended is returned."""
-    processes = [subprocess.Popen(argv) for argv in argvs]  # noqa: S603 - a fixed program found on PATH, no shell
+    processes = [subprocess.Popen(c.argv, env=c.env()) for c in calls]  # noqa: S603 - a fixed program on PATH, no shell
     try:
         while True:
             for index, process in enumerate(processes):
