@@ -493,3 +493,39 @@ def test_snapshots_keep_a_placeholder_for_the_packed_script():
     # The gzip bytes depend on the zlib build; the script itself is pinned above.
     line = f"echo '{host_check.packed_script()}' | base64 -d"
     assert scrub({"UserData": line}) == {"UserData": "echo '<packed-script>' | base64 -d"}
+
+
+def test_the_shared_fault_marker_replaces_a_link_a_job_put_there_never_writing_through_it(tmp_path: Path) -> None:
+    # The state folder is mounted read-write in every job container; the boot check runs as root.
+    precious = tmp_path / "host-file"
+    precious.write_text("host data\n")
+    marker = tmp_path / "shared-fault"
+    marker.symlink_to(precious)
+    checks = {"vulkan": {"expected": 1, "found": 0, "ok": False, "fault": boot_check.SHARED}}
+    boot_check.mark_shared_fault(marker, checks)
+    assert precious.read_text() == "host data\n"
+    assert not marker.is_symlink() and marker.read_text() == "boot check: vulkan: expected 1, found 0\n"
+
+
+def test_the_take_out_reason_on_the_console_is_never_read_through_a_link(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    from training_constructs.health.node_recovery import TAKE_OUT_MARKER, take_out_steps
+
+    if shutil.which("dd") is None:
+        pytest.skip("needs dd")
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secret-hash\n")
+    console = tmp_path / "console"
+    say = take_out_steps(region="us-east-1", url_suffix="amazonaws.com")[0]
+    command = say.replace(TAKE_OUT_MARKER, str(tmp_path / "take-out")).replace("/dev/console", str(console))
+    argv = ["sh", "-c", command[len("sh -c '") : -1]]
+    (tmp_path / "take-out").symlink_to(secret)
+    subprocess.run(argv, check=True, timeout=10)
+    assert "secret" not in console.read_text() and "powering off" in console.read_text()
+    (tmp_path / "take-out").unlink()
+    (tmp_path / "take-out").write_text("hang, hardware fault: Xid 79\x1b[2J\n")
+    subprocess.run(argv, check=True, timeout=10)
+    said = console.read_text()
+    assert "(hang, hardware fault: Xid 79[2J)" in said  # the reason, printable characters only

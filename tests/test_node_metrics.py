@@ -187,3 +187,28 @@ def test_user_data_commands_write_the_compacted_collector_and_start_it():
     assert json.loads(gzip.decompress(base64.b64decode(config.split("'")[1]))) == agent_config(fleet="trn", gpu=False)
     # Installed in the background, so the ECS agent registers the node meanwhile; failures reach the console.
     assert commands[-1].endswith("&") and "/dev/console" in commands[-1]
+
+
+def test_an_xid_is_never_written_through_a_link_a_job_put_in_the_shared_folder(tmp_path: Path) -> None:
+    # Every job container mounts the state folder read-write; the collector runs as root on the host.
+    precious = tmp_path / "host-file"
+    precious.write_text("host data\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / c.XID_FAULTS).symlink_to(precious)
+    xid = "[ 100.5] NVRM: Xid (PCI:0000:53:00): 79, pid=1, GPU has fallen off the bus."
+    assert c.record_node_faults(state, [xid], now=1000.0) == 1
+    assert precious.read_text() == "host data\n"
+    assert not (state / c.XID_FAULTS).is_symlink() and "79" in (state / c.XID_FAULTS).read_text()
+
+
+def test_a_fifo_in_the_shared_folder_fails_at_once_instead_of_blocking_the_host(tmp_path: Path) -> None:
+    import os
+    import time
+
+    os.mkfifo(tmp_path / c.XID_FAULTS)
+    xid = "[ 100.5] NVRM: Xid (PCI:0000:53:00): 79, pid=1, GPU has fallen off the bus."
+    started = time.monotonic()
+    with pytest.raises(OSError):
+        c.record_node_faults(tmp_path, [xid], now=1000.0)
+    assert time.monotonic() - started < 5

@@ -35,6 +35,7 @@ import datetime
 import hashlib
 import hmac
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -213,7 +214,17 @@ def report(
 def mark_shared_fault(path: Path, checks: dict[str, dict[str, Any]]) -> None:
     """One line naming the shared fault, for the job preflight to refuse jobs with (exit 78)."""
     line = "; ".join(failures(checks, SHARED))
-    path.write_text(f"boot check: {line}\n")
+    write_shared(path, f"boot check: {line}\n")
+
+
+def write_shared(path: Path, text: str) -> None:
+    """`path` made anew with `text` in the folder jobs share with the host (every job container mounts it
+    read-write): whatever stood there, a job's link included, is removed (unlink(2) never follows a link), and
+    O_CREAT | O_EXCL makes a new regular file and follows no link (open(2))."""
+    if os.path.lexists(path):
+        os.unlink(path)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "w") as out:
+        out.write(text)
 
 
 def imds(path: str, base: str = IMDS) -> str:
@@ -334,8 +345,8 @@ def main(argv: list[str]) -> int:
     started = monotonic()
     deadline = started + args.settle_seconds
     marker = Path(args.shared_fault_file)
-    if marker.exists():
-        marker.unlink()  # from an earlier boot of this instance
+    if os.path.lexists(marker):
+        os.unlink(marker)  # from an earlier boot of this instance (a link is removed, not followed)
     waited = wait_for_setup(args, deadline)
     checks = settled_check(args, deadline)
     instance: dict[str, str] = {}

@@ -88,12 +88,22 @@ def count_xid_lines(kernel_log: str) -> int:
     return sum(1 for line in kernel_log.splitlines() if XID_LINE.search(line))
 
 
+def append_shared(path: Path) -> int:
+    """`path` opened for appending in the folder jobs share with the host (every job container mounts it
+    read-write), never through a link a job may have put there: one is removed (unlink(2) never follows a
+    link), and O_NOFOLLOW refuses one planted since (open(2), ELOOP). O_NONBLOCK: a FIFO without a reader fails
+    at once (ENXIO) instead of blocking the host. boot_check.py's write_shared keeps the same rule."""
+    if os.path.islink(path):
+        os.unlink(path)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+
+
 def record_node_faults(state_dir: Path, lines: Iterable[str], now: float | None = None) -> int:
     """Append the Xids among `lines` that need a GPU reset or a new node to <state_dir>/xid-faults."""
     faults = [(xid_code(line), line.strip()) for line in lines if xid_code(line) in NODE_FAULT_XIDS]
     if faults:
         stamp = time.time() if now is None else now
-        with (state_dir / XID_FAULTS).open("a") as out:
+        with os.fdopen(append_shared(state_dir / XID_FAULTS), "a") as out:
             out.writelines(f"{stamp:.3f} {code} {line}\n" for code, line in faults)
     return len(faults)
 
@@ -114,7 +124,10 @@ def follow_kernel_log(state_dir: Path) -> None:
     boot = time.time() - float(Path("/proc/uptime").read_text().split()[0])
     with subprocess.Popen([DMESG, "--follow"], stdout=subprocess.PIPE, text=True, errors="replace") as dmesg:  # noqa: S603
         for line in dmesg.stdout or ():
-            record_node_faults(state_dir, [line], now=line_time(line, boot))
+            try:
+                record_node_faults(state_dir, [line], now=line_time(line, boot))
+            except OSError as error:  # what a job put in the shared folder (append_shared): said, not fatal
+                print(f"collector: {error}", file=sys.stderr)
     # dmesg ended: without it no Xid is recorded, so end the collector and let systemd restart it.
     print("collector: dmesg ended", file=sys.stderr)
     os._exit(1)
