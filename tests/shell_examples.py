@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-SHELL_LANGUAGES = {"bash", "sh", "shell", "console"}
+SHELL_LANGUAGES = {"bash", "sh", "shell"}
+# Blocks of a command and its output: only the `$ ` lines (and their continuations) are commands.
+PROMPTED_LANGUAGES = {"console", "text"}
 # Commands that would touch AWS, the network, a build or the terminal (tail -f), and `out`, the docs'
 # own helper for stack outputs (defined in docs/jobs.md, used on other pages).
 STUBBED = (
@@ -26,7 +29,7 @@ PLACEHOLDER_PATTERN = re.compile(r"<[A-Za-z][^<>\n]*>")
 PLACEHOLDER = "PLACEHOLDER"
 # An inline `code` span that is a command to paste (a -c argument is run as `cdk synth <argument>`).
 INLINE_COMMAND = re.compile(r"^(make |npx cdk |cdk |trainctl |ARGS=|-c [A-Za-z]+=)")
-BLOCK_SECONDS = 10
+PAGE_SECONDS = 30
 
 # Each stub appends one record per call to $DOCS_CALLS: the count of fields, its own name, then its
 # arguments, each ended by NUL. make's stub adds a record "make ARGS" with ARGS as the Makefile's recipe
@@ -74,9 +77,12 @@ def _as_command(span: str) -> str:
 
 
 def examples(path: Path) -> Iterator[Example]:
-    """Every shell block of a page (its fence's line), then every inline command span (its own line)."""
-    name = str(path.relative_to(ROOT))
-    lines = path.read_text().splitlines()
+    return examples_in(str(path.relative_to(ROOT)), path.read_text())
+
+
+def examples_in(name: str, text: str) -> Iterator[Example]:
+    """Every shell block of a page (at its fence's line) and every inline command span (at its line)."""
+    lines = text.splitlines()
     number = 0
     while number < len(lines):
         fence = re.match(r"(\s*)(`{3,})\s*([\w-]*)", lines[number])
@@ -91,7 +97,9 @@ def examples(path: Path) -> Iterator[Example]:
             body.append(lines[end].removeprefix(fence[1]))
             end += 1
         if fence[3] in SHELL_LANGUAGES:
-            yield Example(name, number + 1, _prompted(body) if fence[3] == "console" else "\n".join(body))
+            yield Example(name, number + 1, "\n".join(body))
+        elif fence[3] in PROMPTED_LANGUAGES and (commands := _prompted(body)):
+            yield Example(name, number + 1, commands)
         number = end + 1
 
 
@@ -128,28 +136,47 @@ class Run:
     calls: list[list[str]]
 
 
-def run(script: str, bin_dir: Path, workdir: Path) -> Run:
-    """The script under `bash -e` in `workdir` (a checkout's stand-in: .venv/bin/activate, the launcher),
-    stubs first on PATH, no AWS credentials; the stubs' calls as [name, arg, ...]."""
+def run_all(scripts: Sequence[str], bin_dir: Path, workdir: Path) -> list[Run]:
+    """Each script as `bash -e` would run it, all in one bash (a process per block would cost most of the
+    time): each in its own subshell under `set -e`, through eval so that a syntax error ends only its own,
+    in `workdir` (a checkout's stand-in: .venv/bin/activate, the launcher), stubs first on PATH, no AWS
+    credentials. A marker record before each script tells whose stub calls follow."""
     (workdir / ".venv" / "bin").mkdir(parents=True)
     (workdir / ".venv" / "bin" / "activate").write_text("")
     (workdir / "container").mkdir()
     launcher = workdir / "container" / "distributed_run.sh"
     launcher.write_text(STUB)
     launcher.chmod(0o755)
-    calls = workdir / "calls"
+    log = workdir.parent / f"{workdir.name}-log"
+    log.mkdir()
+    calls = log / "calls"
     calls.touch()
+    lines = []
+    for number, script in enumerate(scripts):
+        lines += [
+            f"printf '%s\\0' 1 '#{number}' >> \"$DOCS_CALLS\"",
+            f"( set -e; eval {shlex.quote(with_placeholders(script))} ) 2> {shlex.quote(f'{log}/stderr.{number}')}",
+            f"echo $? > {shlex.quote(f'{log}/status.{number}')}",
+        ]
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(workdir), "DOCS_CALLS": str(calls), "LANG": "C"}
-    done = subprocess.run(
-        ["bash", "-e", "-c", with_placeholders(script)],
+    subprocess.run(
+        ["bash", "-c", "\n".join(lines)],
         cwd=workdir,
         env=env,
         capture_output=True,
-        text=True,
-        timeout=BLOCK_SECONDS,
-        check=False,
+        timeout=PAGE_SECONDS,
+        check=True,
     )
-    return Run(done.returncode, done.stderr, _records(calls.read_bytes()))
+    by_script: list[list[list[str]]] = []
+    for record in _records(calls.read_bytes()):
+        if record[0].startswith("#"):
+            by_script.append([])
+        else:
+            by_script[-1].append(record)
+    return [
+        Run(int((log / f"status.{n}").read_text()), (log / f"stderr.{n}").read_text(), by_script[n])
+        for n in range(len(scripts))
+    ]
 
 
 def _records(data: bytes) -> list[list[str]]:
