@@ -118,8 +118,7 @@ def with_placeholders(script: str) -> str:
 
 
 def make_stubs(folder: Path) -> Path:
-    """A folder of stub executables, one per STUBBED command (and a stand-in for the repository's launcher
-    and virtual environment, which blocks run from the checkout)."""
+    """A folder of stub executables, one per STUBBED command."""
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True)
     for name in STUBBED:
@@ -163,6 +162,7 @@ def run_all(scripts: Sequence[str], bin_dir: Path, workdir: Path) -> list[Run]:
         ["bash", "-c", "\n".join(lines)],
         cwd=workdir,
         env=env,
+        stdin=subprocess.DEVNULL,  # an example that reads its input reads nothing, instead of waiting
         capture_output=True,
         timeout=PAGE_SECONDS,
         check=True,
