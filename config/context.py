@@ -199,6 +199,10 @@ def _health_check_schedule(raw: str) -> HealthCheckSchedule | None:
         if not 3600 <= interval <= limits.MAX_HEALTH_CHECK_DAYS * 86400:
             raise fail("healthCheckSchedule", raw, "out of range")
         return HealthCheckSchedule(expression=text, interval_seconds=interval)
+    if text.startswith(("rate(", "cron(")) and not text.endswith(")"):
+        # rate(1 or cron(0: the rest went to other words, where escaped parentheses left it unquoted.
+        allowed = refusals.quote_schedule("healthCheckSchedule", text)
+        raise fail("healthCheckSchedule", raw, "cut short at a space by the shell", allowed)
     cron = re.fullmatch(r"cron\((?P<fields>[^()]+)\)", text)
     fields = cron["fields"].split() if cron else []
     if len(fields) != 6:

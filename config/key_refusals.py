@@ -68,4 +68,21 @@ def from_pydantic(error: ValidationError, given: Mapping[str, Any]) -> ConfigErr
         return fail(path, first["input"], "unknown field", "fields " + fields)
     if first["type"] == "missing":
         return ConfigError(f"context key {path}: required; allowed: {_allowed(path)}")
+    if problem and problem.startswith("malformed JSON") and _shell_took_quotes(path, first["input"]):
+        return _malformed_json(path, first["input"], problem)
     return fail(path, first["input"], (problem or first["msg"]).format(**first.get("ctx", {})))
+
+
+def _shell_took_quotes(path: str, value: Any) -> bool:
+    """A JSON key's string without a double quote: what bash leaves of unquoted JSON (it removes the quotes,
+    splits at spaces and brace-expands {"a":1,"b":2} into two words). JSON with its quotes is a typo instead,
+    and its refusal keeps the parser's detail."""
+    return path in refusals.JSON_EXAMPLES and isinstance(value, str) and '"' not in value
+
+
+def _malformed_json(path: str, value: Any, problem: str) -> ConfigError:
+    """The refusal says how to quote the value, and drops the parser's detail where the line would run past
+    its limit."""
+    allowed = refusals.quote_json(path)
+    refusal = fail(path, value, problem, allowed)
+    return refusal if allowed in str(refusal) else fail(path, value, "malformed JSON", allowed)

@@ -23,6 +23,30 @@ SHORT_ALLOWED = {
 }
 
 
+# Where docs/deploy.md shows how to pass JSON, rate(...) and cron(...) through the shell and make's ARGS.
+QUOTING_DOCS = "docs/deploy.md, quoting"
+# The JSON keys' examples for that hint: one short, valid value each.
+JSON_EXAMPLES = {
+    "fleets": '{"rl":{"instanceType":"g6e.48xlarge"}}',
+    "budgets": '{"llama":20000}',
+    "budgetPrices": '{"llm":31.5}',
+}
+
+
+def quote_json(key: str) -> str:
+    """What a refusal of malformed JSON allows: the value as JSON, the whole -c argument in single quotes
+    (unquoted, bash removes the double quotes, splits at spaces and brace-expands {a,b} into two words)."""
+    example = JSON_EXAMPLES.get(key, "{...}")
+    return f"JSON, the whole argument in quotes: -c '{key}={example}' ({QUOTING_DOCS})"
+
+
+def quote_schedule(key: str, value: str) -> str:
+    """What a refusal of a schedule cut at a space allows: the whole -c argument in quotes (unquoted, bash
+    refuses the parentheses, and escaped ones still split the value at its spaces)."""
+    example = "cron(0 3 * * ? *)" if value.startswith("cron") else "rate(1 day)"
+    return f"the whole argument in quotes: -c '{key}={example}' ({QUOTING_DOCS})"
+
+
 def shown(value: Any) -> str:
     """repr(value), cut to MAX_VALUE characters."""
     text = repr(value)

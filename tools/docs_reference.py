@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import typer.main
 from pydantic_core import PydanticUndefined
@@ -30,7 +31,7 @@ from trainctl.cli import app
 from trainctl.rehearsal.catalog import CATALOG as FAULT_CATALOG
 from trainctl.rehearsal.faults import KINDS as FAULT_KINDS
 from trainctl.rehearsal.faults import TRIGGERS as FAULT_TRIGGERS
-from training_constructs.images.image_versions import load_versions
+from training_constructs.images.image_versions import Pin, load_versions
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
@@ -214,9 +215,15 @@ def image_versions_page() -> str:
     for pin in versions.pins.values():
         size = pin.compressed_size or "-"
         images = ", ".join(pin.images)
-        cells = (code(pin.name), code(pin.value), images, pin.checked.isoformat(), size, cell(pin.source))
+        cells = (code(pin.name), code(pin.value), images, pin.checked.isoformat(), size, _source_cell(pin))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _source_cell(pin: Pin) -> str:
+    """What was read, then where: each address as a link named by its host."""
+    links = ", ".join(f"[{urlsplit(url).netloc}]({url})" for url in pin.source_urls)
+    return cell(pin.source) + (f" ({links})" if links else "")
 
 
 def fault_catalog_page() -> str:

@@ -27,6 +27,8 @@ class Pin:
     checked: datetime.date
     source: str
     compressed_size: str | None = None
+    # Where the source was read: https addresses (versions.toml's `source_urls`).
+    source_urls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
             checked=entry["checked"],
             source=str(entry["source"]),
             compressed_size=entry.get("compressed_size"),
+            source_urls=tuple(entry.get("source_urls", ())),
         )
     return Versions(checked=data["checked"], pins=pins)
 
