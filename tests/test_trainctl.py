@@ -230,6 +230,50 @@ def test_logs_follow_prints_new_lines_and_nodes_that_start_late(
     assert result.stdout.splitlines() == ["[n0] n0 first", "[n1] n1 first", "[n2] n2 first", "[n0] n0 second"]
 
 
+def test_submit_follow_prints_each_nodes_log_then_why_and_exits_with_the_outcome(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole of `submit -f` on moto; the follow loop's cases are in tests/test_trainctl_follow.py."""
+    from moto.batch_simple.models import BatchSimpleBackend
+
+    submitted: list[str] = []
+    original = BatchSimpleBackend.submit_job
+
+    def submit_job(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        # moto's docker-less Batch ends a job at once: this one waits RUNNABLE instead.
+        name, job_id, arn = original(backend, *args, **kwargs)
+        world.set_job(job_id, "RUNNABLE")
+        submitted.append(job_id)
+        return name, job_id, arn
+
+    steps = [
+        lambda job_id: (
+            world.set_job(job_id, "RUNNING"),
+            world.add_node_streams(job_id, "gpu", {0: [(1_000, "rendezvous")], 1: [(2_000, "joined as rank 4")]}),
+        ),
+        lambda job_id: (world.append_log(job_id, "gpu", 0, 3_000, "saved"), world.set_job(job_id, "SUCCEEDED")),
+    ]
+    monkeypatch.setattr(BatchSimpleBackend, "submit_job", submit_job)
+    monkeypatch.setattr("trainctl.commands.base.sleep", lambda _s: steps.pop(0)(submitted[0]))
+    result = trainctl("submit", "gpu", "--name", "followed", "-f", "--poll-seconds", "0")
+
+    assert result.exit_code == 0, result.output
+    (job_id,) = submitted
+    assert result.stdout.splitlines()[:5] == [
+        job_id,
+        "[n0] rendezvous",
+        "[n1] joined as rank 4",
+        "[n0] saved",
+        f"{job_id} (followed) on fleet gpu: SUCCEEDED",
+    ]
+    assert [line.split()[2] for line in result.stderr.splitlines() if job_id in line] == [
+        "RUNNABLE",
+        "RUNNING",
+        "SUCCEEDED",
+    ]
+    assert steps == [] and world.job(job_id).status == "SUCCEEDED"
+
+
 # ----------------------------------------------------------------------------------------------- why
 def test_why_a_request_larger_than_the_compute_environment(world: World, trainctl: Any) -> None:
     job_id = world.submit("gpu", definition=world.wide_gpu_definition, name="too-wide")

@@ -314,7 +314,7 @@ def test_aws_errors_become_one_line(code: str, says: str) -> None:
 def test_exit_codes_are_documented_in_the_jobs_page() -> None:
     jobs = (ROOT / "docs" / "jobs.md").read_text()
     section = jobs[jobs.index("## trainctl exit status") :]
-    documented = dict(re.findall(r"^\| (\d) \| `(\w+)` \|", section, re.M))
+    documented = dict(re.findall(r"^\| (\d+) \| `(\w+)` \|", section, re.M))
     assert documented == {str(code.value): code.name for code in ExitCode}
 
 

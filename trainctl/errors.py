@@ -9,7 +9,7 @@ class ExitCode(enum.IntEnum):
     """trainctl's exit status (docs/jobs.md, "trainctl exit status")."""
 
     OK = 0
-    # submit --watch, logs -f, check: the job ended FAILED.
+    # submit --watch/--follow, run --watch/--follow, logs -f, check: the job ended FAILED.
     JOB_FAILED = 1
     # Bad input: a flag's value, a fleet that is not deployed, a job that is not ours (click's own
     # usage errors exit 2 as well).
@@ -18,6 +18,8 @@ class ExitCode(enum.IntEnum):
     AWS = 3
     # check: the benchmark ran but its verdict is not "healthy" (or it printed none).
     UNHEALTHY = 4
+    # Ctrl-C stopped the following (submit/run --follow, logs -f); the job goes on. 128 + SIGINT, as shells say.
+    INTERRUPTED = 130
 
 
 class TrainctlError(Exception):

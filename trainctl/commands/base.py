@@ -21,9 +21,9 @@ from trainctl.deployment import Deployment, load_deployment
 from trainctl.errors import TrainctlError
 
 EXIT_CODES_HELP = (
-    "Exit status: 0 done (check: healthy); 1 the job FAILED (submit --watch, logs -f, check); 2 bad input (a flag, "
-    "an unknown fleet, a job that is not ours); 3 AWS could not be asked (credentials, region, no stacks); "
-    "4 check: the benchmark's verdict is not healthy."
+    "Exit status: 0 done (check: healthy); 1 the job FAILED (submit/run --watch or --follow, logs -f, check); 2 bad "
+    "input (a flag, an unknown fleet, a job that is not ours); 3 AWS could not be asked (credentials, region, no "
+    "stacks); 4 check: the benchmark's verdict is not healthy; 130 Ctrl-C stopped following (the job goes on)."
 )
 GLOBAL_HELP = "Global options (--region, --profile, --json) go before or after the command."
 

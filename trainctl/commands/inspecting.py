@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,21 +17,23 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from rich.table import Table
 
 from trainctl.commands import base
-from trainctl.commands.base import POLL_SECONDS, PollOption, app, console, note, reports_errors, state_of
+from trainctl.commands.base import POLL_SECONDS, PollOption, State, app, console, note, reports_errors, state_of
+from trainctl.deployment import Fleet
 from trainctl.display import human_size, parse_since, styled_state, when
 from trainctl.errors import ExitCode
 from trainctl.fleet.compute import fleet_compute
 from trainctl.fleet.cost import price_per_hour, usage_of
 from trainctl.inspecting.checkpoints import checkpoint_location, lineage_id, list_checkpoints
 from trainctl.inspecting.checkpoints import download as download_checkpoints
+from trainctl.inspecting.following import LogFollower, follow_to_end, new_stream_line, stopped_following
 from trainctl.inspecting.handles import JOB_HELP, owned
 from trainctl.inspecting.lineage import follow, lineage_lines
 from trainctl.inspecting.listing import COLUMN_NAMES, JobFilter, list_jobs, parse_columns, parse_states, table_lines
-from trainctl.inspecting.logs import LogLine, StreamReader, interleave, node_streams, parse_nodes
+from trainctl.inspecting.logs import LogLine, parse_nodes
 from trainctl.inspecting.recovery import log_tail
 from trainctl.inspecting.showing import node_rows
 from trainctl.inspecting.why import explain
-from trainctl.jobs import DONE, describe_jobs, num_nodes
+from trainctl.jobs import DONE, num_nodes
 
 # `jobs` lists jobs created this recently unless --since says otherwise.
 DEFAULT_SINCE = timedelta(days=7)
@@ -174,38 +179,78 @@ def logs(
     state = state_of(ctx)
     job_id, job, fleet = owned(state.batch, state.deployment(), job_id)
     chosen = parse_nodes(node, num_nodes(job))
-    logs_client = state.aws.client("logs")
-    readers = {s.node: StreamReader(logs_client, s) for s in node_streams(state.batch, job, chosen, fleet.log_group)}
-
-    def show_lines(lines: list[LogLine]) -> None:
-        for line in lines:
-            if state.json:
-                typer.echo(json.dumps({"node": line.node, "timestamp": line.timestamp, "message": line.message}))
-            elif timestamps:
-                stamp = datetime.fromtimestamp(line.timestamp / 1000, UTC).isoformat(timespec="milliseconds")
-                typer.echo(f"{stamp.replace('+00:00', 'Z')} {line.render()}")
-            else:
-                typer.echo(line.render())
-
-    first = interleave(r.read() for r in readers.values())
+    follower = LogFollower(
+        state.batch, state.aws.client("logs"), fleet.log_group, nodes=chosen,
+        on_new_stream=lambda stream: note(new_stream_line(stream)),
+    )  # fmt: skip
+    show_lines = functools.partial(print_lines, as_json=state.json, timestamps=timestamps)
+    first = follower.poll(job)
     show_lines(first)
     if not follow:
-        if all(r.source.stream is None for r in readers.values()):
+        if not follower.any_stream:
             note(f"no node of job {job_id} has a log stream yet (it is {job.get('status')})")
         return
     if job.get("status") in DONE:
         # Nothing more will come: say so rather than end in silence.
         shown = "its logs are above" if first else "its nodes wrote no log lines"
         note(f"job {job_id} already ended {job.get('status')}: {shown}; nothing more to follow")
-    while job.get("status") not in DONE:
-        base.sleep(poll_seconds)
-        job = describe_jobs(state.batch, [job_id])[0]
-        waiting = [n for n, r in readers.items() if r.source.stream is None]
-        if waiting:
-            for stream in node_streams(state.batch, job, waiting, fleet.log_group):
-                readers[stream.node] = StreamReader(logs_client, stream)
-        show_lines(interleave(r.read() for r in readers.values()))
+    else:
+        with goes_on_if_interrupted(job_id):
+            job = follow_to_end(state.batch, follower, job_id, show=show_lines, poll_seconds=poll_seconds,
+                                sleep=base.sleep)  # fmt: skip
     # As submit --watch: the exit status says how the followed job ended.
+    if job.get("status") != "SUCCEEDED":
+        raise typer.Exit(int(ExitCode.JOB_FAILED))
+
+
+def print_lines(lines: list[LogLine], *, as_json: bool, timestamps: bool = False) -> None:
+    for line in lines:
+        if as_json:
+            typer.echo(json.dumps({"node": line.node, "timestamp": line.timestamp, "message": line.message}))
+        elif timestamps:
+            stamp = datetime.fromtimestamp(line.timestamp / 1000, UTC).isoformat(timespec="milliseconds")
+            typer.echo(f"{stamp.replace('+00:00', 'Z')} {line.render()}")
+        else:
+            typer.echo(line.render())
+
+
+@contextmanager
+def goes_on_if_interrupted(job_id: str) -> Iterator[None]:
+    """Ctrl-C while following stops the following, never the job: one line saying so, exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        note(stopped_following(job_id))
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+
+def follow_launched(
+    state: State,
+    fleet: Fleet,
+    job_id: str,
+    job_name: str,
+    *,
+    poll_seconds: float,
+    on_state: Callable[[dict[str, Any]], None],
+) -> None:
+    """submit/run --follow: every node's log, prefixed by node, until the job ends (each state on stderr
+    through `on_state`), then why's summary; exits 0 when it SUCCEEDED, 1 (JOB_FAILED) when it FAILED. First
+    the job id; with --json, stdout is JSON Lines: the submission, each log line as `logs --json` prints it,
+    then why's answer."""
+    submitted = {"jobId": job_id, "jobName": job_name, "fleet": fleet.name}
+    typer.echo(json.dumps(submitted) if state.json else job_id)
+    follower = LogFollower(state.batch, state.aws.client("logs"), fleet.log_group,
+                           on_new_stream=lambda stream: note(new_stream_line(stream)))  # fmt: skip
+    show_lines = functools.partial(print_lines, as_json=state.json)
+    with goes_on_if_interrupted(job_id):
+        job = follow_to_end(state.batch, follower, job_id, show=show_lines, poll_seconds=poll_seconds,
+                            sleep=base.sleep, on_state=on_state)  # fmt: skip
+    answer = why_answer(state, job_id, job, fleet)
+    if state.json:
+        typer.echo(json.dumps(answer, default=str))
+    else:
+        for line in why_lines(answer, job):
+            typer.echo(line)
     if job.get("status") != "SUCCEEDED":
         raise typer.Exit(int(ExitCode.JOB_FAILED))
 
@@ -217,6 +262,16 @@ def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB",
     """Why a job is not running, in plain words; a job the capacity fallback resubmitted names its successor."""
     state = state_of(ctx)
     job_id, job, fleet = owned(state.batch, state.deployment(), job_id)
+    answer = why_answer(state, job_id, job, fleet)
+    if state.json:
+        state.out(answer)
+        return
+    for line in why_lines(answer, job):
+        typer.echo(line)
+
+
+def why_answer(state: State, job_id: str, job: dict[str, Any], fleet: Fleet) -> dict[str, Any]:
+    """What `why --json` prints (and `why_lines` words): the job's status, the reasons, its lineage."""
     compute = fleet_compute(state.batch, fleet)
     explanation = explain(
         job,
@@ -228,21 +283,18 @@ def why(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB",
         tail=log_tail(state.aws.client("logs")),
     )
     lineage = follow(state.batch, job)
-    reasons = lineage_lines(lineage, job_id) + explanation.reasons
-    if state.json:
-        state.out(
-            {
-                "jobId": job_id,
-                "fleet": fleet.name,
-                "status": explanation.status,
-                "reasons": reasons,
-                "lineage": lineage.summary(),
-            }
-        )
-        return
-    typer.echo(f"{job_id} ({job.get('jobName')}) on fleet {fleet.name}: {explanation.status}")
-    for reason in reasons:
-        typer.echo(f"- {reason}")
+    return {
+        "jobId": job_id,
+        "fleet": fleet.name,
+        "status": explanation.status,
+        "reasons": lineage_lines(lineage, job_id) + explanation.reasons,
+        "lineage": lineage.summary(),
+    }
+
+
+def why_lines(answer: dict[str, Any], job: dict[str, Any]) -> list[str]:
+    head = f"{answer['jobId']} ({job.get('jobName')}) on fleet {answer['fleet']}: {answer['status']}"
+    return [head, *(f"- {reason}" for reason in answer["reasons"])]
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints

@@ -17,9 +17,11 @@ from rich.table import Table
 
 from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, State, app, console, note, reports_errors, state_of
+from trainctl.commands.inspecting import follow_launched
 from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError
 from trainctl.fleet.compute import fleet_compute
+from trainctl.inspecting.following import check_follow
 from trainctl.jobs import watch as watch_job
 from trainctl.submitting.estimate import ASK_ABOVE_USD, HoursOption, TeamOption, YesOption, before_submit, hours_timeout
 from trainctl.submitting.preflight import (
@@ -135,8 +137,15 @@ def build_request(
     return fleet, request
 
 
-def _submit_and_report(state: State, fleet: Fleet, request: dict[str, Any], *, watch: bool, poll: float) -> None:
+def _submit_and_report(
+    state: State, fleet: Fleet, request: dict[str, Any], *, watch: bool, poll: float, follow_logs: bool = False
+) -> None:
     job_id = str(state.batch.submit_job(**request)["jobId"])
+    if follow_logs:
+        # As often as `logs -f` polls: a third of --watch's interval.
+        follow_launched(state, fleet, job_id, request["jobName"], poll_seconds=poll / 3,
+                        on_state=lambda job: note(_state_line(job)))  # fmt: skip
+        return
     if state.json and not watch:
         state.out({"jobId": job_id, "jobName": request["jobName"], "fleet": fleet.name})
     elif not state.json:
@@ -150,6 +159,15 @@ def _submit_and_report(state: State, fleet: Fleet, request: dict[str, Any], *, w
 
 
 WatchOption = Annotated[bool, typer.Option("--watch", help="Follow the job's states; exit with its outcome.")]
+FollowOption = Annotated[
+    bool,
+    typer.Option(
+        "--follow",
+        "-f",
+        help="Print every node's log, prefixed [n0], [n1], ..., until the job ends (its states on stderr, as --watch), "
+        "then `why`'s summary; exit 0 if it SUCCEEDED, 1 if it FAILED. Ctrl-C stops following, not the job.",
+    ),
+]
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the exact SubmitJob request; submit nothing.")]
 EnvFileOption = Annotated[
     Path | None,
@@ -200,6 +218,7 @@ def submit(
     ] = None,
     new_share: NewShareOption = False,
     watch: WatchOption = False,
+    follow_logs: FollowOption = False,
     dry_run: DryRunOption = False,
     hours: HoursOption = None,
     team: TeamOption = None,
@@ -208,6 +227,7 @@ def submit(
 ) -> None:
     """Submit one multi-node job to a fleet's queue."""
     state = state_of(ctx)
+    check_follow(follow_logs, dry_run=dry_run)
     # The flags first: a typo is reported before any AWS call.
     environment = (parse_env_file(env_file) if env_file else {}) | parse_env(env or [])
     check_flags(name=name, timeout_seconds=timeout)
@@ -222,7 +242,7 @@ def submit(
     if dry_run:
         state.out(request)
         return
-    _submit_and_report(state, fleet, request, watch=watch, poll=poll_seconds)
+    _submit_and_report(state, fleet, request, watch=watch, poll=poll_seconds, follow_logs=follow_logs)
 
 
 def _checker(
@@ -247,6 +267,7 @@ def run(
     env_file: EnvFileOption = None,
     new_share: NewShareOption = False,
     watch: WatchOption = False,
+    follow_logs: FollowOption = False,
     dry_run: DryRunOption = False,
     hours: HoursOption = None,
     team: TeamOption = None,
@@ -256,6 +277,7 @@ def run(
     """Submit the job a task file describes: fleet (required), job, nodes, name, command, launcher, image,
     env, share, timeout, attempts, workdir, setup (docs/jobs.md, docs/workdir.md)."""
     state = state_of(ctx)
+    check_follow(follow_logs, dry_run=dry_run)
     if hours is not None:
         hours_timeout(hours)
     task = load_task(task_file)
@@ -268,7 +290,7 @@ def run(
     if dry_run:
         state.out(request)
         return
-    _submit_and_report(state, fleet, request, watch=watch, poll=poll_seconds)
+    _submit_and_report(state, fleet, request, watch=watch, poll=poll_seconds, follow_logs=follow_logs)
 
 
 @app.command()
