@@ -73,6 +73,11 @@ def parse_since(text: str | None, *, default: timedelta, now: datetime | None = 
     if text is None:
         return now - default
     span = _SPAN.match(text.strip().lower())
+    if span and int(span.group(1)) == 0:
+        # A span of nothing lists nothing: an empty table would only hide the slip.
+        raise TrainctlError(
+            f"--since {text}: a span of zero covers no time; give one of at least 1m (30m, 12h, 7d, 2w) or a date"
+        )
     try:
         if span:
             return now - timedelta(**{_SPAN_UNITS[span.group(2)]: int(span.group(1))})

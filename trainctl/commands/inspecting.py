@@ -19,7 +19,7 @@ from trainctl.display import human_size, parse_since, styled_state, when
 from trainctl.errors import ExitCode
 from trainctl.fleet.compute import fleet_compute
 from trainctl.fleet.cost import price_per_hour, usage_of
-from trainctl.inspecting.checkpoints import checkpoint_location, lineage_id, list_checkpoints
+from trainctl.inspecting.checkpoints import checkpoint_location, lineage_id, list_checkpoints, ready_folder
 from trainctl.inspecting.checkpoints import download as download_checkpoints
 from trainctl.inspecting.handles import JOB_HELP, owned
 from trainctl.inspecting.lineage import follow, lineage_lines
@@ -259,6 +259,8 @@ def checkpoints(
     """List (or download) per node the checkpoint files a training job's manifests name (its lineage's: the same
     for a job and the jobs the capacity fallback resubmitted it as)."""
     state = state_of(ctx)
+    if download is not None:
+        ready_folder(download)
     deployment = state.deployment()
     job_id, job, fleet = owned(state.batch, deployment, job_id)
     bucket, prefix = checkpoint_location(job, fleet, deployment)
