@@ -1,5 +1,5 @@
 """How trainctl writes things for people: job states in colour, sizes and durations in human units,
-and `--since` as a date or a span back from now (7d, 12h, 30m, 2w)."""
+text elided in its middle to fit a column, and `--since` as a date or a span back from now (7d, 12h, 30m, 2w)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,19 @@ def age(milliseconds: int) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def elide_middle(text: str, width: int) -> str:
+    """`text` whole when it fits `width` characters, else its start and its end joined by "…" in exactly
+    `width` characters, the start one longer when they cannot be equal: names of one experiment share their
+    start and differ at their end (`pretrain-lla…-seed17-v2`)."""
+    if len(text) <= width:
+        return text
+    if width < 2:
+        return text[:width]
+    kept = width - 1
+    head = (kept + 1) // 2
+    return text[:head] + "…" + text[len(text) - (kept - head) :]
 
 
 def when(milliseconds: int | None) -> str:
