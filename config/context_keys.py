@@ -61,10 +61,22 @@ def _bool(value: Any) -> Any:
     return value
 
 
+def once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook for every JSON context value (_json_object): an object that repeats a key is
+    refused, where json.loads keeps the last one without a word (`{"llama": 1, "llama": 2}` would lose a
+    team's first budget)."""
+    found: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in found:
+            raise ValueError(f"key {json.dumps(name)} is given twice: give each key once")
+        found[name] = value
+    return found
+
+
 def _json_object(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = json.loads(value, object_pairs_hook=once_each)
         except json.JSONDecodeError as error:
             raise ValueError(f"malformed JSON ({error.msg} at column {error.colno})") from None
     if value is not None and not isinstance(value, dict):

@@ -17,6 +17,7 @@ MAX_VALUE = 48
 CATALOG_TYPES = "an EFA-capable type of docs/reference/catalog.md"
 SHORT_ALLOWED = {
     "fleets": "a JSON object of named fleets (docs/fleets.md)",
+    "budgets": 'empty, or a JSON object of team: monthly US dollars ({"llama": 20000})',
     "healthCheckSchedule": "empty, rate(1 hour) to rate(6 days), or cron(M H * * ? *) with M one minute",
     "shares": "empty, or identifier:share,... (identifier: letters and digits, * suffix; share 1..1000)",
     "interfaceEndpoints": "any of: ",  # completed with the names in config/context.py

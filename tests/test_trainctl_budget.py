@@ -149,7 +149,7 @@ def test_dry_run_shows_the_estimate_the_remainder_and_the_refusal_to_come(trainc
 def test_hours_set_the_attempt_timeout_that_bounds_the_estimate(world: World, trainctl: Any, table: Any) -> None:
     spend(table, "vision", 90, "vision-earlier")
     # 15 minutes: 2 x $10 x 0.25 h = $5, within vision's $10.
-    result = trainctl("submit", "gpu", "--team", "vision", "--timeout", "7200", "--hours", "0.25")
+    result = trainctl("submit", "gpu", "--team", "vision", "--hours", "0.25")
     assert result.exit_code == 0, result.output
     assert "at most $5.00 (2 x g6.12xlarge x 15 min)" in result.stderr
     job = world.client("batch").describe_jobs(jobs=[result.stdout.strip()])["jobs"][0]

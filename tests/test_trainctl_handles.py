@@ -1,5 +1,5 @@
 """Short job handles (an id prefix, a name) in every command that takes JOB, `cancel --all` / `--name`, and
-the `jobs` table that fits 80 columns without cutting a cell, on moto's AWS APIs on 127.0.0.1
+the `jobs` table that fits 80 columns (a long name elided in its middle, no id cut), on moto's AWS APIs on 127.0.0.1
 (tests/trainctl_world.py)."""
 
 from __future__ import annotations
@@ -295,6 +295,30 @@ def test_no_cell_to_copy_is_ever_cut_on_a_narrow_terminal_or_piped(
     terminal_of(monkeypatch, 80)
     narrow = ANSI.sub("", trainctl("jobs", "--name", "w-long-", "-o", "id,name,sweep").stdout)
     assert f"{job_id[:8]}  {name}  {sweep}" in narrow
+
+
+def test_a_64_character_name_fits_80_columns_and_stays_whole_where_it_is_copied(
+    world: World, trainctl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "w64-pretrain-llama-3-8b-fineweb-edu-lr3e-4-warmup2k-bs1024-seed7"
+    assert len(name) == 64
+    job_id = world.submit("trainium", name=name)
+    world.set_job(job_id, "SUCCEEDED")
+
+    # Piped, the default columns fit 80 as well.
+    piped = trainctl("jobs", "--name", "w64-").stdout.splitlines()
+    terminal_of(monkeypatch, 80)
+    lines = ANSI.sub("", trainctl("jobs", "--name", "w64-").stdout).splitlines()
+
+    for table in (piped, lines):
+        assert all(len(line) <= 80 for line in table), table
+        start, end = table[1].split()[1].split("…")
+        assert name.startswith(start) and name.endswith(end) and len(end) >= 8, table
+        assert table[1].split()[0] == job_id[:8]
+    assert name in ANSI.sub("", trainctl("jobs", "--name", "w64-", "--wide").stdout)
+    assert [r["name"] for r in ok_json(trainctl("--json", "jobs", "--name", "w64-"))] == [name]
+    # The whole name is still the job's handle.
+    assert ok_json(trainctl("--json", "why", name))["jobId"] == job_id
 
 
 def test_jobs_columns_are_chosen_by_name(world: World, trainctl: Any) -> None:

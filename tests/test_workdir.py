@@ -18,6 +18,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from config.catalog import CATALOG
 from tests.harness import ROOT
 from tests.test_rehearsal import definition as rehearsal_definition
 from tests.test_trainctl import one_error_line
@@ -28,8 +29,17 @@ from trainctl.errors import ExitCode, TrainctlError
 from trainctl.rehearsal.session import Options, rehearse
 from trainctl.submitting.taskfile import LAUNCHER as LAUNCHER_IN_IMAGE
 from trainctl.submitting.taskfile import load_task
-from trainctl.submitting.workdir import PREFIX, SETUP_ENV, URI_ENV, check_definition_script, check_script, pack, upload
-from training_constructs.jobs.workloads import ISAACLAB_TRAIN_SCRIPT
+from trainctl.submitting.workdir import (
+    PREFIX,
+    SETUP_ENV,
+    URI_ENV,
+    check_definition_script,
+    check_script,
+    definition_script,
+    pack,
+    upload,
+)
+from training_constructs.jobs.workloads import ALLREDUCE_BENCH, ISAACLAB_TRAIN_SCRIPT, training_workload
 
 sys.path.insert(0, str(ROOT / "container" / "launcher"))
 import workdir_fetch  # container/ is on the path only from here
@@ -143,16 +153,10 @@ def test_workdir_refusals_shorten_long_paths_and_still_name_them(tmp_path: Path)
         with pytest.raises(TrainctlError) as script:
             check_script(packed, command)
         lines.append(script.value.message)
-    with pytest.raises(TrainctlError) as definition_script:
-        check_definition_script(
-            packed,
-            {
-                "nodeProperties": {
-                    "nodeRangeProperties": [{"container": {"command": [LAUNCHER_IN_IMAGE, "s" * 150 + ".py"]}}]
-                }
-            },
-        )
-    lines.append(definition_script.value.message)
+    image_script = "/opt/" + "s" * 150 + ".py"
+    with pytest.raises(TrainctlError) as own_script:
+        check_definition_script(packed, [image_script], definition(LAUNCHER_IN_IMAGE, image_script))
+    lines.append(own_script.value.message)
     for line in lines:
         assert len(line) <= 200, line
         assert "…" in line and "/code" in line, line  # the folder's end names it
@@ -160,7 +164,7 @@ def test_workdir_refusals_shorten_long_paths_and_still_name_them(tmp_path: Path)
     assert "l" * 20 + "…" not in lines[0]  # the path's end, not a cut word
     assert lines[4].endswith("(paths are relative to the workdir; .gitignore may leave it out)")
     assert lines[5].endswith("(train.py --lr 0.1))")
-    assert "s.py is not in workdir" in lines[6]
+    assert "s.py is the job definition's own script: run one of workdir …" in lines[6]
 
 
 def test_a_node_unpacks_what_was_packed_with_its_modes_and_links(tmp_path: Path) -> None:
@@ -390,18 +394,43 @@ def test_a_script_missing_from_the_workdir_is_refused_before_anything_is_submitt
     assert world.client("batch").list_jobs(jobQueue=world.queues["gpu"], filters=named)["jobSummaryList"] == []
 
 
-def test_without_a_command_the_job_definitions_script_must_be_in_the_workdir(tmp_path: Path) -> None:
-    packed = pack(tree(tmp_path / "code", {"train.py": "pass\n"}))
+def definition(*command: str, environment: dict[str, str] | None = None) -> dict[str, Any]:
+    """A described job definition whose first node range runs `command`."""
+    container = {
+        "command": list(command),
+        "environment": [{"name": k, "value": v} for k, v in (environment or {}).items()],
+    }
+    return {"nodeProperties": {"nodeRangeProperties": [{"container": container}]}}
 
-    def definition(*command: str) -> dict[str, Any]:
-        return {"nodeProperties": {"nodeRangeProperties": [{"container": {"command": list(command)}}]}}
 
-    # Isaac Lab's default script is relative to the image's working folder, which a workdir replaces.
-    with pytest.raises(TrainctlError) as refused:
-        check_definition_script(packed, definition(LAUNCHER_IN_IMAGE, ISAACLAB_TRAIN_SCRIPT, "--headless"))
-    assert f"the job definition's script {ISAACLAB_TRAIN_SCRIPT} is not in workdir" in refused.value.message
-    check_definition_script(packed, definition(LAUNCHER_IN_IMAGE, "/opt/training/allreduce_bench.py"))
-    check_definition_script(packed, definition(LAUNCHER_IN_IMAGE, "train.py"))
+def test_the_job_definitions_own_script_is_read_from_each_form_the_workloads_write() -> None:
+    gpu, isaac, trainium = (training_workload(CATALOG[t]) for t in ("p5.48xlarge", "g6.12xlarge", "trn1.32xlarge"))
+    assert definition_script(definition(*gpu.command, environment=gpu.environment)) == ALLREDUCE_BENCH
+    assert definition_script(definition(*isaac.command, environment=isaac.environment)) == ISAACLAB_TRAIN_SCRIPT
+    assert definition_script(definition(*trainium.command)) == ALLREDUCE_BENCH
+    assert definition_script(definition("/bin/bash", "-c", "echo no launcher")) is None
+    assert definition_script(definition(LAUNCHER_IN_IMAGE, "--help")) is None
+
+
+def test_a_workdir_command_that_is_the_job_definitions_own_script_is_refused(tmp_path: Path) -> None:
+    packed = pack(tree(tmp_path / "code", {"train.py": "pass\n", ISAACLAB_TRAIN_SCRIPT: "pass\n"}))
+    by_variable = definition(
+        "/bin/bash",
+        "-c",
+        f'exec {LAUNCHER_IN_IMAGE} "$TRAIN_SCRIPT" $TRAIN_ARGS',
+        environment={"TRAIN_SCRIPT": ALLREDUCE_BENCH},
+    )
+    for own in (definition(LAUNCHER_IN_IMAGE, ALLREDUCE_BENCH, "--per-node"), by_variable):
+        with pytest.raises(TrainctlError) as refused:
+            check_definition_script(packed, [ALLREDUCE_BENCH, "--size-mb", "64"], own)
+        message = refused.value.message
+        assert message.startswith(f"command: {ALLREDUCE_BENCH} is the job definition's own script: run one of workdir ")
+        assert message.endswith("/code (train.py --lr 0.1) or drop the workdir"), message
+        # The folder's own script runs from it.
+        check_definition_script(packed, ["train.py", "--lr", "0.1"], own)
+    # Isaac Lab's script, relative, copied into the folder: the folder's now, so it is taken.
+    isaac = definition("/bin/bash", "-c", f"cd x && exec {LAUNCHER_IN_IMAGE} {ISAACLAB_TRAIN_SCRIPT} --headless")
+    check_definition_script(packed, [ISAACLAB_TRAIN_SCRIPT, "--headless"], isaac)
 
 
 def test_a_workdir_without_the_launcher_is_refused(trainctl: Any, tmp_path: Path) -> None:
@@ -410,7 +439,9 @@ def test_a_workdir_without_the_launcher_is_refused(trainctl: Any, tmp_path: Path
     task.write_text("fleet: gpu\nworkdir: code\nlauncher: false\ncommand: sh run.sh\n")
     line = one_error_line(trainctl("run", str(task)), ExitCode.USAGE)
     assert "field workdir: needs the launcher" in line and "launcher: false" in line
-    missing = one_error_line(trainctl("submit", "gpu", "--workdir", str(tmp_path / "nowhere")), ExitCode.USAGE)
+    missing = one_error_line(
+        trainctl("submit", "gpu", "--workdir", str(tmp_path / "nowhere"), "--command", "train.py"), ExitCode.USAGE
+    )
     assert missing.endswith("/nowhere: not a folder") and len(missing) <= 200
 
 

@@ -1,5 +1,5 @@
 """How trainctl writes things for people: job states in colour, sizes and durations in human units,
-and `--since` as a date or a span back from now (7d, 12h, 30m, 2w)."""
+text elided in its middle to fit a column, and `--since` as a date or a span back from now (7d, 12h, 30m, 2w)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,19 @@ def age(milliseconds: int) -> str:
     return f"{seconds}s"
 
 
+def elide_middle(text: str, width: int) -> str:
+    """`text` whole when it fits `width` characters, else its start and its end joined by "…" in exactly
+    `width` characters, the start one longer when they cannot be equal: names of one experiment share their
+    start and differ at their end (`pretrain-lla…-seed17-v2`)."""
+    if len(text) <= width:
+        return text
+    if width < 2:
+        return text[:width]
+    kept = width - 1
+    head = (kept + 1) // 2
+    return text[:head] + "…" + text[len(text) - (kept - head) :]
+
+
 def when(milliseconds: int | None) -> str:
     if not milliseconds:
         return "-"
@@ -73,6 +86,11 @@ def parse_since(text: str | None, *, default: timedelta, now: datetime | None = 
     if text is None:
         return now - default
     span = _SPAN.match(text.strip().lower())
+    if span and int(span.group(1)) == 0:
+        # A span of nothing lists nothing: an empty table would only hide the slip.
+        raise TrainctlError(
+            f"--since {text}: a span of zero covers no time; give one of at least 1m (30m, 12h, 7d, 2w) or a date"
+        )
     try:
         if span:
             return now - timedelta(**{_SPAN_UNITS[span.group(2)]: int(span.group(1))})

@@ -23,7 +23,8 @@ from trainctl.display import human_size, parse_since, styled_state, when
 from trainctl.errors import ExitCode
 from trainctl.fleet.compute import fleet_compute
 from trainctl.fleet.cost import price_per_hour, usage_of
-from trainctl.inspecting.checkpoints import checkpoint_location, lineage_id, list_checkpoints
+from trainctl.inspecting import listing
+from trainctl.inspecting.checkpoints import checkpoint_location, lineage_id, list_checkpoints, ready_folder
 from trainctl.inspecting.checkpoints import download as download_checkpoints
 from trainctl.inspecting.following import LogFollower, follow_to_end, new_stream_line, stopped_following
 from trainctl.inspecting.handles import JOB_HELP, owned
@@ -54,14 +55,15 @@ def jobs(
     sweep: Annotated[str | None, typer.Option(metavar="TAG", help="Only the jobs of this sweep.")] = None,
     name: Annotated[str | None, typer.Option(metavar="PREFIX", help="Only jobs whose name starts so.")] = None,
     limit: Annotated[int, typer.Option(min=0, help="At most this many, newest first (0: all).")] = 50,
-    wide: Annotated[bool, typer.Option("--wide", help="Every column: full id, started, duration, tries, ...")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, whole names: full id, started, ...")] = False,
     chosen: Annotated[
         str | None, typer.Option("--columns", "-o", metavar="COL,COL", help="These columns: " + ", ".join(COLUMN_NAMES))
     ] = None,
 ) -> None:
     """The deployment's jobs, newest first: short id, name, fleet, state, nodes, age (--wide: every column).
 
-    No cell is ever cut, on a terminal or piped: the id, name and sweep columns can be copied into the next command.
+    The default columns fit 80 columns (or a wider terminal): a long name keeps its start and end around "…".
+    --wide, -o and --json show whole names; ids are never cut and can be copied into the next command.
     """
     state = state_of(ctx)
     shown = parse_columns(chosen, wide=wide)
@@ -82,7 +84,8 @@ def jobs(
         note("no jobs match: widen --since (default 7d) or drop a filter")
         return
     out = console()
-    for line in table_lines(rows, shown, now_ms=now_ms):
+    fit = None if wide or chosen else max(listing.FIT_COLUMNS, out.width) if out.is_terminal else listing.FIT_COLUMNS
+    for line in table_lines(rows, shown, now_ms=now_ms, fit=fit):
         out.print(line, soft_wrap=True, overflow="ignore", crop=False)
 
 
@@ -311,6 +314,8 @@ def checkpoints(
     """List (or download) per node the checkpoint files a training job's manifests name (its lineage's: the same
     for a job and the jobs the capacity fallback resubmitted it as)."""
     state = state_of(ctx)
+    if download is not None:
+        ready_folder(download)
     deployment = state.deployment()
     job_id, job, fleet = owned(state.batch, deployment, job_id)
     bucket, prefix = checkpoint_location(job, fleet, deployment)

@@ -19,10 +19,11 @@ from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, State, app, console, note, reports_errors, state_of
 from trainctl.commands.inspecting import follow_launched
 from trainctl.deployment import Fleet
-from trainctl.errors import ExitCode, TrainctlError
+from trainctl.errors import ExitCode, TrainctlError, clip_path
 from trainctl.fleet.compute import fleet_compute
 from trainctl.inspecting.following import check_follow
 from trainctl.jobs import watch as watch_job
+from trainctl.submitting import estimate
 from trainctl.submitting.estimate import ASK_ABOVE_USD, HoursOption, TeamOption, YesOption, before_submit, hours_timeout
 from trainctl.submitting.preflight import (
     FLAGS,
@@ -103,8 +104,8 @@ def build_request(
     fleet = state.deployment().fleet(task.fleet)
     deployed = fleet.training_definition if task.job == "training" else fleet.benchmark_definition
     definition = describe_definition(state.batch, deployed)
-    if packed and task.command is None:
-        check_definition_script(packed, definition)
+    if packed:
+        check_definition_script(packed, task.command or [], definition)
     compute = fleet_compute(state.batch, fleet)
     nodes = task.nodes or int(definition.get("nodeProperties", {}).get("numNodes") or 1)
     check_nodes(fleet, nodes, capacity(compute, definition), inputs=inputs)
@@ -231,8 +232,7 @@ def submit(
     # The flags first: a typo is reported before any AWS call.
     environment = (parse_env_file(env_file) if env_file else {}) | parse_env(env or [])
     check_flags(name=name, timeout_seconds=timeout)
-    if hours is not None:
-        hours_timeout(hours)
+    estimate.one_timeout(hours, timeout, named="--timeout")
     task = _task(
         fleet=fleet_name, job=job.value, nodes=nodes, name=name, command=command, launcher=not no_launcher,
         image=image, env=environment, share=share, timeout=timeout, attempts=attempts, workdir=workdir, setup=setup,
@@ -278,9 +278,8 @@ def run(
     env, share, timeout, attempts, workdir, setup (docs/jobs.md, docs/workdir.md)."""
     state = state_of(ctx)
     check_follow(follow_logs, dry_run=dry_run)
-    if hours is not None:
-        hours_timeout(hours)
     task = load_task(task_file)
+    estimate.one_timeout(hours, task.timeout, named=f"{clip_path(task_file)}'s timeout:")
     if env_file:
         task = task.model_copy(update={"env": parse_env_file(env_file) | task.env})
     check = _checker(state, hours=hours, team=team, yes=yes, dry_run=dry_run)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from trainctl.aws import aws_errors
 from trainctl.deployment import Deployment, Fleet
-from trainctl.errors import TrainctlError
+from trainctl.errors import TrainctlError, clip_path
 from trainctl.jobs import job_environment
 
 # checkpoint_sync.py's MANIFEST_FORMAT and manifest name.
@@ -92,6 +93,20 @@ def _manifest_files(node: int, key: str, body: bytes) -> list[CheckpointFile]:
     except (ValueError, KeyError, TypeError, AttributeError):
         writer = "container/launcher/checkpoint_sync.py"
         raise TrainctlError(f"{key} is not a checkpoint manifest ({writer} writes them)") from None
+
+
+def ready_folder(directory: Path) -> None:
+    """`checkpoints --download DIR`: the folder made (with its parents) and a file written and removed in it,
+    before anything is listed, so that a folder that cannot hold the files is refused in one line."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as error:
+        raise TrainctlError(
+            f"--download {clip_path(directory)}: cannot create or write that folder ({error.strerror or error}); "
+            "give a folder you can write (a missing one is made)"
+        ) from None
 
 
 def download(

@@ -1,9 +1,10 @@
 """`trainctl jobs`: the deployment's jobs across its queues, newest first, with what a person asks
 first (state, nodes, how long, attempts, share, sweep, cost), and the table they are shown in.
 
-The table is plain aligned text: the default columns fit 80 terminal columns for usual names, and no
-cell is ever cut (ids, names and sweep ids are copied into later commands), so an unusually long name
-makes a longer line rather than a shorter name."""
+The table is plain aligned text. The default columns fit 80 terminal columns (or a wider terminal) whatever
+the names: the name column takes what the others leave and a longer name loses its middle to "…". Nothing
+else is cut, and nothing at all with --wide or chosen columns (ids, names and sweep ids are copied into
+later commands); --json has every name whole."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 from rich.markup import escape
 
 from trainctl.deployment import Deployment
-from trainctl.display import age, human_duration, styled_state, when
+from trainctl.display import age, elide_middle, human_duration, styled_state, when
 from trainctl.errors import TrainctlError, clip
 from trainctl.fleet.compute import fleet_compute
 from trainctl.fleet.cost import price_per_hour, usage_of
@@ -146,6 +147,11 @@ DEFAULT_COLUMNS = ("id", "name", "fleet", "state", "nodes", "age")
 WIDE_COLUMNS = ("job-id", "name", "fleet", "state", "nodes", "age", "started", "duration", "tries", "share", "sweep",
                 "usd")  # fmt: skip
 GAP = "  "
+# The default table fits this many columns, or the terminal's width when wider.
+FIT_COLUMNS = 80
+# The name column is never narrower than this to fit: other columns that are wide already (an old job's full
+# id, a long fleet name) make a longer line rather than an unreadable name.
+MIN_NAME_WIDTH = 16
 
 
 def parse_columns(value: str | None, *, wide: bool) -> tuple[str, ...]:
@@ -161,15 +167,26 @@ def parse_columns(value: str | None, *, wide: bool) -> tuple[str, ...]:
     return chosen
 
 
-def table_lines(rows: list[dict[str, Any]], chosen: tuple[str, ...], *, now_ms: int) -> list[str]:
+def table_lines(
+    rows: list[dict[str, Any]], chosen: tuple[str, ...], *, now_ms: int, fit: int | None = None
+) -> list[str]:
     """The header and one line per row, each column as wide as its widest cell, in rich markup (the state
-    in its colour). Nothing is cut."""
+    in its colour). With `fit`, the name column takes what the other columns leave of `fit` characters (at
+    least MIN_NAME_WIDTH) and a longer name keeps its start and end; without, nothing is cut."""
     known = columns(now_ms=now_ms)
     short = short_ids(str(row["jobId"]) for row in rows)
     # A prefix resolves only among jobs created within the handles' window: an older row shows its full id.
     window_start = now_ms - int(RECENT.total_seconds() * 1000)
     short.update({str(r["jobId"]): str(r["jobId"]) for r in rows if int(r.get("createdAt") or 0) < window_start})
     cells = [[known[c].cell({**row, "shortId": short[str(row["jobId"])]}) for c in chosen] for row in rows]
+    if fit is not None and "name" in chosen:
+        at = chosen.index("name")
+        others = sum(
+            max([len(known[c].header)] + [len(values[i]) for values in cells]) for i, c in enumerate(chosen) if i != at
+        )
+        room = max(MIN_NAME_WIDTH, fit - others - len(GAP) * (len(chosen) - 1))
+        for values in cells:
+            values[at] = elide_middle(values[at], room)
     widths = [max([len(known[c].header)] + [len(line[i]) for line in cells]) for i, c in enumerate(chosen)]
 
     def line(values: list[str], *, header: bool) -> str:

@@ -172,8 +172,8 @@ def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
     check_fleet(spec, faults, facts, named=named)
     # The workdir as `run` sends it: packed, its script checked, in the local S3 for every node's launcher.
     packed = prepare_workdir(task)
-    if packed and task.command is None:
-        check_definition_script(packed, definition)
+    if packed:
+        check_definition_script(packed, task.command or [], definition)
     bucket = spec.environment.get("DATASET_BUCKET") or WORKDIR_BUCKET
     # Sent at submit as environment overrides, beside the task's own (trainctl/commands/submitting.py).
     sent = workdir_environment(bucket, packed, task.setup)

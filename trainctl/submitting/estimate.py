@@ -42,7 +42,8 @@ HoursOption = Annotated[
     typer.Option(
         "--hours",
         metavar="HOURS",
-        help="Hours an attempt may run: sets the attempt timeout the estimate and the budget count.",
+        help="Hours an attempt may run: sets the attempt timeout the estimate and the budget count "
+        "(not beside --timeout or a task file's timeout:).",
     ),
 ]
 TeamOption = Annotated[
@@ -64,6 +65,19 @@ def hours_timeout(hours: float) -> int:
     if not (math.isfinite(hours) and 1 / 60 <= hours <= MAX_HOURS):
         raise TrainctlError(f"--hours {hours:g}: an attempt may run 1/60 (a minute) to {MAX_HOURS:,} hours")
     return max(MIN_TIMEOUT_SECONDS, math.ceil(hours * 3600))
+
+
+def one_timeout(hours: float | None, timeout: int | None, *, named: str) -> None:
+    """--hours checked, and refused beside another attempt timeout (`named`: --timeout, a task file's
+    `timeout:`), which it would otherwise replace without a word."""
+    if hours is None:
+        return
+    hours_timeout(hours)
+    if timeout is not None:
+        raise TrainctlError(
+            f"--hours {hours:g} and {named} {timeout} both set the attempt timeout: give one of them "
+            "(--hours in hours, or the timeout in seconds)"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

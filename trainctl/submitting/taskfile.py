@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator
 
-from trainctl.errors import TrainctlError
+from trainctl.errors import TrainctlError, clip, clip_path
 from trainctl.submitting.requests import (
     ENV_NAME,
     JOB_NAME,
@@ -29,6 +29,12 @@ LAUNCHER = "/opt/training/distributed_run.sh"
 MAX_ATTEMPTS = 10
 # MNP jobs: at most 1,000 nodes (Batch user guide, multi-node parallel jobs).
 MAX_NODES = 1000
+# What each whole-number field takes, for the refusal of a boolean, a fraction or text.
+WHOLE_NUMBERS = {
+    "nodes": f"a whole number of nodes, 1 to {MAX_NODES}",
+    "timeout": f"whole seconds, {MIN_TIMEOUT_SECONDS} to {MAX_TIMEOUT_SECONDS}",
+    "attempts": f"a whole number of attempts, 1 to {MAX_ATTEMPTS}",
+}
 
 
 class Task(BaseModel):
@@ -53,6 +59,14 @@ class Task(BaseModel):
     workdir: Path | None = None
     # A shell command every node runs after the unpack, before training.
     setup: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
+
+    @field_validator(*WHOLE_NUMBERS, mode="before")
+    @classmethod
+    def _whole_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # YAML reads `true` as a boolean and 2.5 as a float; pydantic would make `nodes: true` 1 node.
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(WHOLE_NUMBERS[str(info.field_name)])
+        return value
 
     @field_validator("name")
     @classmethod
@@ -96,6 +110,16 @@ class Task(BaseModel):
             )
         return value
 
+    @field_validator("workdir")
+    @classmethod
+    def _runs_a_script_of_the_folder(cls, value: Any, info: ValidationInfo) -> Any:
+        # Without a command the job definition's own script runs, which is the image's, not the folder's.
+        if "command" in info.data and info.data["command"] is None:
+            raise ValueError(
+                "needs a command, a script of that folder (train.py --lr 0.1): the job definition's own is not in it"
+            )
+        return value
+
     def full_command(self) -> list[str] | None:
         if self.command is None:
             return None
@@ -126,10 +150,20 @@ def load_task(path: Path) -> Task:
         raise TrainctlError(
             f"{path}: a task file is a mapping of fields, such as `fleet: gpu` (all of them: docs/jobs.md)"
         )
-    task = make_task(document, where=f"{path}: field ")
+    empty = next((name for name, value in document.items() if name in FIELDS and _empty(name, value)), None)
+    if empty is not None:
+        # Written with nothing after its colon: refused rather than taken as left out.
+        hint = "the folder to send (. for the task file's own)" if empty == "workdir" else "a value"
+        raise TrainctlError(f"{clip_path(path)}: field {empty}: empty: give {hint}, or leave the field out")
+    task = make_task(document, where=f"{clip_path(path)}: field ")
     if task.workdir and not task.workdir.is_absolute():
         return task.model_copy(update={"workdir": path.parent / task.workdir})
     return task
+
+
+def _empty(name: str, value: Any) -> bool:
+    """A field given no value; for `workdir`, blank text too (Path("") would be the task file's folder)."""
+    return value is None or (name == "workdir" and isinstance(value, str) and not value.strip())
 
 
 def _duplicate_key(node: Any, within: str = "") -> tuple[str, int, int] | None:
@@ -173,4 +207,13 @@ def _first_problem(error: ValidationError, where: str) -> str:
     if first["type"] == "missing":
         return f"{field} is required"
     message = str(first["msg"]).removeprefix("Value error, ")
-    return f"{field}: {message} (given {first.get('input')!r})"[:200]
+    given = first.get("input")
+    line = f"{field}: {message}" + ("" if given is None else f" (given {_as_written(given)})")
+    return line[:200]
+
+
+def _as_written(value: Any) -> str:
+    """A refused value as the user wrote it: `true`, not Python's True; a text or a folder cut short."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(clip(value)) if isinstance(value, str | Path) else repr(value)

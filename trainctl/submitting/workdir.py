@@ -10,6 +10,8 @@ import hashlib
 import io
 import os
 import posixpath
+import re
+import shlex
 import stat
 import tarfile
 from dataclasses import dataclass
@@ -167,18 +169,42 @@ def check_script(packed: Packed, command: list[str] | None) -> None:
     raise TrainctlError(f"command: {clip_path(command[0])} is not in workdir {clip_path(packed.folder)} ({hint})")
 
 
-def check_definition_script(packed: Packed, definition: dict[str, Any]) -> None:
-    """Without `command:`, the job definition's command runs from the workdir: a relative script it gives the
-    launcher must be there too (Isaac Lab's default is relative to the image's /workspace/isaaclab)."""
+def definition_script(definition: dict[str, Any]) -> str | None:
+    """The script the job definition's own command gives the launcher: `LAUNCHER script ...`, or the word
+    after `exec LAUNCHER` in a `bash -c` line, a `$NAME` there read from the definition's environment
+    (training_constructs/jobs/workloads.py writes both forms); None for a command that runs no launcher."""
     ranges = definition.get("nodeProperties", {}).get("nodeRangeProperties") or [{}]
-    command = [str(word) for word in ranges[0].get("container", {}).get("command", [])]
-    if command[:1] != [LAUNCHER] or len(command) < 2 or command[1].startswith(("-", "/")):
+    container = ranges[0].get("container", {})
+    command = [str(word) for word in container.get("command", [])]
+    words = command[1:] if command[:1] == [LAUNCHER] else []
+    line = command[2] if len(command) == 3 and command[1] == "-c" else ""
+    after_exec = re.search(rf"\bexec {re.escape(LAUNCHER)}\s+(.*)", line)
+    if after_exec:
+        try:
+            words = shlex.split(after_exec.group(1))
+        except ValueError:
+            return None
+    if not words or words[0].startswith("-"):
+        return None
+    script = words[0]
+    if script.startswith("$"):
+        environment = {str(e.get("name")): str(e.get("value")) for e in container.get("environment", [])}
+        script = environment.get(script.strip("${}"), "")
+    return posixpath.normpath(script) if script else None
+
+
+def check_definition_script(packed: Packed, command: list[str], definition: dict[str, Any]) -> None:
+    """A workdir's command runs a script of the folder: one that is the job definition's own script and not in
+    the folder (an image's script, such as the all-reduce benchmark) is refused, as the folder would be packed
+    and sent for nothing."""
+    own = definition_script(definition)
+    if not command or own is None:
         return
-    if posixpath.normpath(command[1]) not in packed.files:
+    script = posixpath.normpath(command[0])
+    if script == own and script not in packed.files:
         raise TrainctlError(
-            f"command: the job definition's script {clip_path(command[1], 60)} is not in workdir "
-            f"{clip_path(packed.folder)}: "
-            "give the command to run from it"
+            f"command: {clip_path(command[0])} is the job definition's own script: run one of workdir "
+            f"{clip_path(packed.folder)} (train.py --lr 0.1) or drop the workdir"
         )
 
 
