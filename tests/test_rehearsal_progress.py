@@ -4,12 +4,16 @@ the engine's own observation points on stand-in nodes; no rehearsal runs here.""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from trainctl.rehearsal import engine as engine_module
 from trainctl.rehearsal.engine import Engine
 from trainctl.rehearsal.fleet_facts import FleetFacts
+from trainctl.rehearsal.nodes import CONTAINER_VARIABLE, containers_with_ranks
 from trainctl.rehearsal.progress import WIDTH, Event, EventPrinter, Narrator, plural
 
 LOGS = "/var/tmp/rehearsal-ab12"  # noqa: S108 - a folder's name in a line, nothing is written
@@ -147,15 +151,34 @@ def test_the_engine_tells_each_checkpoint_once_in_the_order_s3_showed_them(tmp_p
     assert job.checkpoint_seen == {"checkpoint-10.pt": T0 + 1, "checkpoint-20.pt": T0 + 3}
 
 
-def test_the_engine_tells_the_rendezvous_once_every_node_has_its_training_processes(tmp_path):
+def test_the_engine_tells_the_rendezvous_once_every_node_has_its_training_processes(tmp_path, monkeypatch):
     heard: list[Event] = []
     built = engine(tmp_path, heard, [])
-    ranks = {0: [11], 1: []}
-    runs = [SimpleNamespace(index=i, running=True, ranks=lambda i=i: ranks[i]) for i in (0, 1)]
+    ranked: set[str] = {"token-0"}
+    asked: list[set[str]] = []
+
+    def with_ranks(tokens: set[str]) -> set[str]:
+        asked.append(set(tokens))
+        return tokens & ranked
+
+    monkeypatch.setattr(engine_module, "containers_with_ranks", with_ranks)
+    runs = [SimpleNamespace(index=i, running=True, token=f"token-{i}") for i in (0, 1)]
     built._rendezvous(runs, T0 + 1)  # type: ignore[arg-type]
     assert heard == []  # node 1's torchrun still waits for the rendezvous
-    ranks[1] = [12]
-    ranks[0] = []  # not looked at again: it was seen with its processes
+    ranked = {"token-1"}  # node 0 is not asked about again: it was seen with its processes
     built._rendezvous(runs, T0 + 2)  # type: ignore[arg-type]
     built._rendezvous(runs, T0 + 3)  # type: ignore[arg-type]
     assert [(e.at_s, e.kind) for e in heard] == [(2.0, "rendezvous")]
+    assert asked == [{"token-0", "token-1"}, {"token-1"}]
+
+
+def test_a_container_runs_a_rank_when_one_of_its_processes_has_local_rank(tmp_path):
+    base = {"PATH": os.environ["PATH"]}
+    ranked = subprocess.Popen(["sleep", "30"], env={**base, CONTAINER_VARIABLE: "tok-a", "LOCAL_RANK": "0"})
+    plain = subprocess.Popen(["sleep", "30"], env={**base, CONTAINER_VARIABLE: "tok-b"})
+    try:
+        assert containers_with_ranks({"tok-a", "tok-b", "tok-c"}) == {"tok-a"}
+    finally:
+        for process in (ranked, plain):
+            process.kill()
+            process.wait()

@@ -17,7 +17,7 @@ from trainctl.rehearsal.faults import Fault
 from trainctl.rehearsal.fleet_facts import FleetFacts, deployed_facts
 from trainctl.rehearsal.hosts import TAKE_OUT_GRACE_SECONDS, HostPool
 from trainctl.rehearsal.local_s3 import LocalS3
-from trainctl.rehearsal.nodes import NodeRun, wait_gone
+from trainctl.rehearsal.nodes import NodeRun, containers_with_ranks, wait_gone
 from trainctl.rehearsal.progress import Narrator
 from trainctl.rehearsal.records import Attempt, JobRun, Rehearsal, node_job
 from trainctl.rehearsal.runtime import Runtime
@@ -254,9 +254,8 @@ class Engine:
         measures it on Batch). Nodes seen with them are not looked at again."""
         if len(self._joined) == len(runs) or not all(r.running for r in runs):
             return
-        for run in runs:
-            if run.index not in self._joined and run.ranks():
-                self._joined.add(run.index)
+        waiting = {run.token: run.index for run in runs if run.index not in self._joined}
+        self._joined.update(waiting[token] for token in containers_with_ranks(set(waiting)))
         if len(self._joined) == len(runs):
             self.narrator.rendezvous(now, len(runs))
 
