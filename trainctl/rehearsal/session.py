@@ -244,3 +244,5 @@ def rehearse(task: Task, *, assembly: Path, options: Options, listener: Listener
             shutil.rmtree(scratch, ignore_errors=True)
         elif options.keep is None:
             keep_only_logs(scratch)
+            with contextlib.suppress(OSError):
+                scratch.rmdir()  # only if empty: refused before any node started
