@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trainctl.rehearsal.batch_rules import HOST_LOST_REASON
+from trainctl.rehearsal.batch_rules import EXITED_REASON, HOST_LOST_REASON
 from trainctl.rehearsal.progress import node_ending, plural, wrap
 
 NODE_LOG = re.compile(r"^node-(\d+)\.log$")
@@ -66,6 +66,8 @@ def _main(attempt: dict[str, Any]) -> dict[str, Any]:
 def attempt_row(attempt: dict[str, Any]) -> list[str]:
     main = _main(attempt)
     said = main["launcher"] or attempt["status_reason"]
+    if said == EXITED_REASON and attempt["exit_code"] is not None:  # Batch's words for any exit
+        said = "the main node finished" if attempt["exit_code"] == 0 else f"the main node exited {attempt['exit_code']}"
     why = "; ".join(part for part in (said, attempt["retry"] or "the job ended") if part)
     return [
         str(attempt["attempt"]),
