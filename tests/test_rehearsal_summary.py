@@ -34,14 +34,15 @@ def attempts(of: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def table_rows(lines: list[str]) -> list[list[str]]:
-    """The attempts table's rows as cells (columns are two or more spaces apart; a cell has single spaces)."""
+    """The attempts table's rows as cells (columns are two or more spaces apart; a cell has single spaces),
+    each with its note last (why the attempt ended: the lines under the row)."""
     start = next(i for i, line in enumerate(lines) if line.split()[:3] == ["attempt", "start", "end"])
-    rows = []
+    rows: list[list[str]] = []
     for line in lines[start + 1 :]:
-        if line[:9].strip():  # the attempt's number, under "attempt"
-            rows.append(re.split(r" {2,}", line.strip()))
-        elif rows and line.startswith(" " * 20):  # the why column wrapped onto a line of its own
-            rows[-1][-1] += " " + line.strip()
+        if re.match(r" +\d+  ", line):  # the attempt's number, under "attempt"
+            rows.append([*re.split(r" {2,}", line.strip()), ""])
+        elif rows and line.startswith(" " * 10):  # the note, over as many lines as it takes
+            rows[-1][-1] = (rows[-1][-1] + " " + line.strip()).strip()
         else:
             break
     return rows
@@ -71,8 +72,9 @@ def test_the_attempts_table_has_a_row_per_attempt():
          str(len(second["checkpoints_completed"]))],
     ]  # fmt: skip
     # Why the first ended: the main node's launcher names the killed child; then Batch's retry and its rule.
-    assert re.search(r"\bnode 1\b", rows[0][6]) and "retried: evaluateOnExit entry" in rows[0][6]
-    assert rows[1][6].endswith("the job ended")
+    assert rows[0][6].startswith("ended: node 1: Batch says FAILED")
+    assert rows[0][6].endswith("retried: evaluateOnExit entry 4 (RETRY on '75')")
+    assert rows[1][6] == "ended: the main node finished; the job ended"
 
 
 def test_the_summary_names_the_log_folder_and_each_attempts_logs():
@@ -126,7 +128,7 @@ def test_endings_without_an_exit_code_or_a_start_are_said_in_words():
     lines = summary.lines(lost)
     text = " ".join(" ".join(lines).split())  # wrapped lines joined again
     assert not re.search(r"\bNone\b", text)
-    assert "no timeout" in lines[0]
+    assert "up to 3 attempts, no timeout" in text
     assert "node 1 on " in text and "no exit code (its host was lost)" in text
     assert re.search(r"node 2 on .*: never started, Task failed to start", text)
     assert table_rows(lines)[0][3] == "none"

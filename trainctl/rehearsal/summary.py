@@ -27,20 +27,21 @@ def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-def table(header: list[str], rows: list[list[str]], *, indent: str, right: frozenset[int]) -> list[str]:
-    """Columns as wide as their longest cell; the last column takes what is left of WIDTH and wraps."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+def table(header: list[str], rows: list[tuple[list[str], str]], *, indent: str, right: frozenset[int]) -> list[str]:
+    """Columns as wide as their longest cell; each row's note (why the attempt ended) wraps on the lines
+    under it, from the second column on, so that it gets the whole width."""
+    widths = [max(len(cells[i]) for cells in [header, *(r[0] for r in rows)]) for i in range(len(header))]
 
-    def cells(row: list[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))
-        )
+    def line(cells: list[str]) -> str:
+        padded = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        return (indent + "  ".join(padded)).rstrip()
 
-    lead = indent + cells(header) + "  "
-    out = [lead + header[-1]]
-    for row in rows:
-        first = indent + cells(row) + "  "
-        out += wrap(row[-1], first=first, rest=" " * len(first)) if row[-1] else [first.rstrip()]
+    under = " " * (len(indent) + widths[0] + 2)
+    out = [line(header)]
+    for cells, note in rows:
+        out.append(line(cells))
+        if note:
+            out += wrap(note, first=under + "ended: ", rest=under + "  ")
     return out
 
 
@@ -63,21 +64,21 @@ def _main(attempt: dict[str, Any]) -> dict[str, Any]:
     return next(node for node in attempt["nodes"] if node["main"])
 
 
-def attempt_row(attempt: dict[str, Any]) -> list[str]:
+def attempt_row(attempt: dict[str, Any]) -> tuple[list[str], str]:
     main = _main(attempt)
     said = main["launcher"] or attempt["status_reason"]
     if said == EXITED_REASON and attempt["exit_code"] is not None:  # Batch's words for any exit
         said = "the main node finished" if attempt["exit_code"] == 0 else f"the main node exited {attempt['exit_code']}"
     why = "; ".join(part for part in (said, attempt["retry"] or "the job ended") if part)
-    return [
+    cells = [
         str(attempt["attempt"]),
         seconds(attempt["started_s"]),
         seconds(attempt["ended_s"]),
         "none" if attempt["exit_code"] is None else str(attempt["exit_code"]),
         resumed_from(attempt),
         str(len(attempt["checkpoints_completed"])),
-        why,
     ]
+    return cells, why
 
 
 def other_nodes(attempt: dict[str, Any]) -> list[str]:
@@ -108,7 +109,7 @@ def job_lines(report: dict[str, Any], job: dict[str, Any]) -> list[str]:
             rest="    ",
         )
     if job["attempts"]:
-        header = ["attempt", "start", "end", "exit", "resumed from", "new in S3", "why it ended"]
+        header = ["attempt", "start", "end", "exit", "resumed from", "new checkpoints"]
         out += table(header, [attempt_row(a) for a in job["attempts"]], indent="  ", right=frozenset({0, 1, 2, 3, 5}))
     seen = [name for a in job["attempts"] for name in a["checkpoints_completed"]]
     last = next((a["last_checkpoint"] for a in reversed(job["attempts"]) if a["last_checkpoint"]), "")
