@@ -18,7 +18,7 @@ export PATH := $(BIN):$(PATH)
 # No telemetry or notices from the CLI: these machines reach only package registries.
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: bootstrap synth typecheck test faults deploy diff destroy bench bench-checkpoints bench-trainctl lint format docs docs-gen clean
+.PHONY: bootstrap synth typecheck test faults deploy diff destroy bench bench-checkpoints bench-trainctl lint format docs docs-gen docs-example clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -97,9 +97,15 @@ bench-checkpoints: $(VENV)/.dev
 bench-trainctl: $(VENV)/.dev
 	$(BIN)/python bench/trainctl_bench.py $(ARGS)
 
-# The reference pages in docs/reference/ from the code that defines them (tests/test_docs.py fails when one is stale).
+# The reference pages in docs/reference/ from the code that defines them (tests/test_docs.py fails when one is stale),
+# and docs/rehearsal.md's worked example from its recorded run (tools/rehearsal_example.py).
 docs-gen: $(VENV)/.dev $(VENV)/.trainctl
 	$(BIN)/python -m tools.docs_reference
+	$(BIN)/python -m tools.rehearsal_example
+
+# Record the worked example's rehearsal again (about 30 s), then render it: after a change of what it does.
+docs-example: synth $(VENV)/.dev $(VENV)/.trainctl
+	$(BIN)/python -m tools.rehearsal_example --record
 
 # The site, strictly (a broken link or a page outside the nav fails it), into site/ (not committed).
 docs: docs-gen

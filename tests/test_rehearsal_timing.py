@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.test_rehearsal import STUB, definition, run
-from trainctl.rehearsal import fleet_facts, records, session
+from trainctl.rehearsal import fleet_facts, records, session, summary
 from trainctl.rehearsal.definition import JobSpec
 from trainctl.rehearsal.fleet_facts import FleetFacts, go_duration, read_facts, stop_timeout_setting
 from trainctl.rehearsal.hosts import Host
@@ -139,7 +139,7 @@ def test_a_capacity_cancel_records_the_queues_wait_without_sleeping_it(tmp_path,
     first, second = report["jobs"]
     assert first["runnable_wait_s"] == 1500 and second["runnable_wait_s"] is None
     assert report["runnable_wait_s"] == 1500 and report["batch_seconds"] == round(report["seconds"] + 1500, 1)
-    lines = session.report.text(report)
+    lines = summary.lines(report)
     assert any("waited RUNNABLE 1500 s before the queue cancelled it (test queue); not slept here" in line
                for line in lines)  # fmt: skip
     assert lines[-1].endswith(f"(on Batch {report['batch_seconds']} s with the RUNNABLE wait): as expected")

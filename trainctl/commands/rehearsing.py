@@ -7,11 +7,12 @@ from typing import Annotated
 
 import typer
 
-from trainctl.commands.base import app, console, note, reports_errors, state_of
-from trainctl.errors import ExitCode
+from trainctl.commands.base import app, note, reports_errors, state_of
+from trainctl.errors import ExitCode, TrainctlError
 from trainctl.naming import camel_keys
-from trainctl.rehearsal import report
+from trainctl.rehearsal import summary
 from trainctl.rehearsal.faults import KINDS, TRIGGERS
+from trainctl.rehearsal.progress import EventPrinter
 from trainctl.rehearsal.session import Options, Terminated
 from trainctl.rehearsal.session import rehearse as run_rehearsal
 from trainctl.submitting.preflight import describe_definition
@@ -44,8 +45,15 @@ def rehearse(
     deadline: Annotated[float, typer.Option(help="Stop the rehearsal after this many seconds.")] = 1800.0,
     seed: Annotated[int, typer.Option(help="Seed of the children's start order and delays.")] = 0,
     keep: Annotated[
-        Path | None, typer.Option(metavar="DIR", help="Keep every node's log and files in DIR (default: removed).")
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Keep every node's log and files in DIR (default: only the logs, in a temporary folder it names).",
+        ),
     ] = None,
+    clean: Annotated[
+        bool, typer.Option("--clean", help="Remove the node logs at the end (default: kept, and their folder named).")
+    ] = False,
     describe_merged: Annotated[
         bool,
         typer.Option(
@@ -57,7 +65,12 @@ def rehearse(
 ) -> None:
     """Run a task on this machine under AWS Batch's multi-node rules: the job definition as deployed, every
     node a process with its own loopback address on a simulated host, checkpoints in a local S3, faults on
-    request; print what happened and what `trainctl why` would say. No AWS account is used unless --deployed."""
+    request. Says each event as it happens (on stderr), then what happened, what `trainctl why` would say and
+    where the node logs are. No AWS account is used unless --deployed."""
+    if keep is not None and clean:
+        raise TrainctlError(
+            f"--keep {keep} and --clean: --keep keeps every node's files, --clean removes the logs; give one"
+        )
     state = state_of(ctx)
     task = load_task(task_file)
     definition, source = None, ""
@@ -73,22 +86,26 @@ def rehearse(
         deadline_seconds=deadline,
         seed=seed,
         keep=keep,
+        keep_logs=not clean,
         definition=definition,
         definition_source=source,
         describe_merged=describe_merged,
     )
+    printer = EventPrinter(note)
     try:
-        result = run_rehearsal(task, assembly=app_dir, options=options)
+        result = run_rehearsal(task, assembly=app_dir, options=options, listener=printer)
     except KeyboardInterrupt as stop:
-        note("trainctl: rehearsal interrupted: every node was stopped")
+        logs = f"; node logs under {printer.logs}" if printer.logs else ""
+        note(f"trainctl: rehearsal interrupted: every node was stopped{logs}")
         # 128 + the signal, as a shell reports it.
         raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
     if state.json:
         # The report's keys are Python's (the catalog reads it too); NAME=VALUE pairs left out stay as named.
         state.out(camel_keys(result, keep={"not_rehearsed"}))
+        note(summary.verdict(result))
     else:
-        out = console()
-        for line in report.text(result):
-            out.print(line, markup=False, highlight=False)
+        typer.echo("")
+        for line in summary.lines(result):
+            typer.echo(line)
     if not result["as_expected"]:
         raise typer.Exit(int(ExitCode.JOB_FAILED))

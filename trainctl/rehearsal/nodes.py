@@ -39,6 +39,25 @@ def container_processes(token: str, *, ranks_only: bool = False) -> list[int]:
     return sorted(found)
 
 
+def containers_with_ranks(tokens: set[str]) -> set[str]:
+    """Which of the containers `tokens` run a training rank, in one pass over /proc (the engine asks this
+    every poll until the rendezvous is complete)."""
+    marks = {token: f"\0{CONTAINER_VARIABLE}={token}\0".encode() for token in tokens}
+    found: set[str] = set()
+    for entry in Path("/proc").iterdir():
+        if len(found) == len(marks):
+            break
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = b"\0" + (entry / "environ").read_bytes() + b"\0"
+        except OSError:
+            continue
+        if b"\0LOCAL_RANK=" in environ:
+            found.update(token for token, mark in marks.items() if mark in environ)
+    return found
+
+
 @dataclass
 class NodeRun:
     """One node in one attempt: its host, its process and how it ended (a node job `<id>#<index>`)."""

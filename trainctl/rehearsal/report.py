@@ -1,7 +1,7 @@
 """What a rehearsal saw: a timeline per attempt (each node's host, start, exit and reason, and what the
 launcher said), the checkpoint each attempt resumed from and the last it completed, how long the fault
 took to end the attempt and training to resume, and the verdict `trainctl why` gives for the same story
-(the same code: trainctl/inspecting/why.py)."""
+(the same code: trainctl/inspecting/why.py). The terminal's rendering of it is summary.py's."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from trainctl.inspecting.why import explain
 from trainctl.rehearsal.nodes import NodeRun
+from trainctl.rehearsal.progress import plural
 from trainctl.rehearsal.records import Attempt, JobRun, Rehearsal, epoch_milliseconds
 
 # The launcher's own lines, the checkpoint copier's restore line and the reference script's resume line.
@@ -36,7 +37,7 @@ def _resumed(runs: list[NodeRun]) -> str:
         lines = run.last_lines(2000)
         count = next((m.group(1) for line in lines if (m := RESTORED_LINE.search(line))), None)
         if count is not None:
-            restored.append(f"node {run.index} restored {count} files")
+            restored.append(f"node {run.index} restored {plural(int(count), 'file')}")
         resumed += [m.group(1) for line in lines if (m := RESUMED_LINE.search(line))]
     return "; ".join(restored + resumed[:1])
 
@@ -216,64 +217,3 @@ def build(rehearsal: Rehearsal, *, left_out: dict[str, str], expect: str) -> dic
         "batch_seconds": round(seconds + waited, 1),
         **detect_and_recover(rehearsal),
     }
-
-
-def text(report: dict[str, Any]) -> list[str]:
-    """The report for a terminal, a line per fact."""
-    lines = [
-        f"rehearsal of {report['definition']} (fleet {report['fleet']}): {report['nodes']} nodes, main node "
-        f"{report['main_node']}, up to {report['attempts_allowed']} attempts, timeout {report['timeout_seconds']} s",
-        f"  command: {' '.join(report['command'])}",
-        f"  stop timeout {report['stop_grace_s']:g} s (SIGKILL after SIGTERM): {report['stop_grace_from']}",
-    ]
-    if report["not_rehearsed"]:
-        left = ", ".join(f"{k}={v}" for k, v in report["not_rehearsed"].items())
-        lines.append(f"  not rehearsed on this machine: {left}")
-    for event in report["fault_events"]:
-        lines.append(f"  {event['at_s']:>6} s  {event['what']}")
-    if report["unfired_faults"]:
-        lines.append(f"  faults whose trigger never came: {', '.join(report['unfired_faults'])}")
-    for job in report["jobs"]:
-        origin = f" (resubmitted from {job['resubmitted_from']})" if job["resubmitted_from"] else ""
-        lines.append(f"job {job['job_id']}{origin}: {job['status']} ({job['status_reason']})")
-        if job["runnable_wait_s"]:
-            lines.append(
-                f"  its retry waited RUNNABLE {job['runnable_wait_s']:g} s before the queue cancelled it "
-                f"({report['capacity_wait_from']}); not slept here"
-            )
-        for attempt in job["attempts"]:
-            lines.append(
-                f"  attempt {attempt['attempt']}: {attempt['started_s']}-{attempt['ended_s']} s, main node exit "
-                f"{attempt['exit_code']}, {attempt['status_reason']}; {attempt['retry'] or 'the job ended'}"
-            )
-            if attempt["resumed"]:
-                lines.append(f"    resumed: {attempt['resumed']}")
-            lines.append(
-                f"    checkpoints: {attempt['checkpoints_before']} before it, completed "
-                f"{', '.join(attempt['checkpoints_completed']) or 'none'}; last {attempt['last_checkpoint']}"
-            )
-            for node in attempt["nodes"]:
-                ending = "never started" if node["started_s"] is None else f"exit {node['exit_code']}"
-                said = f"; launcher: {node['launcher']}" if node["launcher"] else ""
-                why = node["status_reason"] or node["reason"]
-                lines.append(
-                    f"    node {node['node']}{' (main)' if node['main'] else ''} on {node['host']}: "
-                    f"{node['started_s']}-{node['ended_s']} s, {ending}, {why}{said}"
-                )
-        for reason in job["why"]:
-            lines.append(f"  why: {reason}")
-    for host in report["hosts"]:
-        if host["taken_out"] or host["powered_off"]:
-            lines.append(f"  {host['host']}: taken out ({host['taken_out'] or 'terminated'})")
-    timing = []
-    if report["detect_s"] is not None:
-        timing.append(f"the fault ended its attempt after {report['detect_s']} s")
-    if report["recover_s"] is not None:
-        timing.append(f"training checkpointed again {report['recover_s']} s later")
-    if timing:
-        lines.append("  " + "; ".join(timing))
-    outcome = "as expected" if report["as_expected"] else f"NOT as expected ({report['expected']}, every fault)"
-    deadline = " (the rehearsal's deadline ended it)" if report["deadline_hit"] else ""
-    on_batch = f" (on Batch {report['batch_seconds']} s with the RUNNABLE wait)" if report["runnable_wait_s"] else ""
-    lines.append(f"ended {report['ending']}{deadline} in {report['seconds']} s{on_batch}: {outcome}")
-    return lines

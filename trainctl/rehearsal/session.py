@@ -26,6 +26,7 @@ from trainctl.rehearsal.faults import Fault, fault_node, parse_fault
 from trainctl.rehearsal.fleet_facts import FleetFacts, deployed_facts, read_facts
 from trainctl.rehearsal.hosts import Devices
 from trainctl.rehearsal.local_s3 import LocalS3
+from trainctl.rehearsal.progress import Listener, Narrator
 from trainctl.rehearsal.runtime import Runtime, devices_of
 from trainctl.submitting.taskfile import Task, make_task
 from trainctl.submitting.workdir import check_definition_script
@@ -49,6 +50,9 @@ class Options:
     deadline_seconds: float = 1800.0
     seed: int = 0
     keep: Path | None = None
+    # Without `keep`: True keeps the node logs (only) in a temporary folder the report names (`logs_dir`);
+    # False removes it (the fault catalog's default).
+    keep_logs: bool = False
     # The job definition in DescribeJobDefinitions' shape (a deployed revision); None: read cdk.out.
     definition: dict[str, Any] | None = None
     definition_source: str = ""
@@ -155,8 +159,22 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
-    """Run the task as Batch would and return the report (report.build's dictionary)."""
+def keep_only_logs(folder: Path) -> None:
+    """Remove everything under `folder` but the node logs (`*.log`): the hosts' state and the nodes'
+    files (a checkpoint folder may be large) go."""
+    for entry in folder.iterdir():
+        with contextlib.suppress(OSError):
+            if entry.is_dir() and not entry.is_symlink():
+                keep_only_logs(entry)
+                if not any(entry.iterdir()):
+                    entry.rmdir()
+            elif entry.suffix != ".log" or entry.is_symlink():
+                entry.unlink()
+
+
+def rehearse(task: Task, *, assembly: Path, options: Options, listener: Listener | None = None) -> dict[str, Any]:
+    """Run the task as Batch would and return the report (report.build's dictionary). `listener` hears
+    each event as it happens (progress.py); without one, nothing is said."""
     root_dir = checkout()
     task, faults = check_options(task, options)
     if options.definition is not None:
@@ -190,6 +208,9 @@ def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
         raise TrainctlError(f"command {command!r}: not found on this machine (PATH, or this checkout)")
     s3 = LocalS3()
     scratch = Path(tempfile.mkdtemp(prefix="rehearsal-")) if options.keep is None else options.keep
+    kept = options.keep is not None or options.keep_logs
+    narrator = Narrator(listener)
+    narrator.begin(spec.definition, spec.fleet, spec.nodes, spec.attempts, str(scratch) if kept else "")
     try:
         try:
             scratch.mkdir(parents=True, exist_ok=True)
@@ -210,12 +231,18 @@ def rehearse(task: Task, *, assembly: Path, options: Options) -> dict[str, Any]:
                 seed=options.seed,
                 facts=facts,
                 describe_merged=options.describe_merged,
+                narrator=narrator,
             )
             outcome = engine.rehearse(spec)
-            return report.build(outcome, left_out=runtime.left_out, expect=options.expect)
+            built = report.build(outcome, left_out=runtime.left_out, expect=options.expect)
+            return {**built, "logs_dir": str(scratch) if kept else None}
     except RuntimeError as error:  # no free ports or loopback addresses left
         raise TrainctlError(f"cannot rehearse on this machine: {error}") from None
     finally:
         s3.stop()
-        if options.keep is None:
+        if options.keep is None and not options.keep_logs:
             shutil.rmtree(scratch, ignore_errors=True)
+        elif options.keep is None:
+            keep_only_logs(scratch)
+            with contextlib.suppress(OSError):
+                scratch.rmdir()  # only if empty: refused before any node started
