@@ -97,11 +97,15 @@ bench-checkpoints: $(VENV)/.dev
 bench-trainctl: $(VENV)/.dev
 	$(BIN)/python bench/trainctl_bench.py $(ARGS)
 
-# The reference pages in docs/reference/ from the code that defines them (tests/test_docs.py fails when one is stale).
+# The reference pages in docs/reference/ from the code that defines them (tests/test_docs.py fails when one is stale),
+# and the home page's architecture diagram from a synth: its Mermaid source, and the SVG the site shows, redrawn only
+# when the source changed, with mermaid-cli (npx, pinned in tools/mermaid_svg.py) in the machine's Chromium
+# (apt-get install chromium, or CHROME=path). No browser is needed when the diagram is unchanged.
 docs-gen: $(VENV)/.dev $(VENV)/.trainctl
 	$(BIN)/python -m tools.docs_reference
 
-# The site, strictly (a broken link or a page outside the nav fails it), into site/ (not committed).
+# The site, strictly (a broken link or a page outside the nav fails it), into site/ (not committed). It reads
+# offline: no web font, no CDN script (tests/test_docs_offline.py).
 docs: docs-gen
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 

@@ -7,7 +7,8 @@
 - fault-catalog.md: the rehearsal's fault catalog (trainctl/rehearsal/catalog.py) and its fault kinds;
 - cli.md: trainctl's commands, found by walking the command tree typer builds from `trainctl.cli.app`,
   so a new command or option appears on the next `make docs-gen`;
-- and the home page's architecture diagram (tools/architecture.py), from a synth of the app.
+- and the home page's architecture diagram (tools/architecture.py), from a synth of the app: its Mermaid source
+  and, when that changed, the SVG the site shows (drawn in a headless Chromium, tools/mermaid_svg.py).
 
 `python -m tools.docs_reference` writes the pages; `--check` writes nothing and exits 1 naming the pages
 that differ (tests/test_docs.py runs the same comparison).
@@ -25,7 +26,7 @@ from pydantic_core import PydanticUndefined
 
 from config.catalog import CATALOG, AcceleratorKind, InstanceSpec
 from config.context_keys import KEYS, FleetModel
-from tools import architecture
+from tools import architecture, mermaid_svg
 from trainctl.cli import app
 from trainctl.rehearsal.catalog import CATALOG as FAULT_CATALOG
 from trainctl.rehearsal.faults import KINDS as FAULT_KINDS
@@ -277,27 +278,31 @@ def stale() -> list[str]:
     return [name for name in PAGES if not (REFERENCE / name).exists() or (REFERENCE / name).read_text() != render(name)]
 
 
-def architecture_block() -> str:
-    """The home page's diagram block, from a synth of the app (seconds: made once per run)."""
-    return architecture.block(*architecture.default_synth())
+def architecture_diagram() -> tuple[str, str]:
+    """The home page's diagram from a synth of the app (seconds: made once per run): its Mermaid source and the
+    page's block that shows it."""
+    app, templates = architecture.default_synth()
+    return architecture.mermaid(app, templates) + "\n", architecture.block(app)
 
 
 def main(argv: list[str]) -> int:
     if argv not in ([], ["--check"]):
         print("usage: docs_reference.py [--check]", file=sys.stderr)
         return 2
-    diagram = architecture_block()
+    source, block = architecture_diagram()
     if argv == ["--check"]:
-        names = [f"docs/reference/{name}" for name in stale()]
-        if architecture.current_block(architecture.INDEX.read_text()) != diagram:
-            names.append("docs/index.md's architecture diagram")
+        names = [f"docs/reference/{name}" for name in stale()] + architecture.stale(source, block)
         for name in names:
             print(f"{name} is stale: run `make docs-gen`", file=sys.stderr)
         return 1 if names else 0
     REFERENCE.mkdir(parents=True, exist_ok=True)
     for name in PAGES:
         (REFERENCE / name).write_text(render(name))
-    architecture.INDEX.write_text(architecture.with_block(architecture.INDEX.read_text(), diagram))
+    try:
+        architecture.write(source, block)
+    except mermaid_svg.RenderError as error:
+        print(f"docs/assets/architecture.svg: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
