@@ -147,10 +147,26 @@ def catalog_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+# Where the reference moves a command from the group's order: beside the one it goes with. `rehearse` takes the
+# task file `run` takes, and the README's first steps start with it, so it follows `run` rather than closing the
+# page after the fleet-wide commands.
+BESIDE = {"rehearse": "run"}
+
+
+def page_order(names: list[str]) -> list[str]:
+    """A group's command names in the reference's order: the group's, with each command of BESIDE moved to just
+    after the one it names (left where it is when that one is not in the group)."""
+    order = [name for name in names if not (name in BESIDE and BESIDE[name] in names)]
+    for name, after in BESIDE.items():
+        if name in names and after in names:
+            order.insert(order.index(after) + 1, name)
+    return order
+
+
 def _commands(command: Any, ctx: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
     """Every command under `command` (a typer click group or command), depth first, in the group's order
-    (trainctl's: the order of work, trainctl/commands/base.py)."""
-    for name in command.list_commands(ctx):
+    (trainctl's: the order of work, trainctl/commands/base.py) but for BESIDE."""
+    for name in page_order(list(command.list_commands(ctx))):
         sub = command.get_command(ctx, name)
         if sub is None or getattr(sub, "hidden", False):
             continue
@@ -187,7 +203,8 @@ def cli_page(cli: typer.Typer = app) -> str:
         "## Global options",
         "",
         "Before or after the command: `trainctl --region us-west-2 jobs` and `trainctl jobs --region us-west-2`",
-        "are the same. The commands follow, in the order of work (as `trainctl --help` lists them).",
+        "are the same. The commands follow in the order of work, as `trainctl --help` lists them, but for",
+        "`rehearse`, which comes right after `run`: it rehearses the task file `run` submits.",
         *_options_table(group, ctx),
     ]
     for path, command, sub_ctx in _commands(group, ctx, "trainctl"):
