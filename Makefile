@@ -98,7 +98,10 @@ bench-trainctl: $(VENV)/.dev
 	$(BIN)/python bench/trainctl_bench.py $(ARGS)
 
 # The reference pages in docs/reference/ from the code that defines them (tests/test_docs.py fails when one is stale),
-# and docs/rehearsal.md's worked example from its recorded run (tools/rehearsal_example.py).
+# the home page's architecture diagram from a synth: its Mermaid source, and the SVG the site shows, redrawn only
+# when the source changed, with mermaid-cli (npx, pinned in tools/mermaid_svg.py) in the machine's Chromium
+# (apt-get install chromium, or CHROME=path; no browser is needed when the diagram is unchanged), and
+# docs/rehearsal.md's worked example from its recorded run (tools/rehearsal_example.py).
 docs-gen: $(VENV)/.dev $(VENV)/.trainctl
 	$(BIN)/python -m tools.docs_reference
 	$(BIN)/python -m tools.rehearsal_example
@@ -107,7 +110,8 @@ docs-gen: $(VENV)/.dev $(VENV)/.trainctl
 docs-example: synth $(VENV)/.dev $(VENV)/.trainctl
 	$(BIN)/python -m tools.rehearsal_example --record
 
-# The site, strictly (a broken link or a page outside the nav fails it), into site/ (not committed).
+# The site, strictly (a broken link or a page outside the nav fails it), into site/ (not committed). It reads
+# offline: no web font, no CDN script (tests/test_docs_offline.py).
 docs: docs-gen
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 

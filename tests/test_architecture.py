@@ -1,5 +1,6 @@
 """The home page's architecture diagram (tools/architecture.py): current with the suite's shared synth of the
-default context, and drawing the stacks, each fleet's parts and what uses what."""
+default context (its source, and the SVG drawn from it), and drawing the stacks, each fleet's parts and what uses
+what."""
 
 from __future__ import annotations
 
@@ -16,10 +17,14 @@ def diagram(variant: str) -> str:
 
 
 def test_the_home_page_holds_the_current_diagram():
+    # The committed Mermaid source is what the synth gives, the committed SVG was drawn from that source (its
+    # stamp: no browser needed to check), and the home page shows it.
     result = synth("default")
-    assert architecture.current_block(page("index.md")) == architecture.block(result.app, result.templates), (
-        "run `make docs-gen`"
-    )
+    source = architecture.mermaid(result.app, result.templates) + "\n"
+    assert architecture.SOURCE.read_text() == source, "run `make docs-gen`"
+    assert architecture.drawn_from(source), "run `make docs-gen` (it redraws the SVG: needs Chromium)"
+    assert architecture.current_block(page("index.md")) == architecture.block(result.app), "run `make docs-gen`"
+    assert "](assets/architecture.svg)" in architecture.block(result.app)
 
 
 def test_every_stack_is_a_box_holding_its_parts():

@@ -13,7 +13,7 @@ import typer
 
 from config.context import KEYS
 from tests.docs_text import DOCS, ROOT, all_pages, headings, mkdocs_config, nav_pages, page, slug
-from tools import architecture, docs_reference
+from tools import architecture, docs_reference, mermaid_svg
 
 README = ROOT / "README.md"
 
@@ -33,9 +33,10 @@ def test_site_builds_strictly(tmp_path):
     cli = (site / "reference" / "cli" / "index.html").read_text()
     # A pipe inside a code span in a table shows as itself, not as `\|`.
     assert "<code>--since SPAN|DATE</code>" in cli and "\\|" not in cli
-    # The home page's diagram reaches the theme as a Mermaid block, not as code; the stylesheet is linked.
+    # The home page shows the diagram's committed SVG (tests/test_docs_offline.py); the stylesheet is linked.
     home = (site / "index.html").read_text()
-    assert re.search(r'<pre class="mermaid"><code>[^<]*\nflowchart LR\n', home) and "stylesheets/extra.css" in home
+    assert re.search(r'<img alt="The stacks \(Training\w+, [^"]*" src="assets/architecture.svg"', home)
+    assert "stylesheets/extra.css" in home
     # Long allowed-value lists are folded on the context-key page.
     keys = (site / "reference" / "context-keys" / "index.html").read_text()
     assert re.search(r'<div class="names">\s*<table>\s*<thead>\s*<tr>\s*<th>key</th>', keys)
@@ -60,7 +61,11 @@ def test_a_stale_or_missing_reference_page_is_named(tmp_path, monkeypatch, capsy
     index = tmp_path / "index.md"
     index.write_text(f"# Home\n\n{architecture.BEGIN}\nold\n{architecture.END}\n\nAfter.\n")
     monkeypatch.setattr(architecture, "INDEX", index)
-    monkeypatch.setattr(docs_reference, "architecture_block", lambda: f"{architecture.BEGIN}\nnew\n{architecture.END}")
+    monkeypatch.setattr(architecture, "SOURCE", tmp_path / "architecture.mmd")
+    monkeypatch.setattr(architecture, "PICTURE", tmp_path / "architecture.svg")
+    monkeypatch.setattr(mermaid_svg, "render", lambda source: "<svg></svg>")
+    block = f"{architecture.BEGIN}\nnew\n{architecture.END}"
+    monkeypatch.setattr(docs_reference, "architecture_diagram", lambda: ("flowchart LR\n", block))
     monkeypatch.setattr(docs_reference, "REFERENCE", tmp_path / "reference")
     assert docs_reference.main([]) == 0
     assert index.read_text() == f"# Home\n\n{architecture.BEGIN}\nnew\n{architecture.END}\n\nAfter.\n"
@@ -244,8 +249,7 @@ def test_no_code_block_is_wider_than_the_text_column():
     too_wide = [
         f"{path.relative_to(DOCS)}: {len(line)} characters: {line[:60]}..."
         for path in sorted(DOCS.rglob("*.md"))
-        for language, lines, in_list in code_blocks(path.read_text())
-        if language != "mermaid"  # drawn as a diagram, not shown as text
+        for _language, lines, in_list in code_blocks(path.read_text())
         for line in lines
         if len(line.rstrip()) > CODE_COLUMNS - (LIST_INDENT_COLUMNS if in_list else 0)
     ]
