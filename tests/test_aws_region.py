@@ -5,6 +5,7 @@ buckets asked on us-east-1. The metadata endpoint is a local HTTP server on 127.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import threading
@@ -91,5 +92,5 @@ def test_every_s3_client_of_the_container_names_the_region(metadata, monkeypatch
         checkpoint_sync.main(["restore", "--uri", "s3://b/p/", "--node", "0", "--main", "0", "--state-dir",
                               str(tmp_path / "state"), str(tmp_path / "checkpoints")])  # fmt: skip
     with pytest.raises(Asked):
-        workdir_fetch._get("bucket", "workdirs/x.tar.gz", "s3://bucket/workdirs/x.tar.gz")
+        workdir_fetch._get("bucket", "workdirs/x.tar.gz", "s3://bucket/workdirs/x.tar.gz", io.BytesIO())
     assert asked == [("s3", "cn-northwest-1")] * 3

@@ -173,7 +173,9 @@ def test_with_a_lag_a_nodes_end_shows_only_that_long_after_it_happened(tmp_path)
     job = job_of([])
     lagged = records.node_description(job, child, now=now, lag=(now - 50, 45.0))
     assert lagged["status"] == "RUNNING" and "startedAt" in lagged
-    assert "stoppedAt" not in lagged and lagged["container"] == {} and "statusReason" not in lagged
+    assert "stoppedAt" not in lagged and "statusReason" not in lagged
+    # Its task ENI's address (the listener takes its lines from it), and no exit code or reason yet.
+    assert lagged["container"] == {"networkInterfaces": [{"privateIpv4Address": records.LOOPBACK_SOURCE}]}
     shown = records.node_description(job, child, now=now + 36, lag=(now - 50, 45.0))
     assert (shown["status"], shown["container"]["exitCode"]) == ("FAILED", 137) and "stoppedAt" in shown
     # A node that ended before the lag began shows as it is; so does every node without a lag.

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainctl.rehearsal import summary
+from trainctl.rehearsal import progress, summary
 from trainctl.rehearsal.progress import Event, EventPrinter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,13 +50,24 @@ def record(assembly: Path = ROOT / "cdk.out") -> dict[str, Any]:
     return {"command": COMMAND, "events": [dataclasses.asdict(e) for e in events], "report": report}
 
 
+# The page's code column (tests/test_docs.py CODE_COLUMNS): the example is rendered that wide, as on an
+# 80-column terminal; the CLI itself wraps at progress.WIDTH.
+PAGE_COLUMNS = 80
+
+
 def transcript(recording: dict[str, Any]) -> list[str]:
-    """What the terminal showed: the command, each event as the CLI prints it, a blank line, the summary."""
-    lines = ["$ " + shlex.join(recording["command"])]
-    printer = EventPrinter(lines.append)
+    """What an 80-column terminal showed: the command, each event as the CLI prints it, a blank line, the
+    summary."""
+    command = progress.wrap(shlex.join(recording["command"]), first="$ ", rest="    ", width=PAGE_COLUMNS - 2)
+    lines = [line + " \\" for line in command[:-1]] + command[-1:]
+    printer = EventPrinter(lines.append, width=PAGE_COLUMNS)
     for event in recording["events"]:
         printer(Event(**event))
-    return [*lines, "", *summary.lines(recording["report"])]
+    wide, progress.WIDTH = progress.WIDTH, PAGE_COLUMNS
+    try:
+        return [*lines, "", *summary.lines(recording["report"])]
+    finally:
+        progress.WIDTH = wide
 
 
 def block(recording: dict[str, Any]) -> str:

@@ -19,9 +19,11 @@ def plural(count: int, noun: str, many: str = "") -> str:
     return f"{count} {noun if count == 1 else many or noun + 's'}"
 
 
-def wrap(text: str, *, first: str = "", rest: str = "", width: int = WIDTH) -> list[str]:
-    """`text` in lines of at most `width` columns: the first after `first`, the others after `rest`."""
-    return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False) or [
+def wrap(text: str, *, first: str = "", rest: str = "", width: int | None = None) -> list[str]:
+    """`text` in lines of at most `width` columns (WIDTH when None, read at each call: the docs' worked example
+    is rendered narrower): the first after `first`, the others after `rest`."""
+    columns = width or WIDTH
+    return textwrap.wrap(text, width=columns, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False) or [
         first.rstrip()
     ]
 

@@ -115,7 +115,8 @@ def job_lines(report: dict[str, Any], job: dict[str, Any]) -> list[str]:
     last = next((a["last_checkpoint"] for a in reversed(job["attempts"]) if a["last_checkpoint"]), "")
     if seen or last:
         newest = f"; the newest at the end: {last}" if last else ""
-        out.append(f"  checkpoints completed in the local S3: {plural(len(seen), 'file')}{newest}")
+        completed = f"checkpoints completed in the local S3: {plural(len(seen), 'file')}{newest}"
+        out += wrap(completed, first="  ", rest="    ")
     others = [line for a in job["attempts"] for line in other_nodes(a)]
     if others:
         out += ["  other nodes that did not exit 0:", *others]

@@ -41,7 +41,7 @@ def take_out_steps(*, region: str, url_suffix: str) -> tuple[str, ...]:
         # The marker sits where jobs write: read through no link (dd's nofollow: open(2) O_NOFOLLOW) and without
         # waiting on a FIFO (nonblock), printable characters only.
         f"sh -c 'echo \"training-node-take-out: node fault ($(dd if={TAKE_OUT_MARKER} iflag=nofollow,nonblock"
-        " bs=300 count=1 2>/dev/null | tr -cd \"[:print:]\")); powering off\" > /dev/console'",
+        ' bs=300 count=1 2>/dev/null | tr -cd "[:print:]")); powering off" > /dev/console\'',
         f"-python3 {NODE_PATH} drain {region} https://ecs.{region}.{url_suffix}/",
         "systemctl mask --runtime ecs.service",
         f"sleep {TAKE_OUT_GRACE_SECONDS}",
