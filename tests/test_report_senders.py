@@ -146,19 +146,18 @@ def test_the_speaker_is_the_node_a_line_names_for_this_job_only() -> None:
     assert speaker(f"end {JOB} not-json", JOB) is None
 
 
-def test_without_addresses_from_batch_lines_wait_then_are_taken_unverified_said_once(
+def test_without_addresses_lines_wait_unless_batch_cannot_be_asked_then_are_taken_said_once(
     tmp_path: Path, capsys: Any
 ) -> None:
-    senders = Senders(tmp_path, JOB, started=100.0, wait=60.0)
-    assert senders.judge(line(f"alive {JOB} 1"), now=130.0) == "wait"
-    assert senders.judge(line(f"alive {JOB} 1"), now=161.0) == "take"
-    assert senders.judge(line(f"alive {JOB} 2"), now=162.0) == "take"
+    senders = Senders(tmp_path, JOB)
+    # However long: a node Batch never shows running sends nothing that counts.
+    assert senders.judge(line(f"alive {JOB} 1")) == "wait"
+    assert senders.judge(line(end_line(1, 2, "node 1 (h): bad input"))) == "wait"
+    (tmp_path / ADDRESS_UNKNOWN).touch()  # the node watch cannot call DescribeJobs
+    assert senders.judge(line(f"alive {JOB} 1")) == "take"
+    assert senders.judge(line(f"alive {JOB} 2")) == "take"
     assert capsys.readouterr().err.count("without checking the sender") == 1
-    marked = Senders(tmp_path / "marked", JOB, started=100.0)
-    (tmp_path / "marked").mkdir()
-    (tmp_path / "marked" / ADDRESS_UNKNOWN).touch()  # the node watch cannot ask Batch: no reason to wait
-    assert marked.judge(line(f"alive {JOB} 1"), now=100.5) == "take"
-    assert senders.judge(line("alive job-b 1"), now=100.0) == "take"  # another job's: node_fault.take drops it
+    assert senders.judge(line("alive job-b 1")) == "take"  # another job's: node_fault.take drops it
 
 
 class Described:
@@ -224,3 +223,13 @@ def test_describejobs_gives_a_node_jobs_address_where_the_watch_reads_it() -> No
     assert interfaces.type_name == "list" and "privateIpv4Address" in interfaces.member.members
     job = model.shape_for("JobDetail")
     assert job.members["container"].name == "ContainerDetail"
+
+
+@pytest.mark.parametrize("period", ["0", "soon"])
+def test_a_node_watch_that_does_not_run_tells_the_listener_not_to_wait(tmp_path: Path, period: str) -> None:
+    children = tmp_path / "children"
+    args = ["--job", JOB, "--nodes", "2", "--main", "0", "--pid", str(os.getpid()), "--out", str(tmp_path / "r"),
+            "--hurry", str(tmp_path / "h"), "--since", "0", "--children", str(children),
+            "--period", period]  # fmt: skip
+    assert node_watch.main(args, environ={}) == 0
+    assert (children / ADDRESS_UNKNOWN).exists()

@@ -105,7 +105,7 @@ def listen(
                 waiting += connections.read(ready, now)
                 still = []
                 for line in waiting:
-                    verdict = senders.judge(line, now) if senders is not None else "take"
+                    verdict = senders.judge(line) if senders is not None else "take"
                     if verdict == "take":
                         take(line.text, job=job, out=out, pid=pid, hangs=hangs, children=children, at=line.at)
                     elif verdict == "wait":

@@ -236,9 +236,7 @@ class Watch:
         except (BotoCoreError, ClientError, ResponseParserError) as error:
             why = denied(error)
             if why:
-                if self.children is not None:
-                    self.children.mkdir(parents=True, exist_ok=True)
-                    (self.children / ADDRESS_UNKNOWN).touch()
+                unwatched(self.children)
                 say(f"cannot watch the child nodes in Batch ({why}): the job role needs batch:DescribeJobs; "
                     "training goes on, but a child that dies silently is not seen")  # fmt: skip
                 return True
@@ -334,19 +332,19 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     except ValueError:
         period = -1.0
     if period == 0:
-        return 0
+        return unwatched(args.children)
     if not 0 < period < float("inf"):
         say(f"NODE_WATCH_SECONDS='{args.period}' is not a number of seconds (0 turns the watch off); not watching")
-        return 0
+        return unwatched(args.children)
     where = region(environ)
     if where is None:
         say("cannot watch the child nodes in Batch: no region (AWS_REGION, AWS_DEFAULT_REGION, ECS task metadata)")
-        return 0
+        return unwatched(args.children)
     try:
         client = batch_client(where)
     except ImportError:
         say(f"cannot watch the child nodes in Batch: {sys.executable} has no boto3; set NODE_WATCH_PYTHON")
-        return 0
+        return unwatched(args.children)
     watch = Watch(
         client=client,
         job=args.job,
@@ -360,7 +358,20 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
         children=args.children,
         attempt=args.attempt,
     )
-    return watch.run()
+    try:
+        return watch.run()
+    except BaseException:
+        unwatched(args.children)  # the listener must not wait for addresses that will never come
+        raise
+
+
+def unwatched(children: Path | None) -> int:
+    """Tell the listener that no child's address will come from Batch (report_listener.py): it then takes the
+    children's lines without checking who sent them, rather than never."""
+    if children is not None:
+        children.mkdir(parents=True, exist_ok=True)
+        (children / ADDRESS_UNKNOWN).touch()
+    return 0
 
 
 if __name__ == "__main__":

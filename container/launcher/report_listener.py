@@ -10,10 +10,11 @@ NetworkInterface: "the elastic network interface for a multi-node parallel job n
 taken only from that address: the side port is open to the fleet's security group, which every job's nodes
 share, and the job id, which ListJobs shows, must not be enough to end a job. A line from another address is
 dropped, and the listener's log says so once per address, naming both. A line about a node whose address is
-not known yet waits (the node watch asks every NODE_WATCH_SECONDS, every second once the trainer failed); past
-ADDRESS_WAIT_SECONDS, or once the watch says it cannot ask Batch (CHILDREN/addresses.unknown), lines are taken
-unverified, said once. That a child's connection comes from its task ENI's privateIpv4Address is inferred
-(in awsvpc mode the task's one interface carries its traffic), not stated by AWS: a mismatch is said loudly.
+not known yet waits for it (the node watch asks every NODE_WATCH_SECONDS, every second once the trainer
+failed): a node that Batch never shows running sends nothing that counts. Only when the watch says it cannot
+ask Batch (CHILDREN/addresses.unknown: no batch:DescribeJobs) are lines taken unverified, said once. That a
+child's connection comes from its task ENI's privateIpv4Address is inferred (in awsvpc mode the task's one
+interface carries its traffic), not stated by AWS: a mismatch is said loudly.
 Stdlib only, Python 3.10.
 """
 
@@ -27,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CONNECTION_SECONDS = 2.0
-ADDRESS_WAIT_SECONDS = 60.0
 ADDRESS_UNKNOWN = "addresses.unknown"
-WAITING_LINES = 256
+# Lines kept while their nodes' addresses are unknown: a keepalive every 5 s from each child, for a few polls.
+WAITING_LINES = 4096
 LINE_BYTES = 4096  # node_fault.REPORT_BYTES
 
 
@@ -70,12 +71,10 @@ class Senders:
 
     children: Path
     job: str
-    started: float = field(default_factory=time.monotonic)
-    wait: float = ADDRESS_WAIT_SECONDS
     said: set[tuple[int, str]] = field(default_factory=set)
     unverified: bool = False
 
-    def judge(self, line: Line, now: float) -> str:
+    def judge(self, line: Line) -> str:
         """ "take", "wait" (the node's address is not known yet) or "drop"."""
         node = speaker(line.text, self.job)
         if node is None:
@@ -85,7 +84,7 @@ class Senders:
         except OSError:
             known = ""
         if not known:
-            if not (self.children / ADDRESS_UNKNOWN).exists() and now - self.started < self.wait:
+            if not (self.children / ADDRESS_UNKNOWN).exists():
                 return "wait"
             if not self.unverified:
                 self.unverified = True
