@@ -95,6 +95,7 @@ def test_global_options_work_after_the_command_for_every_command(
     world: World, trainctl: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("trainctl.commands.control.shutil.which", lambda _name: "/usr/bin/session-manager-plugin")
+    monkeypatch.setattr("trainctl.inspecting.ecs_exec.plugin_version", lambda _plugin: (1, 2, 707, 0))
     for command in every_command(world, tmp_path):
         # No stacks in eu-west-3: a region read after the command's arguments is the one asked.
         line = one_error_line(trainctl(*command, "--region", "eu-west-3"), ExitCode.AWS)
@@ -257,6 +258,7 @@ def test_exec_finds_the_nodes_task_and_hands_the_session_to_the_plugin(
          "interactive": True},
     )  # fmt: skip
     monkeypatch.setattr("trainctl.commands.control.shutil.which", lambda _name: "/opt/bin/session-manager-plugin")
+    monkeypatch.setattr("trainctl.inspecting.ecs_exec.plugin_version", lambda _plugin: (1, 2, 707, 0))
     calls: list[Any] = []
     monkeypatch.setattr("trainctl.commands.control.run_plugin", lambda call: calls.append(call) or 0)
 
@@ -286,6 +288,7 @@ def test_exec_says_what_is_missing(world: World, trainctl: Any, monkeypatch: pyt
     assert "brew install" in one_error_line(trainctl("exec", job_id), ExitCode.USAGE)
 
     monkeypatch.setattr("trainctl.commands.control.shutil.which", lambda _name: "/opt/bin/session-manager-plugin")
+    monkeypatch.setattr("trainctl.inspecting.ecs_exec.plugin_version", lambda _plugin: (1, 2, 707, 0))
     queued = world.submit("gpu", name="exec-queued")
     world.set_job(queued, "RUNNABLE")
     assert "needs a RUNNING job" in one_error_line(trainctl("exec", queued), ExitCode.USAGE)

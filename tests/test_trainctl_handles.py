@@ -59,6 +59,7 @@ def test_an_id_prefix_and_a_name_stand_for_the_job_in_every_job_command(
     checkpoints = trainctl("--json", "checkpoints", "handle-solo")
     assert checkpoints.exit_code == 0, checkpoints.output
     monkeypatch.setattr("trainctl.commands.control.shutil.which", lambda _name: "/opt/bin/session-manager-plugin")
+    monkeypatch.setattr("trainctl.inspecting.ecs_exec.plugin_version", lambda _plugin: (1, 2, 707, 0))
     # exec found the job (whole id in its refusal) and refused it only for not running.
     refusal = one_error_line(trainctl("exec", prefix), ExitCode.USAGE)
     assert job_id in refusal and "RUNNING" in refusal

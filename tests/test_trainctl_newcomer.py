@@ -264,6 +264,7 @@ def forwarding_stubs(
         stubbers["ssm"].add_response("start_session", session, request)
         sessions.append(session)
     monkeypatch.setattr("trainctl.commands.control.shutil.which", lambda _name: "/opt/bin/session-manager-plugin")
+    monkeypatch.setattr("trainctl.inspecting.ecs_exec.plugin_version", lambda _plugin: (1, 2, 707, 0))
     return job_id, task, stubbers, sessions, requests
 
 
@@ -397,3 +398,19 @@ def test_a_busy_local_port_ends_the_forwarding_with_a_line_naming_it(
     line = result.stderr.strip().splitlines()[-1]  # after the lines naming the forwarded ports
     assert line.startswith("trainctl: localhost:18888: its forwarding ended (plugin exit 1); the others were stopped")
     assert "--port LOCAL:CONTAINER" in line and len(line) <= 200
+
+
+def test_a_plugin_that_would_need_the_token_on_its_command_line_is_refused(tmp_path: Path) -> None:
+    from trainctl.errors import TrainctlError
+    from trainctl.inspecting import ecs_exec
+
+    old = tmp_path / "session-manager-plugin"
+    old.write_text("#!/bin/sh\necho 1.2.497.0\n")
+    old.chmod(0o755)
+    assert ecs_exec.plugin_version(str(old)) == (1, 2, 497, 0)
+    with pytest.raises(TrainctlError, match=r"version 1\.2\.497\.0: trainctl needs one newer than 1\.2\.497\.0"):
+        ecs_exec.check_plugin(ecs_exec.plugin_version(str(old)))
+    with pytest.raises(TrainctlError, match="version unknown"):
+        ecs_exec.check_plugin(ecs_exec.plugin_version(str(tmp_path / "missing")))
+    ecs_exec.check_plugin((1, 2, 707, 0))  # newer: reads the session from its environment
+    ecs_exec.check_plugin((1, 3))

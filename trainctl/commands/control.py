@@ -168,6 +168,7 @@ def exec_(
     plugin = shutil.which(ecs_exec.PLUGIN)
     if plugin is None:
         raise TrainctlError(ecs_exec.INSTALL_PLUGIN, ExitCode.USAGE)
+    ecs_exec.check_plugin(ecs_exec.plugin_version(plugin))
     environment = fleet_compute(state.batch, fleet).environment or {}
     ecs = state.aws.client("ecs")
     target = ecs_exec.resolve(ecs, task, node, cluster=environment.get("ecsClusterArn"))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainctl.aws import aws_errors
-from trainctl.errors import TrainctlError, clip
+from trainctl.errors import ExitCode, TrainctlError, clip
 from trainctl.inspecting.showing import cluster_of_task, node_jobs
 
 PLUGIN = "session-manager-plugin"
@@ -142,6 +142,35 @@ def start(ecs: Any, target: ExecTarget, command: str) -> dict[str, Any]:
 # AWS CLI hands it over (aws-cli's ssm start-session, and session-manager-plugin's StartSession arguments):
 # never on the command line, where `ps` on a shared host would show the session's token.
 RESPONSE_VARIABLE = "AWS_SSM_START_SESSION_RESPONSE"
+
+
+# The plugin reads RESPONSE_VARIABLE in versions after this one (aws-cli's StartSessionCaller,
+# LAST_PLUGIN_VERSION_WITHOUT_ENV_VAR); an older plugin would take the variable's name for the session.
+LAST_PLUGIN_WITHOUT_VARIABLE = (1, 2, 497, 0)
+
+
+def plugin_version(plugin: str) -> tuple[int, ...] | None:
+    """`plugin --version` as numbers; None when it does not answer with one."""
+    try:
+        said = subprocess.run(  # noqa: S603 - the plugin found on PATH, no shell
+            [plugin, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return tuple(int(part) for part in said.split(".")) if re.fullmatch(r"\d+(\.\d+){0,3}", said) else None
+
+
+def check_plugin(version: tuple[int, ...] | None) -> None:
+    """Refuse a plugin that would need the session's token on its command line."""
+    padded = (*version, 0, 0, 0)[:4] if version else None
+    if padded is None or padded <= LAST_PLUGIN_WITHOUT_VARIABLE:
+        shown = ".".join(map(str, version)) if version else "unknown"
+        raise TrainctlError(
+            f"the Session Manager plugin is version {shown}: trainctl needs one newer than 1.2.497.0, which reads "
+            "the session from its environment instead of its command line; update it (brew upgrade "
+            "session-manager-plugin, or AWS's package)",
+            ExitCode.USAGE,
+        )
 
 
 @dataclass(frozen=True)
