@@ -155,13 +155,12 @@ def described(detail: Mapping[str, Any], budgets: ledger.Budgets, batch: Any) ->
 def reconcile(budgets: ledger.Budgets, table: Any, batch: Any, now: int) -> list[str]:
     """Close what the ledger still counts as running but Batch shows ended (its end event lost or late), from
     DescribeJobs (up to 100 ids a call); a job Batch no longer knows is closed now. One line per job closed."""
-    open_entries = [e for e in ledger.read_entries(table, ledger.month_of(now)) if e.running]
     latest: dict[str, ledger.Entry] = {}
-    for entry in open_entries:
+    for entry in ledger.read_entries(table, ledger.month_of(now)):
         if entry.job_id not in latest or entry.progress > latest[entry.job_id].progress:
             latest[entry.job_id] = entry
     done: list[str] = []
-    ids = sorted(latest)
+    ids = sorted(job_id for job_id, entry in latest.items() if entry.running)  # the newest word on each job
     for start in range(0, len(ids), 100):
         answered = {str(j.get("jobId")): j for j in batch.describe_jobs(jobs=ids[start : start + 100]).get("jobs", [])}
         for job_id in ids[start : start + 100]:
