@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -76,3 +79,18 @@ def slug(heading: str) -> str:
     """The anchor mkdocs (Python-Markdown's toc) gives a heading: lower case, words joined by hyphens."""
     text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
     return re.sub(r"[-\s]+", "-", text)
+
+
+def build_site(folder: Path) -> Path:
+    """The docs site as `make docs` builds it, strictly (a broken link or a page outside the nav fails), into
+    `folder`."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder

@@ -4,15 +4,12 @@ old README's sections all have a home."""
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import subprocess
-import sys
 
 import typer
 
 from config.context import KEYS
-from tests.docs_text import DOCS, ROOT, all_pages, headings, mkdocs_config, nav_pages, page, slug
+from tests.docs_text import DOCS, ROOT, all_pages, build_site, headings, mkdocs_config, nav_pages, page, slug
 from tools import architecture, docs_reference, mermaid_svg
 
 README = ROOT / "README.md"
@@ -20,16 +17,7 @@ README = ROOT / "README.md"
 
 def test_site_builds_strictly(tmp_path):
     # The build `make docs` runs: every warning (a broken link or anchor, a page outside the nav) fails it.
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    site = tmp_path / "site"
+    site = build_site(tmp_path / "site")
     cli = (site / "reference" / "cli" / "index.html").read_text()
     # A pipe inside a code span in a table shows as itself, not as `\|`.
     assert "<code>--since SPAN|DATE</code>" in cli and "\\|" not in cli

@@ -4,10 +4,7 @@ pages of wide tables leave out the table of contents, and the CLI reference puts
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -15,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 import typer.main
 
-from tests.docs_text import DOCS, ROOT, mkdocs_config, page
+from tests.docs_text import DOCS, build_site, mkdocs_config, page
 from tools import architecture, docs_reference, mermaid_svg
 from trainctl.cli import app
 
@@ -50,17 +47,7 @@ def elsewhere(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("site")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return folder
+    return build_site(tmp_path_factory.mktemp("site"))
 
 
 def test_the_parser_finds_what_a_page_fetches_and_where():

@@ -408,9 +408,9 @@ def test_a_plugin_that_would_need_the_token_on_its_command_line_is_refused(tmp_p
     old.write_text("#!/bin/sh\necho 1.2.497.0\n")
     old.chmod(0o755)
     assert ecs_exec.plugin_version(str(old)) == (1, 2, 497, 0)
-    with pytest.raises(TrainctlError, match=r"version 1\.2\.497\.0: trainctl needs one newer than 1\.2\.497\.0"):
+    with pytest.raises(TrainctlError, match=r"plugin 1\.2\.497\.0: trainctl needs one newer than 1\.2\.497\.0"):
         ecs_exec.check_plugin(ecs_exec.plugin_version(str(old)))
-    with pytest.raises(TrainctlError, match="version unknown"):
+    with pytest.raises(TrainctlError, match="plugin unknown: "):
         ecs_exec.check_plugin(ecs_exec.plugin_version(str(tmp_path / "missing")))
     ecs_exec.check_plugin((1, 2, 707, 0))  # newer: reads the session from its environment
     ecs_exec.check_plugin((1, 3))

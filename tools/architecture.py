@@ -26,7 +26,7 @@ from typing import Any
 
 import aws_cdk as cdk
 
-from tools import mermaid_svg
+from tools import mermaid_svg, page_blocks
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 INDEX = DOCS / "index.md"
@@ -182,16 +182,11 @@ def stamp(source: str, renderer: str) -> str:
 
 
 def current_block(text: str) -> str:
-    """The generated block in a page's text (markers included), or "" when the page has no markers."""
-    start, end = text.find(BEGIN), text.find(END)
-    return text[start : end + len(END)] if 0 <= start < end else ""
+    return page_blocks.current_block(text, BEGIN, END)
 
 
 def with_block(text: str, new: str) -> str:
-    old = current_block(text)
-    if not old:
-        raise ValueError(f"{INDEX} has no architecture markers ({BEGIN})")
-    return text.replace(old, new)
+    return page_blocks.with_block(text, new, BEGIN, END, INDEX)
 
 
 def drawn_from(source: str) -> bool:

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tools import page_blocks
 from trainctl.rehearsal import progress, summary
 from trainctl.rehearsal.progress import Event, EventPrinter
 
@@ -75,16 +76,11 @@ def block(recording: dict[str, Any]) -> str:
 
 
 def current_block(text: str) -> str:
-    """The page's example between its markers (with them), or "" without markers."""
-    start, end = text.find(BEGIN), text.find(END)
-    return text[start : end + len(END)] if 0 <= start < end else ""
+    return page_blocks.current_block(text, BEGIN, END)
 
 
 def with_block(text: str, new: str) -> str:
-    old = current_block(text)
-    if not old:
-        raise ValueError(f"{PAGE} has no rehearsal example markers ({BEGIN})")
-    return text.replace(old, new)
+    return page_blocks.with_block(text, new, BEGIN, END, PAGE)
 
 
 def load() -> dict[str, Any]:

@@ -166,9 +166,8 @@ def check_plugin(version: tuple[int, ...] | None) -> None:
     if padded is None or padded <= LAST_PLUGIN_WITHOUT_VARIABLE:
         shown = ".".join(map(str, version)) if version else "unknown"
         raise TrainctlError(
-            f"the Session Manager plugin is version {shown}: trainctl needs one newer than 1.2.497.0, which reads "
-            "the session from its environment instead of its command line; update it (brew upgrade "
-            "session-manager-plugin, or AWS's package)",
+            f"Session Manager plugin {shown}: trainctl needs one newer than 1.2.497.0 (older ones "
+            "take the session's token on their command line): brew upgrade session-manager-plugin",
             ExitCode.USAGE,
         )
 

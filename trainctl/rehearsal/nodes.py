@@ -13,6 +13,7 @@ import secrets
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -22,21 +23,21 @@ from trainctl.rehearsal.hosts import Host
 CONTAINER_VARIABLE = "REHEARSAL_CONTAINER"
 
 
+def _environs() -> Iterator[tuple[int, bytes]]:
+    """Every process's pid and environment, each variable between NUL bytes (readable ones only)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                yield int(entry.name), b"\0" + (entry / "environ").read_bytes() + b"\0"
+            except OSError:
+                continue
+
+
 def container_processes(token: str, *, ranks_only: bool = False) -> list[int]:
     """The processes of the container `token`; with ranks_only, its training ranks (torchrun gives each
     worker LOCAL_RANK)."""
     mark = f"\0{CONTAINER_VARIABLE}={token}\0".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = b"\0" + (entry / "environ").read_bytes() + b"\0"
-        except OSError:
-            continue
-        if mark in environ and (not ranks_only or b"\0LOCAL_RANK=" in environ):
-            found.append(int(entry.name))
-    return sorted(found)
+    return sorted(pid for pid, env in _environs() if mark in env and (not ranks_only or b"\0LOCAL_RANK=" in env))
 
 
 def containers_with_ranks(tokens: set[str]) -> set[str]:
@@ -44,15 +45,9 @@ def containers_with_ranks(tokens: set[str]) -> set[str]:
     every poll until the rendezvous is complete)."""
     marks = {token: f"\0{CONTAINER_VARIABLE}={token}\0".encode() for token in tokens}
     found: set[str] = set()
-    for entry in Path("/proc").iterdir():
+    for _pid, environ in _environs():
         if len(found) == len(marks):
             break
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = b"\0" + (entry / "environ").read_bytes() + b"\0"
-        except OSError:
-            continue
         if b"\0LOCAL_RANK=" in environ:
             found.update(token for token, mark in marks.items() if mark in environ)
     return found

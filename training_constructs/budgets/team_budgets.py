@@ -28,8 +28,6 @@ from aws_cdk import (
     Validations,
 )
 from aws_cdk import aws_batch as batch
-from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -45,6 +43,7 @@ from config.settings import BudgetSettings
 from training_constructs.budgets import budget_functions
 from training_constructs.common.nag_names import nag_name
 from training_constructs.common.small_functions import (
+    alarm_on_any,
     alarm_on_errors,
     depend_on_policy_only,
     grant_publish_to_alerts,
@@ -187,22 +186,17 @@ class TeamBudgets(Construct):
         Validations.of(self.lost_events).acknowledge(
             Acknowledgment(id="AwsSolutions-SQS3", reason="it is the dead-letter queue of the job-event rule's target")
         )
-        self.lost_events_alarm = self.lost_events.metric_approximate_number_of_messages_visible(
-            period=Duration.minutes(5), statistic="Maximum"
-        ).create_alarm(
+        self.lost_events_alarm = alarm_on_any(
             self,
             "LostJobEventsAlarm",
-            alarm_description=(
-                "Job state changes did not reach the budget ledger (they wait in the LostJobEvents queue): a job's "
-                "cost may be missing until the enforcement reconciles it with Batch; the ledger function's log "
-                "group says why."
+            self.lost_events.metric_approximate_number_of_messages_visible(
+                period=Duration.minutes(5), statistic="Maximum"
             ),
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            topic,
+            "Job state changes did not reach the budget ledger (they wait in the LostJobEvents queue): a job's "
+            "cost may be missing until the enforcement reconciles it with Batch; the ledger function's log "
+            "group says why.",
         )
-        self.lost_events_alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
         self.job_rule = events.Rule(
             self,
             "JobStateChanges",

@@ -45,16 +45,14 @@ def depend_on_policy_only(function: Construct, role: iam.Role) -> None:
         resource.add_override("DependsOn", [Stack.of(function).get_logical_id(policy)])
 
 
-def alarm_on_errors(function: lambda_.Function, topic: sns.ITopic, what_stops: str) -> cloudwatch.Alarm:
-    """An alarm to `topic` when the function fails (its Errors metric: invocations that ended in an
-    error, Lambda developer guide, "Using CloudWatch metrics with Lambda"), so that a function acting on
-    AWS's events cannot stop working in silence. `what_stops` says what no longer happens meanwhile."""
-    alarm = function.metric_errors(period=Duration.minutes(5), statistic="Sum").create_alarm(
-        function,
-        "Errors",
-        alarm_description=(
-            f"The function {function.node.path} failed: {what_stops} until it works again. Its log group has the error."
-        ),
+def alarm_on_any(
+    scope: Construct, construct_id: str, metric: cloudwatch.IMetric, topic: sns.ITopic, description: str
+) -> cloudwatch.Alarm:
+    """An alarm to `topic` as soon as `metric` reaches 1 in one period; no data is no alarm."""
+    alarm = metric.create_alarm(
+        scope,
+        construct_id,
+        alarm_description=description,
         threshold=1,
         evaluation_periods=1,
         comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -62,3 +60,16 @@ def alarm_on_errors(function: lambda_.Function, topic: sns.ITopic, what_stops: s
     )
     alarm.add_alarm_action(actions.SnsAction(topic))
     return alarm
+
+
+def alarm_on_errors(function: lambda_.Function, topic: sns.ITopic, what_stops: str) -> cloudwatch.Alarm:
+    """An alarm to `topic` when the function fails (its Errors metric: invocations that ended in an
+    error, Lambda developer guide, "Using CloudWatch metrics with Lambda"), so that a function acting on
+    AWS's events cannot stop working in silence. `what_stops` says what no longer happens meanwhile."""
+    return alarm_on_any(
+        function,
+        "Errors",
+        function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+        topic,
+        f"The function {function.node.path} failed: {what_stops} until it works again. Its log group has the error.",
+    )
