@@ -202,15 +202,15 @@ def refusal(spend: TeamSpend, estimate: Estimate) -> str | None:
     return line
 
 
-def unknown_team(detail: Mapping[str, Any], budgets: Budgets) -> str | None:
+def unknown_team(detail: Mapping[str, Any], budgets: Budgets, *, fleet_check: bool = False) -> str | None:
     """With budgets every job counts against a team: the one line refusing a job whose share identifier
     (fair-share queues) or trainctl:team tag (FIFO queues) names no budgeted team, or that names none and there
     is no default team; else None. A share without a budget would otherwise run free, and any submitter can
-    start a new share."""
+    start a new share. `fleet_check`: the caller found the job to be a fleet check run as its definition says
+    (budget_functions.is_fleet_check), which names no team."""
     if budgets.team_of(detail) is not None:
         return None
-    # The fleet checks (scheduled, or `trainctl check`) run the deployment's benchmark definitions untagged.
-    if str(detail.get("jobDefinition") or "") in budgets.check_definitions:
+    if fleet_check:
         return None
     if budgets.fair_share:
         share = str(detail.get("shareIdentifier") or "")

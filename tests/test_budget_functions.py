@@ -314,8 +314,47 @@ def test_on_fifo_fleets_a_job_of_no_budgeted_team_is_stopped_on_arrival(env: dic
     check = world.submit("gpu", name="gpu-fleet-check", definition=world.benchmark["gpu"])
     world.set_job(check, "RUNNABLE")
     checks = ledger.Budgets.parse({**_document(env["budgets"]), "checkDefinitions": [world.benchmark["gpu"]]})
-    assert functions.arrival_refusal(detail_of(world, check, "RUNNABLE"), checks, env["table"], 0) is None
-    assert functions.arrival_refusal(detail_of(world, check, "RUNNABLE"), env["budgets"], env["table"], 0)
+    assert functions.is_fleet_check(detail_of(world, check, "RUNNABLE"), checks, batch)
+    assert not functions.is_fleet_check(detail_of(world, check, "RUNNABLE"), env["budgets"], batch)
+    assert (
+        functions.arrival_refusal(detail_of(world, check, "RUNNABLE"), checks, env["table"], 0, fleet_check=True)
+        is None
+    )
+    assert functions.arrival_refusal(detail_of(world, check, "RUNNABLE"), checks, env["table"], 0)
+
+
+def test_a_job_on_a_benchmark_definition_with_its_own_timeout_is_charged_like_any_job(env: dict[str, Any]) -> None:
+    """The fleet checks' exemption holds for the definition as deployed: a longer timeout (or another command,
+    more nodes) on the same definition makes it a job of no team, stopped on arrival like one."""
+    world: World = env["world"]
+    batch = world.client("batch")
+    checks = ledger.Budgets.parse({**_document(env["budgets"]), "checkDefinitions": [world.benchmark["gpu"]]})
+    (definition,) = batch.describe_job_definitions(jobDefinitions=[world.benchmark["gpu"]])["jobDefinitions"]
+    longer = int((definition.get("timeout") or {}).get("attemptDurationSeconds") or 600) * 10
+    dodge = world.submit(
+        "gpu", name="not-a-check", definition=world.benchmark["gpu"], timeout={"attemptDurationSeconds": longer}
+    )
+    world.set_job(dodge, "RUNNABLE")
+    assert batch.describe_jobs(jobs=[dodge])["jobs"][0]["timeout"]["attemptDurationSeconds"] == longer
+    assert not functions.is_fleet_check(detail_of(world, dodge, "RUNNABLE"), checks, batch)
+    refusal = functions.arrival_refusal(detail_of(world, dodge, "RUNNABLE"), checks, env["table"], 0)
+    assert refusal == "budget: no trainctl:team tag; the teams are llama, vision"
+
+
+def test_runs_as_defined_counts_only_what_the_description_shows() -> None:
+    definition = {
+        "nodeProperties": {"numNodes": 2, "nodeRangeProperties": [{"container": {"command": ["bench", "--all"]}}]},
+        "timeout": {"attemptDurationSeconds": 900},
+    }
+    assert functions.runs_as_defined(definition, definition)
+    # Left out of a description: no evidence of an override.
+    assert functions.runs_as_defined({}, definition)
+    assert functions.runs_as_defined({"nodeProperties": {"numNodes": 2}}, definition)
+    more_nodes = {"nodeProperties": {**definition["nodeProperties"], "numNodes": 4}}
+    other_command = {"nodeProperties": {"numNodes": 2, "nodeRangeProperties": [{"container": {"command": ["sh"]}}]}}
+    assert not functions.runs_as_defined(more_nodes, definition)
+    assert not functions.runs_as_defined(other_command, definition)
+    assert not functions.runs_as_defined({"timeout": {"attemptDurationSeconds": 9000}}, definition)
 
 
 def test_80_percent_alerts_once_and_100_percent_stops_exactly_that_teams_jobs(env: dict[str, Any]) -> None:

@@ -190,7 +190,10 @@ def test_on_fair_share_queues_a_share_without_a_budget_is_refused_like_a_fifo_jo
     assert unknown_team({"shareIdentifier": "llama"}, shared) is None
     assert unknown_team({"shareIdentifier": "sweep7"}, shared) is None
     check = {"jobDefinition": "arn:aws:batch:us-east-1:1:job-definition/gpu-benchmark:3"}
-    assert unknown_team(check, shared) is None  # the fleet check counts against no budget
+    # A fleet check, once the caller found it run as its definition says, counts against no budget; the
+    # definition's ARN alone does not make one.
+    assert unknown_team(check, shared, fleet_check=True) is None
+    assert unknown_team(check, shared) == "budget: no share identifier; the teams are llama, sweep*"
 
 
 # ------------------------------------------------------------------------------------------- the keys

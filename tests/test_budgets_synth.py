@@ -108,9 +108,10 @@ def test_the_functions_may_terminate_any_job_of_the_account_and_region_for_want_
                 assert set(actions) == batch_actions
                 assert resource is not None and resource.endswith(":job/*")
             elif set(actions) & {"batch:ListJobs", "batch:DescribeJobs"}:
-                # No resource-level permissions for these two (Service Authorization Reference, AWS Batch).
-                # The ledger function describes a job whose event lacks its tags; only the enforcement lists.
-                listed = {"batch:ListJobs"} if prefix == "EnforcementFunction" else set()
+                # No resource-level permissions for these (Service Authorization Reference, AWS Batch). The
+                # ledger function describes every job, and a benchmark job's definition; only the enforcement
+                # lists.
+                listed = {"batch:ListJobs"} if prefix == "EnforcementFunction" else {"batch:DescribeJobDefinitions"}
                 assert set(actions) == {"batch:DescribeJobs"} | listed
                 assert statement["Resource"] == "*"
             elif "sns:Publish" in actions:

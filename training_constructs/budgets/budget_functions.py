@@ -114,15 +114,54 @@ def estimate_of(detail: Mapping[str, Any], budgets: ledger.Budgets) -> ledger.Es
     )
 
 
-def arrival_refusal(detail: Mapping[str, Any], budgets: ledger.Budgets, table: Any, now: int) -> str | None:
+def _shape(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """What a fleet check must keep of its definition, from a JobDetail or a JobDefinition: node count, each
+    node range's command, attempt timeout. A field the description leaves out is not in the shape."""
+    nodes = properties.get("nodeProperties") or {}
+    shape: dict[str, Any] = {}
+    if nodes.get("numNodes") is not None:
+        shape["nodes"] = int(nodes["numNodes"])
+    ranges = nodes.get("nodeRangeProperties") or []
+    if ranges and all((r.get("container") or {}).get("command") is not None for r in ranges):
+        shape["commands"] = [list(r["container"]["command"]) for r in ranges]
+    seconds = (properties.get("timeout") or {}).get("attemptDurationSeconds")
+    if seconds is not None:
+        shape["timeout"] = int(seconds)
+    return shape
+
+
+def runs_as_defined(job: Mapping[str, Any], definition: Mapping[str, Any]) -> bool:
+    """Whether the job's description shows its definition's node count, commands and attempt timeout. Only a
+    value the description shows and that differs counts against it: whether DescribeJobs writes a
+    submission's overrides into nodeProperties is not documented (API JobDetail), and a fleet check refused
+    on a field Batch merely left out would be a check stopped on no evidence."""
+    shown, defined = _shape(job), _shape(definition)
+    return all(defined.get(key) == value for key, value in shown.items())
+
+
+def is_fleet_check(detail: Mapping[str, Any], budgets: ledger.Budgets, batch: Any) -> bool:
+    """A job on one of the deployment's benchmark definitions (the fleet checks, scheduled or `trainctl check`)
+    that runs as that definition says: the only job that names no team and is not charged. Anything else on
+    those definitions (another command, more nodes, a longer timeout) is a job like any other. One
+    DescribeJobDefinitions call, for such jobs only."""
+    arn = str(detail.get("jobDefinition") or "")
+    if arn not in budgets.check_definitions:
+        return False
+    found = batch.describe_job_definitions(jobDefinitions=[arn]).get("jobDefinitions") or []
+    return bool(found) and runs_as_defined(detail, found[0])
+
+
+def arrival_refusal(
+    detail: Mapping[str, Any], budgets: ledger.Budgets, table: Any, now: int, *, fleet_check: bool = False
+) -> str | None:
     """The reason to stop a job that just arrived: its team is unknown (FIFO fleets), or it cannot fit its
-    team's remainder; else None."""
+    team's remainder; else None. `fleet_check`: is_fleet_check found it a fleet check."""
     if detail.get("status") not in ledger.QUEUED or ledger.spans_of(detail) or detail.get("attempts"):
         return None
     estimate = estimate_of(detail, budgets)
     if estimate is None:
         return None
-    unknown = ledger.unknown_team(detail, budgets)
+    unknown = ledger.unknown_team(detail, budgets, fleet_check=fleet_check)
     if unknown:
         return unknown
     team = budgets.team_of(detail)
@@ -199,7 +238,12 @@ def on_job_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         print(json.dumps(outcome | {"stopped": None, "skipped": "DescribeJobs does not know the job: not charged"}))
         return outcome | {"stopped": None}
     now = now_ms()
-    reason = arrival_refusal(detail, budgets, table, now)
+    checked = (
+        detail.get("status") in ledger.QUEUED
+        and budgets.team_of(detail) is None
+        and is_fleet_check(detail, budgets, batch)
+    )
+    reason = arrival_refusal(detail, budgets, table, now, fleet_check=checked)
     if reason:
         # TerminateJob, not CancelJob: CancelJob succeeds on a job already STARTING or RUNNING without
         # stopping it (API CancelJob); TerminateJob cancels a queued job and stops a started one (API

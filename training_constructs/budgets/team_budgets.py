@@ -234,13 +234,11 @@ class TeamBudgets(Construct):
         # only on jobs of the BUDGETS document's queues; tests/test_budget_functions.py).
         role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=[job_arns]))
         environment = {budget_functions.BUDGETS_ENV: self.document}
-        # DescribeJobs (both: the ledger's events may lack the job's tags) and ListJobs support no
+        # DescribeJobs (both: the ledger's events may lack the job's tags), ListJobs (the enforcement) and
+        # DescribeJobDefinitions (arrivals: is a job on a benchmark definition run as defined) support no
         # resource-level permissions (the same reference).
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["batch:DescribeJobs", *(["batch:ListJobs"] if topic is not None else [])], resources=["*"]
-            )
-        )
+        reads = ["batch:DescribeJobs", *(["batch:ListJobs"] if topic is not None else ["batch:DescribeJobDefinitions"])]
+        role.add_to_principal_policy(iam.PolicyStatement(actions=reads, resources=["*"]))
         if topic is not None:
             grant_publish_to_alerts(role, topic)
             environment[budget_functions.TOPIC_ENV] = topic.topic_arn
@@ -267,7 +265,10 @@ class TeamBudgets(Construct):
                 "batch:TerminateJob takes a job ARN and no condition key names a job's queue: the functions may "
                 "cancel any job in the account and region; the code only touches jobs in this deployment's queues"
             ),
-            "Resource::*": "batch:DescribeJobs and ListJobs only, which support no resource-level permissions",
+            "Resource::*": (
+                "batch:DescribeJobs, ListJobs and DescribeJobDefinitions only, which support no resource-level "
+                "permissions"
+            ),
         }
         for finding, reason in findings.items():
             Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
