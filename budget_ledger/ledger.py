@@ -32,8 +32,11 @@ RUNNING = "RUNNING"
 EXPIRES = "expires"
 # The tag that names a job's team on FIFO queues (trainctl sets it from --team).
 TEAM_TAG = "trainctl:team"
-# Every reason the budget gives Batch starts with this (`trainctl why` recognises it).
+# Every line the budget refuses or stops a job with starts with this (`trainctl why` recognises it).
 REASON_PREFIX = "budget:"
+# What Batch is given: the line after "trainctl ", the prefix every deliberate stop shares
+# (config/job_events.py QUIET_REASON_PREFIX), so that the job-alert rule leaves budget stops out.
+BATCH_REASON_PREFIX = f"trainctl {REASON_PREFIX}"
 ALERT_FRACTIONS = (0.8, 1.0)
 # Batch's states before a job's nodes run, and while they run (API JobDetail, status).
 QUEUED = ("SUBMITTED", "PENDING", "RUNNABLE")

@@ -9,8 +9,6 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from budget_ledger.ledger import REASON_PREFIX as BUDGET_REASON_PREFIX
-from config.job_events import TRAINCTL_CANCEL_PREFIX
 from config.metrics import FLEET_ENV
 from config.settings import FleetSettings, JobSettings
 from stacks.data_stack import ExportedBucket
@@ -175,10 +173,6 @@ class JobsStack(Stack):
             # Every placement's queue: a job sent on by the capacity fallback still alerts when it fails.
             job_queue_arns=[q.job_queue_arn for jobs_ in self.fleets.values() for q in jobs_.placement_queues],
             email=jobs.alert_email,
-            # Budget stops alert once per team (the enforcement), not once per job.
-            quiet_prefixes=(TRAINCTL_CANCEL_PREFIX, BUDGET_REASON_PREFIX)
-            if jobs.budgets
-            else (TRAINCTL_CANCEL_PREFIX,),
         )
         CfnOutput(self, "AlertTopic", value=self.alerts.topic.topic_arn)
         if routes:

@@ -233,7 +233,7 @@ def test_a_job_submitted_around_trainctl_that_cannot_fit_is_stopped_on_arrival(e
 
     reason = batch.describe_jobs(jobs=[too_big])["jobs"][0]["statusReason"]
     assert reason == outcome["stopped"]
-    assert reason.startswith("budget: team llama has $300 of $1,000 left in ")
+    assert reason.startswith("trainctl budget: team llama has $300 of $1,000 left in ")
     assert reason.endswith(f"this job may cost up to $400 (2 x g6.12xlarge x 20 h): {ledger.REMEDY}")
     assert "statusReason" not in batch.describe_jobs(jobs=[fits])["jobs"][0]
     # A tag claiming fewer hours bounds nothing (Batch does not enforce it): the 20 h timeout decides.
@@ -256,7 +256,7 @@ def test_an_event_without_tags_is_completed_from_describe_jobs(env: dict[str, An
     detail = {k: v for k, v in detail_of(world, too_big, "RUNNABLE").items() if k != "tags"}
     outcome = functions.on_job_event({"detail": detail}, None)
     assert outcome["team"] == "llama"
-    assert str(outcome["stopped"]).startswith("budget: team llama has ")
+    assert str(outcome["stopped"]).startswith("trainctl budget: team llama has ")
 
 
 def test_arrival_terminates_a_job_that_already_started(env: dict[str, Any]) -> None:
@@ -308,8 +308,8 @@ def test_on_fifo_fleets_a_job_of_no_budgeted_team_is_stopped_on_arrival(env: dic
     functions.on_job_event({"detail": detail_of(world, untagged, "RUNNABLE")}, None)
     functions.on_job_event({"detail": detail_of(world, stranger, "RUNNABLE")}, None)
     reasons = {j["jobId"]: j.get("statusReason") for j in batch.describe_jobs(jobs=[untagged, stranger])["jobs"]}
-    assert reasons[untagged] == "budget: no trainctl:team tag; the teams are llama, vision"
-    assert reasons[stranger] == "budget: team robotics has no budget; the teams are llama, vision"
+    assert reasons[untagged] == "trainctl budget: no trainctl:team tag; the teams are llama, vision"
+    assert reasons[stranger] == "trainctl budget: team robotics has no budget; the teams are llama, vision"
     # The fleet check (the deployment's benchmark definition, untagged) is not a team's job: it runs.
     check = world.submit("gpu", name="gpu-fleet-check", definition=world.benchmark["gpu"])
     world.set_job(check, "RUNNABLE")
@@ -385,7 +385,7 @@ def test_80_percent_alerts_once_and_100_percent_stops_exactly_that_teams_jobs(en
     assert sorted(actions) == sorted(["alert vision 100%", f"terminate vision {running}", f"cancel vision {queued}"])
     reasons = {j["jobId"]: j.get("statusReason") for j in batch.describe_jobs(jobs=[running, queued, other])["jobs"]}
     assert reasons[running] == reasons[queued]
-    assert reasons[running].startswith("budget: team vision reached $1,010 of its $1,000 budget for ")
+    assert reasons[running].startswith("trainctl budget: team vision reached $1,010 of its $1,000 budget for ")
     assert reasons[other] is None
     (stopped,) = [m for m in inbox() if "vision" in m["Subject"]]
     assert "queued jobs are cancelled and its running jobs stopped" in stopped["Message"]
@@ -438,7 +438,9 @@ def test_an_alert_or_stop_that_fails_is_repeated_by_the_next_pass(env: dict[str,
     assert markers() == {"!alert#0.8#audio", "!alert#1#audio"}
     assert "statusReason" not in batch.describe_jobs(jobs=[job])["jobs"][0]
     assert functions.enforce(budgets, table, batch, sns, topic, now) == [f"terminate audio {job}"]
-    assert batch.describe_jobs(jobs=[job])["jobs"][0]["statusReason"].startswith("budget: team audio reached $150")
+    assert batch.describe_jobs(jobs=[job])["jobs"][0]["statusReason"].startswith(
+        "trainctl budget: team audio reached $150"
+    )
     assert functions.enforce(budgets, table, batch, sns, topic, now) == []
 
 

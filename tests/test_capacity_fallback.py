@@ -213,7 +213,7 @@ def test_other_failures_are_not_resubmitted(world: World) -> None:
     for reason in (
         "Essential container in task exited",
         "Canceled by JobStateTimeLimit action due to reason: MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
-        "cancelled with trainctl cancel",
+        "trainctl cancel: cancelled on request",
     ):
         answer = resubmit.handle(_cancelled_job(world, "gpu", reason=reason), _routes(world), batch, NOW)
         assert answer["action"] == "ignored"

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from config.context import read_settings
-from config.job_events import TRAINCTL_CANCEL_PREFIX, TRAINCTL_CANCEL_REASON
+from config.job_events import QUIET_REASON_PREFIX, TRAINCTL_CANCEL_REASON
 from tests.harness import VARIANTS, resources, synth
 from tests.test_jobs import CAPACITY, STACK, container, job_roles, queue_ids
 from trainctl.submitting.workdir import PREFIX as WORKDIR_PREFIX
@@ -134,7 +134,7 @@ def alert_matcher(variant):
 
 
 QUEUE_ARN = "arn:aws:batch:us-east-1:123456789012:job-queue/gpu"
-BUDGET_STOP = "budget: team vision reached $1,010 of its $1,000 budget for November 2026: stopped"
+BUDGET_STOP = "trainctl budget: team vision reached $1,010 of its $1,000 budget for November 2026: stopped"
 
 
 def test_a_trainctl_cancel_pages_nobody_and_every_other_failure_does():
@@ -142,14 +142,15 @@ def test_a_trainctl_cancel_pages_nobody_and_every_other_failure_does():
     pattern, matcher = alert_matcher("default")
     assert not matcher.matches_event(batch_event(queue, "FAILED", TRAINCTL_CANCEL_REASON))
     assert not matcher.matches_event(batch_event(queue, "FAILED", f"{TRAINCTL_CANCEL_REASON} (sweep gpu-1)"))
-    # Without budgets, the documented single-prefix form (no list).
-    assert pattern["detail"]["$or"][0]["statusReason"] == [{"anything-but": {"prefix": TRAINCTL_CANCEL_PREFIX}}]
+    # The documented single-prefix form (no list), with budgets or without.
+    assert pattern["detail"]["$or"][0]["statusReason"] == [{"anything-but": {"prefix": QUIET_REASON_PREFIX}}]
     for reason in (
         "Essential container in task exited",
         "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
         # Someone else's TerminateJob, and a reason that only mentions trainctl later on.
         "Terminated by the on-call",
-        "node 1: cancelled with trainctl cancel",
+        "node 1: trainctl cancel: cancelled on request",
+        "cancelled with trainctl cancel",  # the reason of trainctl before 2026-11-28: it pages now
     ):
         assert matcher.matches_event(batch_event(queue, "FAILED", reason)), reason
     assert matcher.matches_event(batch_event(queue, "FAILED"))
@@ -161,13 +162,36 @@ def test_with_budgets_a_budget_stop_pages_nobody_per_job():
     # The enforcement alerts once per team; the per-job alert leaves budget stops out, and only there.
     assert VARIANTS["p5-four-nodes"].get("budgets")
     pattern, matcher = alert_matcher("p5-four-nodes")
-    assert pattern["detail"]["$or"][0]["statusReason"] == [
-        {"anything-but": {"prefix": [TRAINCTL_CANCEL_PREFIX, "budget:"]}}
-    ]
+    assert pattern["detail"]["$or"][0]["statusReason"] == [{"anything-but": {"prefix": QUIET_REASON_PREFIX}}]
     assert not matcher.matches_event(batch_event(QUEUE_ARN, "FAILED", BUDGET_STOP))
     assert not matcher.matches_event(batch_event(QUEUE_ARN, "FAILED", TRAINCTL_CANCEL_REASON))
     assert matcher.matches_event(batch_event(QUEUE_ARN, "FAILED", "Essential container in task exited"))
     assert matcher.matches_event(batch_event(QUEUE_ARN, "FAILED"))
+
+
+def test_every_deliberate_stop_shares_the_one_quiet_prefix():
+    from budget_ledger.ledger import BATCH_REASON_PREFIX
+
+    assert TRAINCTL_CANCEL_REASON.startswith(QUIET_REASON_PREFIX)
+    assert BATCH_REASON_PREFIX.startswith(QUIET_REASON_PREFIX)
+    # Batch's own reasons never start with it.
+    for reason in ("Essential container in task exited", "Host EC2 (instance i-0) terminated.", "CAPACITY:x"):
+        assert not reason.startswith(QUIET_REASON_PREFIX)
+
+
+def test_only_the_alert_rule_may_publish_to_the_alert_topic_through_eventbridge():
+    """EventBridge user guide, "Cross-service confused deputy prevention": a rule target's aws:SourceArn is the
+    rule's ARN; the topic policy lets events.amazonaws.com publish only for the alert rule."""
+    template = synth("default").templates[STACK]
+    (rule_id,) = [k for k in resources(template, "AWS::Events::Rule") if k.startswith("JobAlerts")]
+    (policy,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::SNS::TopicPolicy"]
+    events_statements = [
+        s for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if s.get("Principal") == {"Service": "events.amazonaws.com"}
+    ]  # fmt: skip
+    assert len(events_statements) == 1
+    assert events_statements[0]["Effect"] == "Allow"
+    assert events_statements[0]["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": [rule_id, "Arn"]}}}
 
 
 def test_ecs_exec_is_on_by_default_and_the_context_key_removes_it_and_its_permissions():

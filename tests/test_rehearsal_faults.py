@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from budget_ledger.ledger import REASON_PREFIX
+from budget_ledger.ledger import BATCH_REASON_PREFIX
 from config.job_events import TRAINCTL_CANCEL_REASON
 from tests.test_rehearsal import definition, record, run
 from trainctl.errors import TrainctlError
@@ -69,7 +69,7 @@ def test_a_cancel_stops_every_node_and_ends_the_job_failed_with_trainctls_reason
 def test_a_budget_stop_ends_the_job_with_the_budget_enforcements_reason(tmp_path):
     report = terminated(tmp_path, "budget-stop@seconds:1")
     reason = report["jobs"][0]["status_reason"]
-    assert reason.startswith(f"{REASON_PREFIX} team rehearsal reached ") and reason.endswith("checkpoints kept")
+    assert reason.startswith(f"{BATCH_REASON_PREFIX} team rehearsal reached ") and reason.endswith("checkpoints kept")
 
 
 def test_a_main_node_that_never_starts_starts_no_child_and_the_definitions_rules_retry_it(tmp_path):

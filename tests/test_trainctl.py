@@ -330,7 +330,7 @@ def test_cancel_terminates_a_queued_job(world: World, trainctl: Any) -> None:
 
     assert result.exit_code == 0, result.output
     assert world.job(job_id).stop is True
-    assert world.job(job_id).job_stopped_reason == "cancelled with trainctl cancel"
+    assert world.job(job_id).job_stopped_reason == "trainctl cancel: cancelled on request"
     finished = world.submit("gpu", name="already-done")
     assert "nothing to cancel" in trainctl("cancel", finished).stdout
 

@@ -250,8 +250,12 @@ def test_budget_shows_each_team_with_camel_case_json(trainctl: Any, table: Any) 
 
 def test_why_names_the_budget_with_its_figures(world: World, trainctl: Any) -> None:
     job_id = world.submit("gpu", name="over-budget", tags={ledger.TEAM_TAG: "vision"})
-    reason = "budget: team vision reached $101 of its $100 budget for November 2026: stopped, checkpoints kept"
+    reason = "trainctl budget: team vision reached $101 of its $100 budget for November 2026: stopped, checkpoints kept"
     world.set_job(job_id, "FAILED", reason=reason)
     text = trainctl("why", job_id).stdout
     assert f"Batch says: {reason}" in text
     assert "its team's monthly budget cancelled or stopped it" in text and "trainctl budget" in text
+    # A job stopped before the budget's reasons took the shared prefix.
+    older = world.submit("gpu", name="over-budget-before", tags={ledger.TEAM_TAG: "vision"})
+    world.set_job(older, "FAILED", reason=reason.removeprefix("trainctl "))
+    assert "its team's monthly budget cancelled or stopped it" in trainctl("why", older).stdout

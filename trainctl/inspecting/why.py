@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from budget_ledger.ledger import REASON_PREFIX as BUDGET_REASON
+from budget_ledger.ledger import BATCH_REASON_PREFIX, REASON_PREFIX
 from config.catalog import InstanceSpec
 from config.job_events import TRAINCTL_CANCEL_REASON
 from trainctl.fleet.capacity import wait_reasons
@@ -81,7 +81,8 @@ def explain(
             )
         if str(status_reason) == TRAINCTL_CANCEL_REASON:
             reasons.append("it was cancelled with `trainctl cancel`: Batch stopped every node and does not retry it")
-        if str(status_reason).startswith(BUDGET_REASON):
+        # The bare prefix: jobs stopped before the reasons shared one.
+        if str(status_reason).startswith((BATCH_REASON_PREFIX, REASON_PREFIX)):
             reasons.append(
                 "its team's monthly budget cancelled or stopped it (docs/budgets.md): `trainctl budget` shows what is "
                 "left; it runs again next month or with a bigger budget deployed"

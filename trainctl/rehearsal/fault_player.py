@@ -29,7 +29,12 @@ ON_RUNNING = ("kill-child", "kill-main", "stop-rank", "stall-rank", "lose-host",
 
 class FaultPlayer:
     def __init__(
-        self, faults: list[Fault], *, s3: LocalS3, event: Event, budget_reason: Callable[[], str] = lambda: "budget:"
+        self,
+        faults: list[Fault],
+        *,
+        s3: LocalS3,
+        event: Event,
+        budget_reason: Callable[[], str] = lambda: "trainctl budget:",
     ) -> None:
         self.pending = list(faults)
         self.s3 = s3

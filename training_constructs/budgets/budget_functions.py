@@ -10,7 +10,7 @@ console, the AWS CLI).
 `on_schedule`: every few minutes (ENFORCE_MINUTES). First it closes what the ledger counts as running but
 Batch shows ended or no longer knows (an end event lost or late: DescribeJobs decides). Then per team: at 80%
 of the month's budget one alert to the job-alert topic; at 100% one alert, the team's queued jobs cancelled
-and its running jobs terminated (TerminateJob for both) with a reason that starts "budget:". TerminateJob
+and its running jobs terminated (TerminateJob for both) with a reason that starts "trainctl budget:". TerminateJob
 stops a running job's containers (SIGTERM, then SIGKILL after the stop timeout: ECS developer guide, "Stopping
 a task"), which is the launcher's stop path: it uploads the checkpoints before it exits (container/launcher/).
 Markers in the ledger table, written after each alert and stop, keep a later pass from repeating it. Only jobs
@@ -243,12 +243,14 @@ def on_job_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         and budgets.team_of(detail) is None
         and is_fleet_check(detail, budgets, batch)
     )
-    reason = arrival_refusal(detail, budgets, table, now, fleet_check=checked)
+    line = arrival_refusal(detail, budgets, table, now, fleet_check=checked)
+    # What Batch is given starts with the prefix every deliberate stop shares (ledger.BATCH_REASON_PREFIX).
+    reason = f"trainctl {line}"[:1024] if line else None
     if reason:
         # TerminateJob, not CancelJob: CancelJob succeeds on a job already STARTING or RUNNING without
         # stopping it (API CancelJob); TerminateJob cancels a queued job and stops a started one (API
         # TerminateJob). The job may have moved on since the event.
-        batch.terminate_job(jobId=str(detail["jobId"]), reason=reason[:1024])
+        batch.terminate_job(jobId=str(detail["jobId"]), reason=reason)
     entry = entry_of(detail, budgets)
     if entry is not None:
         record(table, entry, now)
@@ -289,7 +291,7 @@ def alert_text(spend: ledger.TeamSpend, fraction: float) -> tuple[str, str]:
 
 def stop_reason(spend: ledger.TeamSpend) -> str:
     return (
-        f"{ledger.REASON_PREFIX} team {spend.team} reached {ledger.money(spend.used)} of its "
+        f"{ledger.BATCH_REASON_PREFIX} team {spend.team} reached {ledger.money(spend.used)} of its "
         f"{ledger.money(spend.budget)} budget for {ledger.month_name(spend.month)}: stopped, checkpoints kept"
     )
 

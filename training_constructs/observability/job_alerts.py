@@ -1,21 +1,21 @@
-"""Failed training jobs announce themselves (not those `trainctl cancel` ended): an EventBridge rule on Batch job state
-changes of the app's queues, to an encrypted SNS topic, optionally with an email subscription."""
+"""Failed training jobs announce themselves (not those the platform stopped on purpose): an EventBridge rule on
+Batch job state changes of the app's queues, to an encrypted SNS topic, optionally with an email subscription."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+import jsii
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from config.job_events import TRAINCTL_CANCEL_PREFIX
+from config.job_events import QUIET_REASON_PREFIX
 
 # Batch sends "Batch Job State Change" events for every transition (Batch user guide, "Job state
 # change events"). A job the queue cancels for being stuck RUNNABLE ends FAILED with the reason
@@ -24,27 +24,51 @@ from config.job_events import TRAINCTL_CANCEL_PREFIX
 ALERT_STATUSES = ("FAILED",)
 
 
-def alert_detail(job_queue_arns: Sequence[str], *, quiet_prefixes: Sequence[str]) -> dict[str, Any]:
-    """The rule's detail pattern: FAILED jobs of these queues, except those whose reason starts with one of
-    `quiet_prefixes`: those `trainctl cancel` ended (config/job_events.py) and, with budgets, those a team
-    budget stopped (budget_ledger/ledger.py; its enforcement sends one alert per team instead of one per job).
+def alert_detail(job_queue_arns: Sequence[str], *, quiet_prefix: str = QUIET_REASON_PREFIX) -> dict[str, Any]:
+    """The rule's detail pattern: FAILED jobs of these queues, except those whose reason starts with
+    `quiet_prefix`, which every reason the platform stops a job with on purpose starts with
+    (config/job_events.py: `trainctl cancel`'s, and the team budgets', whose enforcement sends one alert per
+    team instead of one per job).
 
-    One prefix is written as EventBridge's documented `anything-but` prefix form (EventBridge user guide,
-    "Comparison operators": anything-but, begins with). Several are written as one list, as aws-cdk-lib's
-    Match.anythingButPrefix renders them; only deployments with budgets use that form, so a deployment
-    without them keeps the documented one. A FAILED job whose event carries no statusReason still alerts:
+    One prefix, in EventBridge's documented `anything-but` prefix form (EventBridge user guide, "Comparison
+    operators": anything-but, begins with). A FAILED job whose event carries no statusReason still alerts:
     `anything-but` matches only a field that is present, hence the `exists: false` branch (same guide:
     exists, $or).
     """
-    prefix: str | list[str] = quiet_prefixes[0] if len(quiet_prefixes) == 1 else list(quiet_prefixes)
     return {
         "status": list(ALERT_STATUSES),
         "jobQueue": list(job_queue_arns),
         "$or": [
-            {"statusReason": [{"anything-but": {"prefix": prefix}}]},
+            {"statusReason": [{"anything-but": {"prefix": quiet_prefix}}]},
             {"statusReason": [{"exists": False}]},
         ],
     }
+
+
+@jsii.implements(events.IRuleTarget)
+class _TopicOfThisRule:
+    """The topic as the rule's target, published to only by this rule. aws-cdk-lib's SnsTopic target lets
+    events.amazonaws.com publish with no condition, so any account's rule that knows the topic's ARN could;
+    here the topic policy's statement carries aws:SourceArn, which for a rule's target is the rule's ARN
+    (EventBridge user guide, "Cross-service confused deputy prevention"). The KMS key's grant to EventBridge
+    stays without it: nothing documents that the key carries on to KMS, and a condition that never matches
+    would lose every alert in silence."""
+
+    def __init__(self, topic: sns.ITopic, message: events.RuleTargetInput) -> None:
+        self._topic = topic
+        self._message = message
+
+    def bind(self, rule: events.IRule, id: str | None = None) -> events.RuleTargetConfig:
+        # The topic policy only: grant_publish would write the same condition into the key's policy too.
+        self._topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["sns:Publish"],
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                resources=[self._topic.topic_arn],
+                conditions={"ArnEquals": {"aws:SourceArn": rule.rule_arn}},
+            )
+        )
+        return events.RuleTargetConfig(arn=self._topic.topic_arn, input=self._message)
 
 
 class JobAlerts(Construct):
@@ -57,7 +81,6 @@ class JobAlerts(Construct):
         *,
         job_queue_arns: Sequence[str],
         email: str | None,
-        quiet_prefixes: Sequence[str] = (TRAINCTL_CANCEL_PREFIX,),
     ) -> None:
         super().__init__(scope, construct_id)
         # EventBridge can publish to an encrypted topic only with a customer managed key whose
@@ -89,7 +112,7 @@ class JobAlerts(Construct):
             event_pattern=events.EventPattern(
                 source=["aws.batch"],
                 detail_type=["Batch Job State Change"],
-                detail=alert_detail(job_queue_arns, quiet_prefixes=quiet_prefixes),
+                detail=alert_detail(job_queue_arns),
             ),
-            targets=[targets.SnsTopic(self.topic, message=message)],
+            targets=[_TopicOfThisRule(self.topic, message)],
         )
