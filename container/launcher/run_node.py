@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 
 import ending
+from arguments import expand
 from ending import Ending, Outcome
 from failure_phase import judge_failure, seconds
 from job_code import fetch_job_code
@@ -58,7 +59,8 @@ def _before_training(node: NodeState) -> tuple[list[str], Restored | None] | End
         raise BadInput(f"preflight.py could not check this node (exit {checked.status}, see above)")
     fetch_job_code(node)
     restored = restore(node)
-    line = command(node, [*settings.script, *(restored.resume if restored else ())])
+    script = expand(settings.script, os.environ, note=say)
+    line = command(node, [*script, *(restored.resume if restored else ())])
     announce(node, line)
     start_cold_start(node, preflight_seconds)
     if node.signals.stop_requested:
