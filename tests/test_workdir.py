@@ -330,6 +330,17 @@ def request_environment(request: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in override["containerOverrides"]["environment"]}
 
 
+def registered_environments(world: World) -> set[str]:
+    """NAME=value of every environment entry of every job definition revision registered."""
+    listed = world.client("batch").describe_job_definitions(status="ACTIVE")["jobDefinitions"]
+    return {
+        f"{e['name']}={e['value']}"
+        for d in listed
+        for r in d.get("nodeProperties", {}).get("nodeRangeProperties", [])
+        for e in r.get("container", {}).get("environment", [])
+    }
+
+
 def test_a_workdir_is_uploaded_once_per_content_hash(world: World, trainctl: Any, tmp_path: Path) -> None:
     code = tree(tmp_path / "code", {**CODE, "train.py": f"print('{tmp_path.name}')\n"})
     task = tmp_path / "task.yaml"
@@ -351,6 +362,11 @@ def test_a_workdir_is_uploaded_once_per_content_hash(world: World, trainctl: Any
     assert first.exit_code == 0, first.output
     assert f"uploaded to s3://{DATASET_BUCKET}/{key}, pinned to version " in first.stderr
     assert workdir_versions(world) == sorted([*before, key])
+    # The revision the job runs on, registered after the upload, names the version stored.
+    (version,) = [
+        v["VersionId"] for v in world.client("s3").list_object_versions(Bucket=DATASET_BUCKET, Prefix=key)["Versions"]
+    ]
+    assert f"{URI_ENV}={packed.uri(DATASET_BUCKET, version)}" in registered_environments(world)
 
     # The same folder through submit, from another working directory: nothing is uploaded again.
     second = trainctl("--json", "submit", "gpu", "--workdir", str(code), "--command", "train.py")

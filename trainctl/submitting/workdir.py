@@ -292,11 +292,13 @@ def _held(s3: Any, bucket: str, packed: Packed) -> tuple[str | None, bool] | Non
 
 def upload(s3: Any, bucket: str, packed: Packed) -> Stored:
     """Store the archive under its digest only where the key holds nothing: a conditional write (S3 User
-    Guide, "How to prevent object overwrites with conditional writes": PutObject with If-None-Match: *, which
-    S3 refuses with 412 Precondition Failed when the key has a current version). Refused, the key's current
-    object is looked at: this archive (its sha256) is used as it is; anything else (someone else wrote the key)
-    gets this archive stored over it, as a new version in the dataset bucket, which keeps versions
-    (training_constructs/data/training_data.py), so that the job pins its own bytes whatever the key holds."""
+    Guide, "How to prevent object overwrites with conditional writes",
+    https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html: PutObject with
+    If-None-Match: *, refused with 412 Precondition Failed while the key has a current version, in a versioned
+    bucket too). Refused, the key's current object is looked at: this archive (its sha256) is used as it is;
+    anything else (someone else wrote the key) gets this archive stored over it, as a new version in the
+    dataset bucket, which keeps versions (training_constructs/data/training_data.py), so that the job pins its
+    own bytes whatever the key holds."""
     with aws_errors():
         for _ in range(CONFLICT_TRIES):
             try:
