@@ -305,19 +305,26 @@ def test_allows_matches_iam_wildcards():
     assert allows("*", "s3:DeleteObjectVersion") and not allows("s3:DeleteObject", "s3:DeleteObjectVersion")
 
 
-def test_job_role_reads_the_workdirs_trainctl_uploads():
-    """Every node's launcher reads <dataset bucket>/workdirs/<digest>.tar.gz with the job role
-    (container/launcher/workdir_fetch.py); the test above keeps every write to that bucket away from jobs."""
+@pytest.mark.parametrize("action", ["s3:GetObject", "s3:GetObjectVersion"])
+def test_job_role_reads_the_workdirs_trainctl_uploads(action):
+    """Every node's launcher reads <dataset bucket>/workdirs/<digest>.tar.gz with the job role, the version
+    WORKDIR_URI pins included (GetObject with a versionId needs s3:GetObjectVersion; container/launcher/
+    workdir_fetch.py); the test above keeps every write to that bucket away from jobs."""
     dataset_objects = set()
-    for statement in job_policy_statements("default"):
+    statements = job_policy_statements("default")
+    for statement in statements:
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-        if statement.get("Effect", "Allow") != "Allow" or not any(allows(a, "s3:GetObject") for a in actions):
+        if statement.get("Effect", "Allow") != "Allow" or not any(allows(a, action) for a in actions):
             continue
         for resource in statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]:
             parts = resource.get("Fn::Join", ["", []])[1] if isinstance(resource, dict) else []
             if parts[:1] == [{"Fn::ImportValue": "TrainingData-DatasetBucketArn"}]:
                 dataset_objects.add("".join(parts[1:]))
     assert dataset_objects & {"/*", f"/{WORKDIR_PREFIX}*"}, dataset_objects
+    denied = [s for s in statements if s.get("Effect") == "Deny"]
+    assert not any(
+        allows(a, action) for s in denied for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    )
 
 
 def test_job_role_can_never_delete_a_checkpoint_version():

@@ -308,7 +308,7 @@ def test_a_transient_s3_error_is_tried_again_then_retried_by_batch(
     # The code the job definitions retry, as for a node fault.
     assert code == PREFLIGHT_EXIT_CODE and any(r.on_exit_code == str(code) and r.action == "RETRY" for r in RETRY_RULES)
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith(f"workdir_fetch.py: workdir: cannot read {uri} after 4 tries: ")
+    assert last.startswith(f"workdir_fetch.py: workdir: cannot read {packed.location('datasets')} after 4 tries: ")
 
 
 @pytest.mark.parametrize(("code", "status"), [("NoSuchKey", 404), ("AccessDenied", 403)])
@@ -330,44 +330,71 @@ def request_environment(request: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in override["containerOverrides"]["environment"]}
 
 
+def registered_environments(world: World) -> set[str]:
+    """NAME=value of every environment entry of every job definition revision registered."""
+    listed = world.client("batch").describe_job_definitions(status="ACTIVE")["jobDefinitions"]
+    return {
+        f"{e['name']}={e['value']}"
+        for d in listed
+        for r in d.get("nodeProperties", {}).get("nodeRangeProperties", [])
+        for e in r.get("container", {}).get("environment", [])
+    }
+
+
 def test_a_workdir_is_uploaded_once_per_content_hash(world: World, trainctl: Any, tmp_path: Path) -> None:
     code = tree(tmp_path / "code", {**CODE, "train.py": f"print('{tmp_path.name}')\n"})
     task = tmp_path / "task.yaml"
     task.write_text("fleet: gpu\nworkdir: code\nsetup: pip install -r requirements.txt\ncommand: ./train.py --lr 1\n")
-    key = pack(code).key
+    packed = pack(code)
+    key = packed.key
     before = workdir_versions(world)
 
     # The exact request (moto's Batch keeps no node overrides to read back): where every node fetches it from.
     dry = trainctl("run", str(task), "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert request_environment(json.loads(dry.stdout)) == {
-        URI_ENV: f"s3://{DATASET_BUCKET}/{key}",
+        URI_ENV: f"s3://{DATASET_BUCKET}/{key}?sha256={packed.checksum}",  # the version is known once stored
         SETUP_ENV: "pip install -r requirements.txt",
     }
     assert "nothing uploaded" in dry.stderr and workdir_versions(world) == before
 
     first = trainctl("--json", "run", str(task))
     assert first.exit_code == 0, first.output
-    assert f"uploaded to s3://{DATASET_BUCKET}/{key}" in first.stderr
+    assert f"uploaded to s3://{DATASET_BUCKET}/{key}, pinned to version " in first.stderr
     assert workdir_versions(world) == sorted([*before, key])
+    # The revision the job runs on, registered after the upload, names the version stored.
+    (version,) = [
+        v["VersionId"] for v in world.client("s3").list_object_versions(Bucket=DATASET_BUCKET, Prefix=key)["Versions"]
+    ]
+    assert f"{URI_ENV}={packed.uri(DATASET_BUCKET, version)}" in registered_environments(world)
 
     # The same folder through submit, from another working directory: nothing is uploaded again.
     second = trainctl("--json", "submit", "gpu", "--workdir", str(code), "--command", "train.py")
     assert second.exit_code == 0, second.output
-    assert f"already stored as s3://{DATASET_BUCKET}/{key}: nothing uploaded" in second.stderr
+    assert f"already stored as s3://{DATASET_BUCKET}/{key}: nothing uploaded, pinned to version " in second.stderr
     assert workdir_versions(world) == sorted([*before, key])  # one version: no second PUT
 
 
-def test_credentials_that_cannot_list_the_bucket_are_told_what_they_need(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("refusals", "operation"),
+    [
+        ([("put_object", "AccessDenied")], "PutObject"),
+        ([("put_object", "PreconditionFailed"), ("head_object", "403")], "HeadObject"),
+    ],
+)
+def test_credentials_that_cannot_store_or_read_the_workdir_are_told_what_they_need(
+    tmp_path: Path, refusals: list[tuple[str, str]], operation: str
+) -> None:
     s3 = boto3.client("s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")  # noqa: S106
     packed = pack(tree(tmp_path / "code", {"train.py": "pass\n"}))
     with Stubber(s3) as stub:
-        stub.add_client_error("head_object", service_error_code="403", http_status_code=403)
+        for method, code in refusals:
+            stub.add_client_error(method, service_error_code=code, http_status_code=412 if code[0] == "P" else 403)
         with pytest.raises(TrainctlError) as refused:
             upload(s3, "datasets", packed)
     assert refused.value.message == (
-        "S3 refused HeadObject on the workdir (403): your credentials need s3:ListBucket and "
-        "s3:GetObject on datasets, and s3:PutObject on workdirs/*"
+        f"S3 refused {operation} on the workdir (403): your credentials need s3:PutObject and "
+        "s3:GetObject on datasets/workdirs/*"
     )
     assert len(refused.value.message) <= 200
 
@@ -537,7 +564,7 @@ def test_a_workdir_that_cannot_be_fetched_is_one_line_and_no_command(s3_endpoint
     result = launch(s3_endpoint, tmp_path, WORKDIR_URI=gone)
     assert result.returncode == 2 and "TRAINED" not in result.stdout
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("workdir_fetch.py")]
-    assert line.startswith(f"workdir_fetch.py: workdir: cannot read {gone}: ")
+    assert line.startswith(f"workdir_fetch.py: workdir: cannot read {gone.partition('?')[0]}: ")
 
 
 # ----------------------------------------------------------------------------------------------- rehearsal

@@ -160,3 +160,23 @@ def test_running_out_of_memory_is_one_line_and_exit_2(
     monkeypatch.setattr(workdir_fetch, "unpack", exhausted)
     code, line = fetch_line(monkeypatch, tmp_path, capsys, gzip.compress(tar), named(tar))
     assert code == 2 and line.startswith("workdir_fetch.py: workdir: ") and "more memory" in line
+
+
+class Pieces:
+    """A body read in pieces: `head`, then `tail_pieces` pieces of junk; counts the reads."""
+
+    def __init__(self, head: bytes, tail_pieces: int) -> None:
+        self.pieces = [head] + [b"\xff" * 4096] * tail_pieces
+        self.reads = 0
+
+    def read(self, _size: int) -> bytes:
+        self.reads += 1
+        return self.pieces.pop(0) if self.pieces else b""
+
+
+def test_bytes_after_the_gzip_end_are_refused_as_they_arrive_not_gathered(tmp_path: Path) -> None:
+    tar = tar_of(file_member("train.py", b"pass\n"))
+    body = Pieces(gzip.compress(tar) + b"junk", tail_pieces=10_000)  # 40 MB more, were it all read
+    with pytest.raises(workdir_fetch.Refused, match="is not one whole gzip archive"):
+        workdir_fetch._gunzip(body, io.BytesIO(), "s3://datasets/w.tar.gz")
+    assert body.reads == 1

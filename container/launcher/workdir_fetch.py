@@ -2,9 +2,13 @@
 
     workdir_fetch.py --dir DIR
 
-WORKDIR_URI (s3://bucket/workdirs/<sha256>.tar.gz, set by `trainctl submit --workdir`): the archive is read
-from S3 with the job role, gunzipped as it streams in (to a temporary file, never whole in memory, and no
-more than MAX_TAR_BYTES), checked against the digest its name must carry, and unpacked into DIR, which is
+WORKDIR_URI (s3://bucket/workdirs/<sha256 of the tar>.tar.gz?versionId=<version>&sha256=<sha256 of the
+object>, set by `trainctl submit --workdir`): the pinned version of the archive is read from S3 with the job role,
+hashed and gunzipped as it streams in (to a temporary file, never whole in memory, and no more than
+MAX_TAR_BYTES), and checked twice before anything is unpacked: the bytes read against the sha256 the URI pins,
+the tar against the digest its name must carry. A URI without versionId (a bucket that keeps no versions) reads
+the key's current object, still checked against its sha256; one without a query at all (an older trainctl's)
+is read and checked against the digest in its name only. The archive is unpacked into DIR, which is
 emptied first (a retried attempt on the same host starts clean) when this script made it (its MARKER file),
 used when new or empty, and refused otherwise. Only regular files, folders and symbolic links are unpacked
 (no sparse files, hard links or devices), and no more than MAX_FILE_BYTES of files, the most
@@ -34,13 +38,19 @@ import tarfile
 import tempfile
 import time
 import zlib
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
+from urllib.parse import parse_qs
 
 from aws_region import region  # beside this file in every image
 
 NAME = "workdir_fetch.py"
 # trainctl/submitting/workdir.py names every archive by the sha256 of its tar.
 DIGEST_NAME = re.compile(r"(?:^|/)([0-9a-f]{64})\.tar\.gz$")
+# The query that pins it (trainctl/submitting/workdir.py VERSION_PARAM, CHECKSUM_PARAM): S3's version id and
+# the sha256 of the object's bytes, in hex.
+VERSION_PARAM = "versionId"
+CHECKSUM_PARAM = "sha256"
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 # What `trainctl submit` packs at most (trainctl/submitting/workdir.py MAX_BYTES; a test keeps them equal), and
@@ -92,6 +102,61 @@ def _transient(error: Exception) -> bool:
     )
 
 
+class Source(NamedTuple):
+    """What WORKDIR_URI names: the object, the version and sha256 it pins (None when it pins none), the
+    tar's digest its name carries, and how a line shows it."""
+
+    bucket: str
+    key: str
+    version: str | None
+    checksum: str | None
+    digest: str
+    shown: str
+
+
+def parse(uri: str) -> Source:
+    """WORKDIR_URI read, or refused in one line naming the form trainctl submit writes."""
+    location, _, query = uri.partition("?")
+    bucket, _, key = location[len("s3://") :].partition("/") if location.startswith("s3://") else ("", "", "")
+    if not bucket or not key:
+        raise Refused(f"WORKDIR_URI={uri[:120]!r} is not an s3://bucket/key URI")
+    named = DIGEST_NAME.search(key)
+    if not named:
+        raise Refused(f"WORKDIR_URI={uri[:120]!r} is not named <sha256>.tar.gz, as trainctl submit names a workdir")
+    version = checksum = None
+    if query:
+        try:
+            fields = parse_qs(query, keep_blank_values=True, strict_parsing=True)
+        except ValueError:
+            fields = {}
+        checksum = "".join(fields.get(CHECKSUM_PARAM, []))
+        version = "".join(fields.get(VERSION_PARAM, [])) or None
+        if (
+            set(fields) - {VERSION_PARAM, CHECKSUM_PARAM}
+            or any(len(values) != 1 or not values[0] for values in fields.values())
+            or not SHA256_HEX.fullmatch(checksum)
+        ):
+            raise Refused(
+                f"WORKDIR_URI={uri[:160]!r}: its query is {VERSION_PARAM}=<S3 version id>&{CHECKSUM_PARAM}=<64 "
+                "lowercase hex digits>, as trainctl submit writes it"
+            )
+    shown = f"{location} (version {version})" if version else location
+    return Source(bucket, key, version, checksum or None, named.group(1), shown)
+
+
+class _Hashed:
+    """An object's body, hashed as it is read."""
+
+    def __init__(self, body: Any) -> None:
+        self.body = body
+        self.sha256 = hashlib.sha256()
+
+    def read(self, size: int) -> bytes:
+        data: bytes = self.body.read(size)
+        self.sha256.update(data)
+        return data
+
+
 def _size(count: int) -> str:
     return f"{count / 2**20:g} MiB" if count >= 2**20 else f"{count} bytes"
 
@@ -116,6 +181,8 @@ def _gunzip(body: Any, out: IO[bytes], uri: str) -> str:
             keep(inflate.decompress(chunk, CHUNK_BYTES))
             while inflate.unconsumed_tail:
                 keep(inflate.decompress(inflate.unconsumed_tail, CHUNK_BYTES))
+            if inflate.unused_data:  # bytes after the end: refused now, not gathered in memory
+                break
         keep(inflate.flush())
     except zlib.error as error:
         raise Refused(f"{uri} is not a gzip archive ({error})") from None
@@ -124,9 +191,9 @@ def _gunzip(body: Any, out: IO[bytes], uri: str) -> str:
     return digest.hexdigest()
 
 
-def _get(bucket: str, key: str, uri: str, out: IO[bytes]) -> str:
-    """The object, gunzipped into `out`; its tar's sha256. A transient error is tried again (from the start)
-    after RETRY_DELAYS, then raises Transient."""
+def _get(bucket: str, key: str, uri: str, out: IO[bytes], version: str | None = None) -> tuple[str, str]:
+    """The object (that version of it, when given), gunzipped into `out`: the sha256 of its tar and of its own
+    bytes. A transient error is tried again (from the start) after RETRY_DELAYS, then raises Transient."""
     import boto3  # only here: the setup alone needs no AWS
 
     client = boto3.client("s3", region_name=region(os.environ))
@@ -134,7 +201,9 @@ def _get(bucket: str, key: str, uri: str, out: IO[bytes]) -> str:
         try:
             out.seek(0)
             out.truncate()
-            return _gunzip(client.get_object(Bucket=bucket, Key=key)["Body"], out, uri)
+            pinned = {"VersionId": version} if version else {}
+            body = _Hashed(client.get_object(Bucket=bucket, Key=key, **pinned)["Body"])
+            return _gunzip(body, out, uri), body.sha256.hexdigest()
         except Refused:
             raise
         except Exception as error:  # botocore's errors: one line, whatever went wrong
@@ -149,18 +218,20 @@ def _get(bucket: str, key: str, uri: str, out: IO[bytes]) -> str:
 
 
 def fetch(uri: str) -> IO[bytes]:
-    """The archive's tar, in a temporary file read from its start, checked against the digest its name
-    carries (trainctl names every workdir by it: a key without one is not a workdir it uploaded)."""
-    bucket, _, key = uri[len("s3://") :].partition("/") if uri.startswith("s3://") else ("", "", "")
-    if not bucket or not key:
-        raise Refused(f"WORKDIR_URI={uri[:120]!r} is not an s3://bucket/key URI")
-    named = DIGEST_NAME.search(key)
-    if not named:
-        raise Refused(f"WORKDIR_URI={uri[:120]!r} is not named <sha256>.tar.gz, as trainctl submit names a workdir")
+    """The archive's tar, in a temporary file read from its start, checked against the sha256 the URI pins
+    and the digest its name carries (trainctl names every workdir by it: a key without one is not a workdir
+    it uploaded)."""
+    source = parse(uri)
     out = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller, who closes it
     try:
-        if _get(bucket, key, uri, out) != named.group(1):
-            raise Refused(f"{uri}: its content does not match the digest in its name; submit again")
+        digest, checksum = _get(source.bucket, source.key, source.shown, out, source.version)
+        if source.checksum and checksum != source.checksum:
+            raise Refused(
+                f"{source.shown}: its bytes are not the archive trainctl submit pinned (sha256 {checksum[:12]}..., "
+                f"not {source.checksum[:12]}...): it was written over; submit again"
+            )
+        if digest != source.digest:
+            raise Refused(f"{source.shown}: its content does not match the digest in its name; submit again")
     except BaseException:
         out.close()
         raise

@@ -131,10 +131,11 @@ def build_request(
     request["jobDefinition"] = revision(register=False)
     if check is not None:
         check(fleet, request)
+    if packed:  # stored before the revision is registered: it and the request pin the version stored
+        note(stage_workdir(packed, bucket=bucket, s3=state.aws.client("s3"), dry_run=dry_run,
+                           environment=environment, request=request))  # fmt: skip
     if not dry_run:
         request["jobDefinition"] = revision(register=True)
-    if packed:
-        note(stage_workdir(packed, bucket=bucket, s3=state.aws.client("s3"), dry_run=dry_run))
     return fleet, request
 
 

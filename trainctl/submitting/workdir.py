@@ -1,10 +1,12 @@
 """Code that goes with a job (`workdir:` in a task file, `submit --workdir`, docs/workdir.md): the folder packed
 into one deterministic archive (the files its .gitignore files leave in, no .git), stored once per content hash
-in the deployment's dataset bucket under workdirs/, and fetched and unpacked by every node's launcher before
-the rendezvous (container/launcher/workdir_fetch.py, which runs the task's `setup:` after the unpack)."""
+in the deployment's dataset bucket under workdirs/, pinned in the job by the version it was stored as and the
+archive's own checksum, and fetched and unpacked by every node's launcher before the rendezvous
+(container/launcher/workdir_fetch.py, which runs the task's `setup:` after the unpack)."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
@@ -17,6 +19,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import botocore.exceptions
 from pathspec import GitIgnoreSpec
@@ -33,6 +36,14 @@ MAX_BYTES = 100 * 1024 * 1024
 URI_ENV = "WORKDIR_URI"
 SETUP_ENV = "WORKDIR_SETUP"
 IGNORE_FILE = ".gitignore"
+# WORKDIR_URI's query: s3://bucket/workdirs/<digest>.tar.gz?versionId=<version>&sha256=<hex of the archive>.
+# versionId is S3's own name for a version (its REST API's `?versionId=` subresource); the node gets that
+# version and refuses bytes whose sha256 is not this one (container/launcher/workdir_fetch.py reads both).
+VERSION_PARAM = "versionId"
+CHECKSUM_PARAM = "sha256"
+# A conditional write that meets a concurrent one is answered 409 ConditionalRequestConflict, to be tried
+# again (S3 API Reference, PutObject, If-None-Match).
+CONFLICT_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -41,13 +52,34 @@ class Packed:
     archive: bytes  # tar.gz
     digest: str  # sha256 of the tar: the same files give the same digest
     files: frozenset[str]  # paths inside the folder, '/'-separated
+    checksum: str  # sha256 of the archive itself (hex): what S3 stores and the node reads
 
     @property
     def key(self) -> str:
         return f"{PREFIX}{self.digest}.tar.gz"
 
-    def uri(self, bucket: str) -> str:
+    def location(self, bucket: str) -> str:
         return f"s3://{bucket}/{self.key}"
+
+    def uri(self, bucket: str, version: str | None = None) -> str:
+        """WORKDIR_URI: the key, the version stored (when the bucket keeps versions) and the archive's sha256."""
+        query = {VERSION_PARAM: version} if version else {}
+        return f"{self.location(bucket)}?{urlencode({**query, CHECKSUM_PARAM: self.checksum})}"
+
+    @property
+    def s3_checksum(self) -> str:
+        """The archive's sha256 as S3 keeps it (x-amz-checksum-sha256: base64 of the digest)."""
+        return base64.b64encode(bytes.fromhex(self.checksum)).decode()
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Where the archive is, after upload: the version to pin (None where the bucket keeps none)."""
+
+    version: str | None
+    uploaded: bool
+    # What the key held was not this archive (someone else wrote it): ours was stored over it.
+    replaced: bool = False
 
 
 def _size(size: int) -> str:
@@ -145,11 +177,13 @@ def pack(folder: Path, *, limit: int = MAX_BYTES) -> Packed:
                 continue  # sockets, fifos: nothing to ship
             files.add(path)
     raw = tar_bytes.getvalue()
+    archive = gzip.compress(raw, compresslevel=6, mtime=0)
     return Packed(
         folder=folder,
-        archive=gzip.compress(raw, compresslevel=6, mtime=0),
+        archive=archive,
         digest=hashlib.sha256(raw).hexdigest(),
         files=frozenset(files),
+        checksum=hashlib.sha256(archive).hexdigest(),
     )
 
 
@@ -208,36 +242,92 @@ def check_definition_script(packed: Packed, command: list[str], definition: dict
         )
 
 
-def upload(s3: Any, bucket: str, packed: Packed) -> bool:
-    """Store the archive under its digest unless it is there already; True when it was uploaded."""
+def _code(error: botocore.exceptions.ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _refused(operation: str, bucket: str) -> TrainctlError:
+    return TrainctlError(
+        f"S3 refused {operation} on the workdir (403): your credentials need s3:PutObject and s3:GetObject "
+        f"on {bucket}/{PREFIX}*",
+        ExitCode.AWS,
+    )
+
+
+def _version(answer: dict[str, Any]) -> str | None:
+    """The version S3 stored or holds; None in a bucket that keeps none ("null": versioning suspended)."""
+    version = answer.get("VersionId")
+    return str(version) if version and version != "null" else None
+
+
+def _put(s3: Any, bucket: str, packed: Packed, *, if_absent: bool) -> dict[str, Any]:
+    # boto3 sends the body's sha256, which S3 checks against the bytes and keeps for HeadObject to answer.
+    condition = {"IfNoneMatch": "*"} if if_absent else {}
+    answer: dict[str, Any] = s3.put_object(
+        Bucket=bucket,
+        Key=packed.key,
+        Body=packed.archive,
+        ContentType="application/gzip",
+        ChecksumAlgorithm="SHA256",
+        **condition,
+    )
+    return answer
+
+
+def _held(s3: Any, bucket: str, packed: Packed) -> tuple[str | None, bool] | None:
+    """What the key holds now: (its version, whether it is this archive); None when it holds nothing."""
+    try:
+        head = s3.head_object(Bucket=bucket, Key=packed.key, ChecksumMode="ENABLED")
+    except botocore.exceptions.ClientError as error:
+        if _code(error) in ("404", "NoSuchKey", "NotFound"):
+            return None
+        if _code(error) in ("403", "AccessDenied"):
+            raise _refused("HeadObject", bucket) from None
+        raise
+    # The whole object's sha256, which S3 checked against the bytes when they were written. An object with
+    # none, or with a multipart upload's checksum of checksums, is not what trainctl's single PUT stores.
+    same = head.get("ChecksumSHA256") == packed.s3_checksum and head.get("ContentLength") == len(packed.archive)
+    return _version(head), same
+
+
+def upload(s3: Any, bucket: str, packed: Packed) -> Stored:
+    """Store the archive under its digest only where the key holds nothing: a conditional write (S3 User
+    Guide, "How to prevent object overwrites with conditional writes",
+    https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html: PutObject with
+    If-None-Match: *, refused with 412 Precondition Failed while the key has a current version, in a versioned
+    bucket too). Refused, the key's current object is looked at: this archive (its sha256) is used as it is;
+    anything else (someone else wrote the key) gets this archive stored over it, as a new version in the
+    dataset bucket, which keeps versions (training_constructs/data/training_data.py), so that the job pins its
+    own bytes whatever the key holds."""
     with aws_errors():
-        try:
-            s3.head_object(Bucket=bucket, Key=packed.key)
-            return False
-        except botocore.exceptions.ClientError as error:
-            code = str(error.response.get("Error", {}).get("Code", ""))
-            # A missing key answers 404 only to a caller with s3:ListBucket on the bucket, 403 to one without
-            # (S3 API Reference, HeadObject, Permissions).
-            if code == "403":
-                raise TrainctlError(
-                    f"S3 refused HeadObject on the workdir (403): your credentials need s3:ListBucket and "
-                    f"s3:GetObject on {bucket}, and s3:PutObject on {PREFIX}*",
-                    ExitCode.AWS,
-                ) from None
-            if code not in ("404", "NoSuchKey", "NotFound"):
-                raise
-        s3.put_object(
-            Bucket=bucket,
-            Key=packed.key,
-            Body=packed.archive,
-            ContentType="application/gzip",
-            ChecksumAlgorithm="SHA256",
-        )
-    return True
+        for _ in range(CONFLICT_TRIES):
+            try:
+                return Stored(_version(_put(s3, bucket, packed, if_absent=True)), uploaded=True)
+            except botocore.exceptions.ClientError as error:
+                code = _code(error)
+                if code in ("403", "AccessDenied"):
+                    raise _refused("PutObject", bucket) from None
+                if code == "ConditionalRequestConflict":
+                    continue
+                if code != "PreconditionFailed":
+                    raise
+            held = _held(s3, bucket, packed)
+            if held is None:
+                continue  # deleted since the refusal: written again, still only where nothing is
+            version, same = held
+            if same:
+                return Stored(version, uploaded=False)
+            return Stored(_version(_put(s3, bucket, packed, if_absent=False)), uploaded=True, replaced=True)
+    raise TrainctlError(
+        f"workdir: {packed.location(bucket)} kept changing while trainctl stored it ({CONFLICT_TRIES} tries): "
+        "submit again",
+        ExitCode.AWS,
+    )
 
 
 def environment(bucket: str, packed: Packed | None, setup: str | None) -> dict[str, str]:
-    """The job's environment overrides that make every node's launcher fetch the folder and run the setup."""
+    """The job's environment overrides that make every node's launcher fetch the folder and run the setup.
+    WORKDIR_URI carries the archive's sha256 here; stage() adds the version once it is stored."""
     env = {URI_ENV: packed.uri(bucket)} if packed else {}
     if setup:
         env[SETUP_ENV] = setup
@@ -253,15 +343,43 @@ def prepare(task: Task) -> Packed | None:
     return packed
 
 
-def stage(packed: Packed, *, bucket: str | None, s3: Any, dry_run: bool) -> str:
-    """Upload the archive unless the bucket has it (or this is a dry run); one line saying which."""
+def _pin(uri: str, environment: dict[str, str] | None, request: dict[str, Any] | None) -> None:
+    """WORKDIR_URI replaced by `uri` in `environment` and in the SubmitJob request's container overrides."""
+    if environment is not None and URI_ENV in environment:
+        environment[URI_ENV] = uri
+    for override in (request or {}).get("nodeOverrides", {}).get("nodePropertyOverrides", []):
+        for entry in override.get("containerOverrides", {}).get("environment", []):
+            if entry.get("name") == URI_ENV:
+                entry["value"] = uri
+
+
+def stage(
+    packed: Packed,
+    *,
+    bucket: str | None,
+    s3: Any,
+    dry_run: bool,
+    environment: dict[str, str] | None = None,
+    request: dict[str, Any] | None = None,
+) -> str:
+    """Upload the archive unless the bucket holds it (or this is a dry run); one line saying which. The URI
+    that pins what is stored (version and sha256) replaces WORKDIR_URI in `environment` and in `request`'s
+    overrides when given: stage before registering a revision that carries them."""
     if not bucket:
         raise TrainctlError(
             "workdir: the TrainingData stack has no DatasetBucket output to upload it to: `make deploy`"
         )
     what = f"workdir {packed.folder}: {len(packed.files)} files, {_size(len(packed.archive))} packed"
+    where = packed.location(bucket)
     if dry_run:
-        return f"{what}, would be stored as {packed.uri(bucket)} (dry run: nothing uploaded)"
-    if upload(s3, bucket, packed):
-        return f"{what}, uploaded to {packed.uri(bucket)}"
-    return f"{what}, already stored as {packed.uri(bucket)}: nothing uploaded"
+        return f"{what}, would be stored as {where} (dry run: nothing uploaded)"
+    stored = upload(s3, bucket, packed)
+    _pin(packed.uri(bucket, stored.version), environment, request)
+    pinned = (
+        f"pinned to version {stored.version}" if stored.version else "pinned by sha256 (the bucket keeps no versions)"
+    )
+    if stored.replaced:
+        return f"{what}: {where} held other bytes (written by someone else): stored this archive over it, {pinned}"
+    if stored.uploaded:
+        return f"{what}, uploaded to {where}, {pinned}"
+    return f"{what}, already stored as {where}: nothing uploaded, {pinned}"
