@@ -20,7 +20,8 @@ from config import limits, pcs, refusals, schedule_rules
 from config.budgets import read_budgets
 from config.context_fleets import check_az, instance_of, read_fleets, refuse_ended_windows, zone_table_skips
 from config.context_keys import EFA_TYPES, KEYS, ConfigError, Context
-from config.instance_types import botocore_version, ec2_instance_types
+from config.instance_types import botocore_version
+from config.job_secrets import ALLOWED, MAX_ALLOWED, ec2_instance_types
 from config.key_refusals import fail, from_pydantic
 from config.settings import (
     AppSettings,
@@ -180,6 +181,17 @@ def _shares(raw: str) -> tuple[Share, ...]:
     return tuple(shares)
 
 
+def _job_secrets(raw: str) -> tuple[str, ...]:
+    """The jobSecrets entries, each an ARN the execution role may read (a trailing * as IAM reads it)."""
+    entries = tuple(dict.fromkeys(item.strip() for item in raw.split(",") if item.strip()))
+    for entry in entries:
+        if not ALLOWED.match(entry):
+            raise fail("jobSecrets", raw, f"entry {refusals.shown(entry)} is not a secret or parameter ARN")
+    if len(entries) > MAX_ALLOWED:
+        raise fail("jobSecrets", raw, f"{len(entries)} entries, over {MAX_ALLOWED}: end shared prefixes with *")
+    return entries
+
+
 _RATE_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 
 
@@ -314,6 +326,7 @@ def read_settings(context: Mapping[str, Any], *, region: str | None = None, now:
             health_check_schedule=_health_check_schedule(ctx.health_check_schedule),
             ecs_exec=ctx.ecs_exec,
             budgets=budgets,
+            job_secrets=_job_secrets(ctx.job_secrets),
         ),
         log_retention_days=ctx.log_retention_days,
         root_volume=RootVolume(

@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 
 from config import limits, pcs
 from config.catalog import Profile, types_for
+from config.job_secrets import ALLOWED_RULE
 from config.placements import FIELDS_TEXT, PlacementModel
 from config.settings import (
     RESERVED_CONSTRUCT_IDS,
@@ -81,6 +82,13 @@ def _json_object(value: Any) -> Any:
             raise ValueError(f"malformed JSON ({error.msg} at column {error.colno})") from None
     if value is not None and not isinstance(value, dict):
         raise ValueError("not a JSON object")
+    return value
+
+
+def _comma_list(value: Any) -> Any:
+    """A comma list given as one string (-c key=a,b) or, in cdk.json, as a JSON list of strings."""
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return ",".join(value)
     return value
 
 
@@ -249,6 +257,11 @@ class _ContextBase(BaseModel):
     budget_default_team: TeamName = key(
         "budgetDefaultTeam", None, "a team of `budgets`; only with FIFO queues (no `shares`)",
         "the team a job that names none counts against (FIFO queues; default: such jobs count against no budget)",
+    )  # fmt: skip
+    job_secrets: Annotated[str, BeforeValidator(_comma_list)] = key(
+        "jobSecrets", "", f"empty (none), or {ALLOWED_RULE}",
+        "the Secrets Manager secrets and SSM parameters jobs may take as `secrets:` (docs/jobs.md, Secrets): an "
+        "execution role that reads exactly these goes on every job definition",
     )  # fmt: skip
     ecs_exec: Bool = key(
         "ecsExec", True, "true or false", "ECS Exec into job containers (`trainctl exec`); false removes it and its IAM"

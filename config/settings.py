@@ -284,6 +284,8 @@ class JobSettings:
     ecs_exec: bool = True
     # None: no budgets, and nothing deployed for them.
     budgets: BudgetSettings | None = None
+    # ARNs (a trailing * allowed) of the secrets and parameters jobs may read; empty: no execution role.
+    job_secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,6 +21,7 @@ from training_constructs.health.boot_breaker import BootCircuitBreaker, BreakerF
 from training_constructs.health.fleet_health import FleetHealth
 from training_constructs.jobs.capacity_fallback.construct import CapacityFallback
 from training_constructs.jobs.capacity_fallback.routes import FallbackRoute
+from training_constructs.jobs.job_secrets import JobSecretsAccess
 from training_constructs.jobs.training_jobs import (
     BENCHMARK_TIMEOUT_SECONDS,
     TrainingJobs,
@@ -101,6 +102,11 @@ class JobsStack(Stack):
             "CHECKPOINT_BUCKET": checkpoint_bucket.bucket_name,
         }
 
+        # With jobSecrets: the execution role every job definition names, which reads those secrets (and only
+        # those) when a node starts; trainctl writes a job's `secrets` into its revision.
+        self.job_secrets: JobSecretsAccess | None = None
+        if jobs.job_secrets:
+            self.job_secrets = JobSecretsAccess(self, "JobSecrets", allowed=jobs.job_secrets)
         self.fleets: dict[str, TrainingJobs] = {}
         for fleet in fleets:
             created = TrainingJobs(
@@ -123,6 +129,7 @@ class JobsStack(Stack):
                 fallback_compute_environment_arns=[
                     p.compute_environment_arn for p in compute[fleet.name].placements[1:]
                 ],
+                execution_role=self.job_secrets.role if self.job_secrets else None,
             )
             # Stable output names: the README's commands read them.
             for name, value in (
@@ -146,6 +153,11 @@ class JobsStack(Stack):
                         ],
                     ),
                 )
+        if self.job_secrets:
+            self.job_secrets.allow_logs([f.log_group for f in self.fleets.values()])
+            # trainctl reads these (trainctl/submitting/secrets.py): the role its revisions name, and what it may read.
+            CfnOutput(self, "JobExecutionRole", value=self.job_secrets.role.role_arn)
+            CfnOutput(self, "JobSecrets", value=",".join(jobs.job_secrets))
         if jobs.ecs_exec:
             grant_ecs_exec(self.job_role, [f.log_group for f in self.fleets.values()])
         self.capacity_fallback: CapacityFallback | None = None

@@ -46,6 +46,13 @@ from trainctl.submitting.requests import (
     submit_request,
 )
 from trainctl.submitting.revisions import job_definition
+from trainctl.submitting.secrets import (
+    check_covered,
+    deployment_access,
+    parse_secrets,
+    refuse_in_both,
+    refuse_secret_looking,
+)
 from trainctl.submitting.taskfile import MAX_ATTEMPTS, Task, load_task, make_task
 from trainctl.submitting.workdir import check_definition_script
 from trainctl.submitting.workdir import environment as workdir_environment
@@ -102,6 +109,9 @@ def build_request(
     check_flags(name=task.name, timeout_seconds=task.timeout)
     packed = prepare_workdir(task)
     fleet = state.deployment().fleet(task.fleet)
+    access = deployment_access(state.aws.client("cloudformation")) if task.secrets else None
+    if access:
+        check_covered(task.secrets, access)
     deployed = fleet.training_definition if task.job == "training" else fleet.benchmark_definition
     definition = describe_definition(state.batch, deployed)
     if packed:
@@ -124,10 +134,12 @@ def build_request(
         retry_strategy=retry_with_attempts(definition, task.attempts) if task.attempts else None,
     )
     # The job's own image, command, environment and nodes go into a revision it runs on, so that DescribeJobs
-    # shows them whether or not it merges the overrides in (trainctl/submitting/revisions.py). Described,
-    # not registered, until the checks pass (a revision that exists is named by its ARN).
+    # shows them whether or not it merges the overrides in (trainctl/submitting/revisions.py); its secrets too,
+    # which only a definition can carry. Described, not registered, until the checks pass (a revision that
+    # exists is named by its ARN).
     revision = functools.partial(job_definition, state.batch, definition, image=task.image, nodes=task.nodes,
-                                 command=task.full_command(), environment=environment)  # fmt: skip
+                                 command=task.full_command(), environment=environment, secrets=task.secrets,
+                                 execution_role=access.execution_role if access else None)  # fmt: skip
     request["jobDefinition"] = revision(register=False)
     if check is not None:
         check(fleet, request)
@@ -177,6 +189,14 @@ EnvFileOption = Annotated[
         "--env-file", metavar="FILE", help="NAME=VALUE lines for every node (# comments); the job's own env wins."
     ),
 ]
+AllowEnvSecretsOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-env-secrets",
+        help="Take environment variables whose names look like a secret's (HF_TOKEN, WANDB_API_KEY) all the same; "
+        "their values are then readable by every job (docs/jobs.md, Secrets).",
+    ),
+]
 NewShareOption = Annotated[
     bool, typer.Option("--new-share", help="Allow a share identifier the queue's fair-share policy does not list.")
 ]
@@ -195,6 +215,15 @@ def submit(
         list[str] | None, typer.Option(metavar="NAME=VALUE", help="Environment variable on every node; repeatable.")
     ] = None,
     env_file: EnvFileOption = None,
+    secret: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="NAME=ARN",
+            help="Environment variable on every node whose value the node reads from a Secrets Manager secret or "
+            "SSM parameter when it starts (never shown by DescribeJobs); repeatable (docs/jobs.md, Secrets).",
+        ),
+    ] = None,
+    allow_env_secrets: AllowEnvSecretsOption = False,
     timeout: Annotated[
         int | None, typer.Option(metavar="SECONDS", help="Seconds an attempt may run (60 to 2147483647).")
     ] = None,
@@ -231,12 +260,20 @@ def submit(
     state = state_of(ctx)
     check_follow(follow_logs, dry_run=dry_run)
     # The flags first: a typo is reported before any AWS call.
-    environment = (parse_env_file(env_file) if env_file else {}) | parse_env(env or [])
+    from_file = parse_env_file(env_file) if env_file else {}
+    from_flags = parse_env(env or [])
+    if not allow_env_secrets:
+        refuse_secret_looking(from_file, named=lambda name: f"--env-file {clip_path(env_file or Path())}: {name}")
+        refuse_secret_looking(from_flags, named=lambda name: f"--env {name}")
+    environment = from_file | from_flags
+    secrets = parse_secrets(secret or [])
+    refuse_in_both(environment, secrets, named="--secret")
     check_flags(name=name, timeout_seconds=timeout)
     estimate.one_timeout(hours, timeout, named="--timeout")
     task = _task(
         fleet=fleet_name, job=job.value, nodes=nodes, name=name, command=command, launcher=not no_launcher,
         image=image, env=environment, share=share, timeout=timeout, attempts=attempts, workdir=workdir, setup=setup,
+        secrets=secrets or None, allow_env_secrets=allow_env_secrets or None,
     )  # fmt: skip
     check = _checker(state, hours=hours, team=team, yes=yes, dry_run=dry_run)
     fleet, request = build_request(state, task, new_share=new_share, dry_run=dry_run, check=check)
@@ -266,6 +303,7 @@ def run(
     ctx: typer.Context,
     task_file: Annotated[Path, typer.Argument(metavar="TASK.yaml", help="The job, described in a YAML file.")],
     env_file: EnvFileOption = None,
+    allow_env_secrets: AllowEnvSecretsOption = False,
     new_share: NewShareOption = False,
     watch: WatchOption = False,
     follow_logs: FollowOption = False,
@@ -276,13 +314,17 @@ def run(
     poll_seconds: PollOption = POLL_SECONDS,
 ) -> None:
     """Submit the job a task file describes: fleet (required), job, nodes, name, command, launcher, image,
-    env, share, timeout, attempts, workdir, setup (docs/jobs.md, docs/workdir.md)."""
+    env, secrets, allow_env_secrets, share, timeout, attempts, workdir, setup (docs/jobs.md, docs/workdir.md)."""
     state = state_of(ctx)
     check_follow(follow_logs, dry_run=dry_run)
-    task = load_task(task_file)
+    task = load_task(task_file, allow_env_secrets=allow_env_secrets)
     estimate.one_timeout(hours, task.timeout, named=f"{clip_path(task_file)}'s timeout:")
     if env_file:
-        task = task.model_copy(update={"env": parse_env_file(env_file) | task.env})
+        from_file = parse_env_file(env_file)
+        if not (allow_env_secrets or task.allow_env_secrets):
+            refuse_secret_looking(from_file, named=lambda name: f"--env-file {clip_path(env_file)}: {name}")
+        refuse_in_both(from_file, task.secrets, named=f"{clip_path(task_file)}: secret")
+        task = task.model_copy(update={"env": from_file | task.env})
     check = _checker(state, hours=hours, team=team, yes=yes, dry_run=dry_run)
     fleet, request = build_request(
         state, task, new_share=new_share, dry_run=dry_run, inputs=Inputs(task_file=str(task_file)), check=check
@@ -303,6 +345,7 @@ def sweep(
     ],
     share: Annotated[str | None, typer.Option(metavar="ID", help="Fair-share identifier for every job.")] = None,
     env_file: EnvFileOption = None,
+    allow_env_secrets: AllowEnvSecretsOption = False,
     new_share: NewShareOption = False,
     yes: Annotated[
         bool,
@@ -323,8 +366,12 @@ def sweep(
     state = state_of(ctx)
     if hours is not None:
         hours_timeout(hours)
-    points = grid_points(parse_grid(grid))
+    parsed = parse_grid(grid)
     common = parse_env_file(env_file) if env_file else {}
+    if not allow_env_secrets:
+        refuse_secret_looking(common, named=lambda name: f"--env-file {clip_path(env_file or Path())}: {name}")
+        refuse_secret_looking((name for name, _ in parsed), named=lambda name: f"--grid {name}")
+    points = grid_points(parsed)
     fleet, template = build_request(
         state,
         make_task({"fleet": fleet_name, "share": share}, where="--"),

@@ -128,7 +128,8 @@ def spec_from_request(spec: JobSpec, request: dict[str, Any]) -> JobSpec:
         name=str(request.get("jobName", spec.name)),
         nodes=runs.nodes or 1,
         command=runs.command,
-        environment=runs.environment,
+        # The same revision, so the same secrets, read again at the nodes' start.
+        environment={**runs.environment, **spec.secret_values},
         attempts=int(retry.get("attempts") or spec.attempts),
         retry_rules=rules or spec.retry_rules,
         timeout_seconds=int(timeout) if timeout else spec.timeout_seconds,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,9 @@ class JobSpec:
     # (or, with --describe-merged, both merged) to the capacity fallback.
     registered: NodeSettings = field(default_factory=NodeSettings)
     overrides: NodeSettings = field(default_factory=NodeSettings)
+    # The task's secrets as the nodes get them (secret_values): in `environment`, never in what DescribeJobs
+    # shows (registered, overrides), as Batch reads them at the node's start; kept for a resubmitted job.
+    secret_values: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def _resolve(value: Any, resources: dict[str, Any]) -> Any:
@@ -206,3 +210,26 @@ def _registered(definition: dict[str, Any]) -> NodeSettings:
         command=tuple(str(c) for c in container.get("command", [])),
         environment=_environment(container),
     )
+
+
+def secret_values(task: Task, definition: dict[str, Any], environ: Mapping[str, str], *, source: str) -> dict[str, str]:
+    """A rehearsal reads no Secrets Manager or SSM: each of the task's secrets takes the value of the variable of
+    the same name in trainctl's own environment, and a secret with none there is refused in one line naming it.
+    As on Batch, the job definition must name an execution role (the deployment's jobSecrets), or `run` would
+    refuse the task."""
+    if not task.secrets:
+        return {}
+    properties = definition.get("nodeProperties") or {}
+    container = (properties.get("nodeRangeProperties") or [{}])[0].get("container", {})
+    if not container.get("executionRoleArn"):
+        raise TrainctlError(
+            f"secrets: {source} names no execution role to read them with: synthesize with -c jobSecrets=<ARNs> "
+            "(docs/jobs.md, Secrets)"
+        )
+    missing = next((name for name in task.secrets if name not in environ), None)
+    if missing is not None:
+        raise TrainctlError(
+            f"secret {missing}: a rehearsal reads no Secrets Manager or SSM parameter; export {missing} in the shell "
+            "that runs `trainctl rehearse` (docs/rehearsal.md)"
+        )
+    return {name: environ[name] for name in task.secrets}

@@ -20,7 +20,14 @@ from typing import Any
 import trainctl
 from trainctl.errors import TrainctlError
 from trainctl.rehearsal import report
-from trainctl.rehearsal.definition import JobSpec, NodeSettings, as_trainctl_registers, from_cloud_assembly, job_spec
+from trainctl.rehearsal.definition import (
+    JobSpec,
+    NodeSettings,
+    as_trainctl_registers,
+    from_cloud_assembly,
+    job_spec,
+    secret_values,
+)
 from trainctl.rehearsal.engine import Engine
 from trainctl.rehearsal.faults import Fault, fault_node, parse_fault
 from trainctl.rehearsal.fleet_facts import FleetFacts, deployed_facts, read_facts
@@ -186,6 +193,8 @@ def rehearse(task: Task, *, assembly: Path, options: Options, listener: Listener
         facts = read_facts(assembly, task.fleet, definition)
     name = task.name or f"{task.fleet}-{task.job}-rehearsal"
     spec = job_spec(definition, fleet=task.fleet, source=source, task=task, name=name)
+    # Secrets reach the nodes' environment only, from trainctl's own (definition.secret_values).
+    values = secret_values(task, definition, os.environ, source=source)
     named = "--nodes" if options.nodes is not None else "nodes:" if task.nodes else "the job definition's numNodes"
     check_fleet(spec, faults, facts, named=named)
     # The workdir as `run` sends it: packed, its script checked, in the local S3 for every node's launcher.
@@ -199,7 +208,11 @@ def rehearse(task: Task, *, assembly: Path, options: Options, listener: Listener
     # trainctl submits the job on a revision that carries them (trainctl/submitting/revisions.py).
     registered = as_trainctl_registers(definition, overrides)
     spec = dataclasses.replace(
-        spec, environment={**spec.environment, **sent}, overrides=overrides, registered=registered
+        spec,
+        environment={**spec.environment, **sent, **values},
+        overrides=overrides,
+        registered=registered,
+        secret_values=values,
     )
     if importlib.util.find_spec("torch") is None and task.launcher:
         raise TrainctlError(f"the launcher runs torchrun with {sys.executable}, which has no torch: `make bootstrap`")

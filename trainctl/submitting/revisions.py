@@ -42,10 +42,15 @@ def node_properties(
     nodes: int | None = None,
     command: Sequence[str] | None = None,
     environment: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    execution_role: str | None = None,
 ) -> dict[str, Any]:
     """The deployed definition's nodeProperties with the job's own values in every node range: the image,
     the node count, the command, and its variables over the definition's (a name in both takes the job's
-    value, as an override's would: API ContainerOverrides, environment)."""
+    value, as an override's would: API ContainerOverrides, environment); its secrets (variable name ->
+    valueFrom ARN) as the container's `secrets` over the definition's, and the execution role that reads them
+    (API RegisterJobDefinition, ContainerProperties secrets and executionRoleArn: only a definition can carry
+    secrets, SubmitJob's overrides cannot). A variable that is also a secret is the secret's."""
     properties = copy.deepcopy(dict(definition["nodeProperties"]))
     if nodes:
         properties["numNodes"] = nodes
@@ -60,6 +65,13 @@ def node_properties(
             merged = {str(e["name"]): str(e.get("value", "")) for e in container.get("environment", [])}
             merged.update(environment)
             container["environment"] = [{"name": k, "value": v} for k, v in merged.items()]
+        if secrets:
+            kept = [s for s in container.get("secrets", []) if s.get("name") not in secrets]
+            container["secrets"] = kept + [{"name": k, "valueFrom": v} for k, v in secrets.items()]
+            if "environment" in container:
+                container["environment"] = [e for e in container["environment"] if e.get("name") not in secrets]
+        if execution_role:
+            container["executionRoleArn"] = execution_role
         ranges.append({**node_range, "container": container})
     properties["nodeRangeProperties"] = ranges
     return properties
@@ -84,7 +96,7 @@ def job_revision(batch: Any, definition: Mapping[str, Any], properties: Mapping[
                 if tags.get(DERIVED_TAG) == source and tags.get(CONTENT_TAG) == content:
                     return str(existing["jobDefinitionArn"])
     if not register:
-        return f"(a new revision of {family}: {source} with the job's image, command, environment and nodes)"
+        return f"(a new revision of {family}: {source} with the job's image, command, environment, secrets and nodes)"
     request: dict[str, Any] = {
         "jobDefinitionName": family,
         "type": definition.get("type", "multinode"),
@@ -106,11 +118,16 @@ def job_definition(
     nodes: int | None = None,
     command: Sequence[str] | None = None,
     environment: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    execution_role: str | None = None,
     register: bool,
 ) -> str:
     """What a job is submitted on: the deployed revision itself when the job changes nothing of it, else the
     revision that carries the job (job_revision; described, not registered, without `register`)."""
-    if not (image or nodes or command or environment):
+    if not (image or nodes or command or environment or secrets):
         return str(definition["jobDefinitionArn"])
-    properties = node_properties(definition, image=image, nodes=nodes, command=command, environment=environment)
+    properties = node_properties(
+        definition, image=image, nodes=nodes, command=command, environment=environment, secrets=secrets,
+        execution_role=execution_role if secrets else None,
+    )  # fmt: skip
     return job_revision(batch, definition, properties, register=register)

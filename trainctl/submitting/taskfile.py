@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from trainctl.errors import TrainctlError, clip, clip_path
 from trainctl.submitting.requests import (
@@ -21,6 +30,7 @@ from trainctl.submitting.requests import (
     MIN_TIMEOUT_SECONDS,
     RESERVED_ENV_PREFIX,
 )
+from trainctl.submitting.secrets import name_problem, refuse_secret_looking, value_from_problem
 
 # The launcher every job definition runs its script through (training_constructs/jobs/workloads.py
 # LAUNCHER; a test keeps the two equal): torchrun / neuron rendezvous across the nodes.
@@ -35,6 +45,17 @@ WHOLE_NUMBERS = {
     "timeout": f"whole seconds, {MIN_TIMEOUT_SECONDS} to {MAX_TIMEOUT_SECONDS}",
     "attempts": f"a whole number of attempts, 1 to {MAX_ATTEMPTS}",
 }
+
+
+def _value_from(value: Any) -> Any:
+    problem = value_from_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+# A secret's valueFrom; refused with its variable's name in the field (`secrets.HF_TOKEN`).
+ValueFrom = Annotated[str, BeforeValidator(_value_from)]
 
 
 class Task(BaseModel):
@@ -52,6 +73,11 @@ class Task(BaseModel):
     launcher: bool = True
     image: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^\S+$")] | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    # Variable name -> the ARN of a Secrets Manager secret or SSM parameter its value comes from (docs/jobs.md,
+    # Secrets): written into the job's revision, never into its environment.
+    secrets: dict[str, ValueFrom] = Field(default_factory=dict)
+    # True: env names that look like a secret's (HF_TOKEN) are taken all the same (trainctl/submitting/secrets.py).
+    allow_env_secrets: bool = False
     share: str | None = None
     timeout: int | None = Field(None, ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS)
     attempts: int | None = Field(None, ge=1, le=MAX_ATTEMPTS)
@@ -101,6 +127,20 @@ class Task(BaseModel):
                     for k, v in value.items()}  # fmt: skip
         return value
 
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and not isinstance(value, dict):
+            raise ValueError("give a mapping of variable names to ARNs (HF_TOKEN: arn:aws:secretsmanager:...)")
+        if isinstance(value, dict):
+            for name in value:
+                problem = name_problem(name)
+                if problem:
+                    raise ValueError(problem)
+                if name in info.data.get("env", {}):
+                    raise ValueError(f"{name} is also in env: give it in one of them")
+        return value
+
     @field_validator("workdir", "setup")
     @classmethod
     def _needs_the_launcher(cls, value: Any, info: ValidationInfo) -> Any:
@@ -129,7 +169,9 @@ class Task(BaseModel):
 FIELDS = tuple(Task.model_fields)
 
 
-def load_task(path: Path) -> Task:
+def load_task(path: Path, *, allow_env_secrets: bool = False) -> Task:
+    """The task a file describes, every field checked; env names that look like a secret's are refused unless
+    the file says `allow_env_secrets: true` or `allow_env_secrets` (--allow-env-secrets) is given."""
     try:
         text = path.read_text(encoding="utf-8")
         twice = _duplicate_key(yaml.compose(text))
@@ -156,6 +198,8 @@ def load_task(path: Path) -> Task:
         hint = "the folder to send (. for the task file's own)" if empty == "workdir" else "a value"
         raise TrainctlError(f"{clip_path(path)}: field {empty}: empty: give {hint}, or leave the field out")
     task = make_task(document, where=f"{clip_path(path)}: field ")
+    if not (allow_env_secrets or task.allow_env_secrets):
+        refuse_secret_looking(task.env, named=lambda name: f"{clip_path(path)}: field env.{name}")
     if task.workdir and not task.workdir.is_absolute():
         return task.model_copy(update={"workdir": path.parent / task.workdir})
     return task
@@ -207,7 +251,8 @@ def _first_problem(error: ValidationError, where: str) -> str:
     if first["type"] == "missing":
         return f"{field} is required"
     message = str(first["msg"]).removeprefix("Value error, ")
-    given = first.get("input")
+    # A secret's refusal names the variable and shows its value already.
+    given = None if first["loc"][:1] == ("secrets",) else first.get("input")
     line = f"{field}: {message}" + ("" if given is None else f" (given {_as_written(given)})")
     return line[:200]
 

@@ -100,7 +100,8 @@ class MultiNodeJobDefinition(Construct):
     open-ended ("0:"; API NodeOverrides.numNodes). One open range covers every node.
 
     With `ecs_exec`, every node's container takes ECS Exec sessions (the job role needs
-    ECS_EXEC_ACTIONS, training_jobs.grant_ecs_exec).
+    ECS_EXEC_ACTIONS, training_jobs.grant_ecs_exec). With `execution_role`, the container names it, so
+    that a revision trainctl registers with `secrets` can have them read (job_secrets.py).
 
     Attributes: `job_definition` (L1), `job_definition_arn`, `resources` (NodeResources).
     """
@@ -121,6 +122,7 @@ class MultiNodeJobDefinition(Construct):
         timeout_seconds: int,
         attempts: int,
         ecs_exec: bool,
+        execution_role: iam.IRole | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.resources = node_resources(instance)
@@ -140,6 +142,8 @@ class MultiNodeJobDefinition(Construct):
             ],
             instance_type=instance.name,
             job_role_arn=job_role.role_arn,
+            # Only with jobSecrets: the role the ECS agent reads a job's `secrets` with (job_secrets.py).
+            execution_role_arn=execution_role.role_arn if execution_role else None,
             # `trainctl exec`: Batch added ECS Exec (Batch user guide, document history, April 15 2025:
             # "Adds support for FireLens and ECS Exec command"), and a multi-node node range's container
             # takes it (CloudFormation, AWS::Batch::JobDefinition MultiNodeContainerProperties,

@@ -99,6 +99,7 @@ class TrainingJobs(Construct):
         log_retention: logs.RetentionDays,
         ecs_exec: bool,
         fallback_compute_environment_arns: Sequence[str] = (),
+        execution_role: iam.IRole | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         # Every placement but the last waits only briefly for capacity; the last waits as long as
@@ -136,6 +137,7 @@ class TrainingJobs(Construct):
                 timeout_seconds=timeout,
                 attempts=attempts,
                 ecs_exec=ecs_exec,
+                execution_role=execution_role,
             )
 
         # The launcher restores <CHECKPOINT_URI>/<job id>/ before training and uploads it while and
