@@ -106,7 +106,7 @@ class JobsStack(Stack):
         # those) when a node starts; trainctl writes a job's `secrets` into its revision.
         self.job_secrets: JobSecretsAccess | None = None
         if jobs.job_secrets:
-            self.job_secrets = JobSecretsAccess(self, "JobSecrets", allowed=jobs.job_secrets)
+            self.job_secrets = JobSecretsAccess(self, "JobSecretsAccess", allowed=jobs.job_secrets)
         self.fleets: dict[str, TrainingJobs] = {}
         for fleet in fleets:
             created = TrainingJobs(

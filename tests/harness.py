@@ -90,6 +90,12 @@ THREE_FLEETS = {
     "trn": {"instanceType": "trn2.48xlarge", "amiId": "ami-0123456789abcdef0", "availabilityZone": "us-west-2c"},
 }
 
+# The p5-four-nodes variant's jobSecrets (tests/test_job_secrets_synth.py).
+JOB_SECRETS = (
+    "arn:aws:secretsmanager:us-west-2:123456789012:secret:wandb-api-key-AbCdEf",
+    "arn:aws:ssm:us-west-2:123456789012:parameter/training/hf/*",
+)
+
 # Context variants the suite synthesizes. Each is synthesized once per session; cdk-nag and
 # cfn-lint run over all of them. Later stacks add the variants that exercise them.
 VARIANTS: dict[str, dict[str, str]] = {
@@ -131,6 +137,8 @@ VARIANTS: dict[str, dict[str, str]] = {
         # Team budgets per share (issue 42), the gpu fleet at a reservation's price.
         "budgets": json.dumps({"llama": 20000, "vision": 5000, "sweep*": 2500}),
         "budgetPrices": json.dumps({"gpu": 40}),
+        # Secrets for jobs (issue 52): one secret by its full ARN, a prefix of SSM parameters.
+        "jobSecrets": ",".join(JOB_SECRETS),
     },
     # The seed plan's Slurm cluster: 80 x p5e.48xlarge.
     "parallelcluster": {"parallelCluster": "true", "pclusterMaxNodes": "80"},
