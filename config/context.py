@@ -20,8 +20,8 @@ from config import limits, pcs, refusals, schedule_rules
 from config.budgets import read_budgets
 from config.context_fleets import check_az, instance_of, read_fleets, refuse_ended_windows, zone_table_skips
 from config.context_keys import EFA_TYPES, KEYS, ConfigError, Context
-from config.instance_types import botocore_version
-from config.job_secrets import ALLOWED, MAX_ALLOWED, ec2_instance_types
+from config.instance_types import botocore_version, ec2_instance_types
+from config.job_secrets import ALLOWED, MAX_ALLOWED
 from config.key_refusals import fail, from_pydantic
 from config.settings import (
     AppSettings,
@@ -184,9 +184,10 @@ def _shares(raw: str) -> tuple[Share, ...]:
 def _job_secrets(raw: str) -> tuple[str, ...]:
     """The jobSecrets entries, each an ARN the execution role may read (a trailing * as IAM reads it)."""
     entries = tuple(dict.fromkeys(item.strip() for item in raw.split(",") if item.strip()))
-    for entry in entries:
+    for number, entry in enumerate(entries, start=1):
         if not ALLOWED.match(entry):
-            raise fail("jobSecrets", raw, f"entry {refusals.shown(entry)} is not a secret or parameter ARN")
+            which = "" if len(entries) == 1 else f"entry {number} {refusals.shown(entry)}: "
+            raise fail("jobSecrets", raw, f"{which}not a secret or parameter ARN")
     if len(entries) > MAX_ALLOWED:
         raise fail("jobSecrets", raw, f"{len(entries)} entries, over {MAX_ALLOWED}: end shared prefixes with *")
     return entries

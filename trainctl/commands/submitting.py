@@ -263,7 +263,7 @@ def submit(
     from_file = parse_env_file(env_file) if env_file else {}
     from_flags = parse_env(env or [])
     if not allow_env_secrets:
-        refuse_secret_looking(from_file, named=lambda name: f"--env-file {clip_path(env_file or Path())}: {name}")
+        refuse_secret_looking(from_file, named=lambda name: f"--env-file {(env_file or Path()).name}: {name}")
         refuse_secret_looking(from_flags, named=lambda name: f"--env {name}")
     environment = from_file | from_flags
     secrets = parse_secrets(secret or [])
@@ -322,7 +322,7 @@ def run(
     if env_file:
         from_file = parse_env_file(env_file)
         if not (allow_env_secrets or task.allow_env_secrets):
-            refuse_secret_looking(from_file, named=lambda name: f"--env-file {clip_path(env_file)}: {name}")
+            refuse_secret_looking(from_file, named=lambda name: f"--env-file {env_file.name}: {name}")
         refuse_in_both(from_file, task.secrets, named=f"{clip_path(task_file)}: secret")
         task = task.model_copy(update={"env": from_file | task.env})
     check = _checker(state, hours=hours, team=team, yes=yes, dry_run=dry_run)
@@ -369,7 +369,7 @@ def sweep(
     parsed = parse_grid(grid)
     common = parse_env_file(env_file) if env_file else {}
     if not allow_env_secrets:
-        refuse_secret_looking(common, named=lambda name: f"--env-file {clip_path(env_file or Path())}: {name}")
+        refuse_secret_looking(common, named=lambda name: f"--env-file {(env_file or Path()).name}: {name}")
         refuse_secret_looking((name for name, _ in parsed), named=lambda name: f"--grid {name}")
     points = grid_points(parsed)
     fleet, template = build_request(

@@ -72,9 +72,8 @@ def refuse_secret_looking(names: Iterable[str], *, named: Callable[[str], str]) 
         word = secret_word(name)
         if word:
             raise TrainctlError(
-                f"{named(name)}: the name says {word}, and a job's environment is readable by every job: pass it as "
-                f"a secret (--secret {name}=ARN, or `secrets:` in a task file; docs/jobs.md, Secrets), or add "
-                f"{ALLOW_FLAG} if it is none"
+                f"{named(name)}: named like a secret ({word}); any job can read job environments: use --secret or "
+                f"`secrets:` (docs/jobs.md), or {ALLOW_FLAG}"
             )
 
 
