@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from config.context import ConfigError, read_settings
@@ -23,7 +25,7 @@ from trainctl.errors import ExitCode, TrainctlError
 from trainctl.rehearsal.app_code import spec_from_request
 from trainctl.rehearsal.definition import job_spec, secret_values
 from trainctl.submitting.revisions import node_properties
-from trainctl.submitting.taskfile import Task
+from trainctl.submitting.taskfile import Task, make_task
 
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/training-job-execution"
 SECRETS_PREFIX = f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:"
@@ -205,6 +207,15 @@ def test_task_file_refusals_name_the_field(trainctl: Any, tmp_path: Path) -> Non
     task.write_text(f"fleet: gpu\nsecrets: {{H: '{hf}'}}\n")
     line = one_error_line(trainctl("run", str(task), "--env-file", str(env_file), env=offline), ExitCode.USAGE)
     assert "secret H is also an environment variable" in line
+
+
+def test_the_secrets_the_jobs_page_shows_are_taken() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "jobs.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "secrets:" in b]
+    shown = [yaml.safe_load(b)["secrets"] for b in blocks]
+    assert len(shown) == 2 and sum(len(s) for s in shown) == 4
+    for secrets in shown:
+        assert make_task({"fleet": "gpu", "secrets": secrets}, where="").secrets == secrets
 
 
 # ------------------------------------------------------------------------------------------ pure rules
