@@ -324,3 +324,29 @@ def test_a_rehearsed_job_resubmitted_by_the_capacity_fallback_keeps_its_secrets(
     assert again.environment["HF_TOKEN"] == local
     # What DescribeJobs shows in the rehearsal stays without the value.
     assert "HF_TOKEN" not in spec.registered.environment and local not in repr(spec)
+
+
+def test_a_rehearsed_nodes_environment_has_the_secret_from_trainctls_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stand-in node of tests/test_rehearsal.py records its environment; no torch, no launcher."""
+    from tests.test_rehearsal import STUB, definition, env_of
+    from trainctl.rehearsal.session import Options, rehearse
+
+    records = tmp_path / "records"
+    records.mkdir()
+    local = "value-exported-in-the-shell"
+    monkeypatch.setenv("HF_TOKEN", local)
+    job = definition(nodes=1)
+    job["nodeProperties"]["nodeRangeProperties"][0]["container"]["executionRoleArn"] = ROLE
+    task = make_task(
+        {"fleet": "gpu", "command": ["sh", str(STUB)], "launcher": False,
+         "env": {"STUB_DIR": str(records)}, "secrets": {"HF_TOKEN": f"{SECRETS_PREFIX}hf-AbCdEf"}},
+        where="test: ",
+    )  # fmt: skip
+    options = Options(nodes=1, deadline_seconds=60, definition=job, definition_source="test definition")
+    report = rehearse(task, assembly=tmp_path / "no-cdk-out", options=options)
+
+    assert report["as_expected"], report
+    assert env_of(tmp_path, 0)["HF_TOKEN"] == local
+    assert local not in json.dumps(report)
