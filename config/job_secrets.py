@@ -28,10 +28,9 @@ VALUE_FROM = re.compile(rf"^(?:(?P<secret>{_SECRET}){_SELECTOR}|(?P<parameter>{_
 ALLOWED = re.compile(rf"^(?:{_SECRET}|{_PARAMETER})\*?$|^(?:arn:{_PARTITION}:(?:secretsmanager|ssm):{_REGION}:"
                      rf"{_ACCOUNT}:(?:secret:|parameter/))\*$")  # fmt: skip
 
-# "aws" stands for any partition (aws-cn, aws-us-gov); the json-key selector is in docs/jobs.md.
-VALUE_FROM_RULE = (
-    "arn:aws:secretsmanager:<region>:<account>:secret:<name> or arn:aws:ssm:<region>:<account>:parameter/<name>"
-)
+# What a refusal says is allowed, short enough for one line ("aws" stands for any partition; "…" for the region
+# and account; docs/jobs.md, Secrets, has the rest).
+VALUE_FROM_RULE = "arn:aws:secretsmanager:…:secret:NAME[:json-key::] or arn:aws:ssm:…:parameter/NAME"
 ALLOWED_RULE = (
     "a comma list of ARNs arn:<partition>:secretsmanager:<region>:<account>:secret:<name> or "
     "arn:<partition>:ssm:<region>:<account>:parameter/<name>, each may end with *"

@@ -74,7 +74,7 @@ def trainctl(world: World) -> Any:
 def one_error_line(result: Any, code: ExitCode) -> str:
     assert result.exit_code == code, result.output
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("trainctl: ") and "Traceback" not in result.output
+    assert line.startswith("trainctl: ") and "Traceback" not in result.output and len(line) <= 200, line
     return str(line)
 
 
@@ -171,13 +171,13 @@ def test_env_names_that_look_like_secrets_are_refused_before_any_aws_call(trainc
         (("submit", "gpu", "--env", "HF_TOKEN=abc"), "--env HF_TOKEN: named like a secret (TOKEN)"),
         (("submit", "gpu", "--env-file", str(env_file)), "--env-file job.env: WANDB_API_KEY: named like a secret"),
         (("sweep", "gpu", "--grid", "DB_PASSWORD=a,b"), "--grid DB_PASSWORD"),
-        (("submit", "gpu", "--secret", "HF_TOKEN=hf-token"), "--secret HF_TOKEN: 'hf-token' is not a secret's ARN"),
+        (("submit", "gpu", "--secret", "HF_TOKEN=hf-token"), "HF_TOKEN: 'hf-token' is not arn:aws:secretsmanager:"),
         (("submit", "gpu", "--secret", f"AWS_BATCH_X={hf}"), "reserved for Batch"),
         (("submit", "gpu", "--secret", f"H={hf}", "--secret", f"H={hf}"), "--secret H is given twice"),
         (("submit", "gpu", "--env", "H=1", "--secret", f"H={hf}"), "--secret H is also an environment variable"),
     ):
         line = one_error_line(trainctl(*args, env=offline), ExitCode.USAGE)
-        assert says in line and len(line) <= 200, (args, line)
+        assert says in line, (args, line)
     # A name that only contains a marker passes the check and goes on to AWS (exit 3 here, offline).
     passed = trainctl("submit", "gpu", "--env", "TOKENIZERS_PARALLELISM=false", "--dry-run", env=offline)
     assert passed.exit_code == ExitCode.AWS, passed.output
@@ -190,7 +190,7 @@ def test_task_file_refusals_name_the_field(trainctl: Any, tmp_path: Path) -> Non
     for body, says in (
         ("env: {HF_TOKEN: abc}", "field env.HF_TOKEN: named like a secret (TOKEN)"),
         (f"env: {{HF_TOKEN: abc}}\nsecrets: {{HF_TOKEN: '{hf}'}}", "field secrets: HF_TOKEN is also in env"),
-        ("secrets: {HF_TOKEN: arn:aws:s3:::bucket}", "field secrets.HF_TOKEN: 'arn:aws:s3:::bucket' is not"),
+        ("secrets: {HF_TOKEN: arn:aws:s3:::bucket}", "secrets.HF_TOKEN: 'arn:aws:s3:::bucket' is not arn:aws:"),
         ("secret: {HF_TOKEN: x}", "field secret: unknown (did you mean 'secrets'?)"),
     ):
         task.write_text(f"fleet: gpu\n{body}\n")

@@ -47,9 +47,12 @@ from trainctl.submitting.requests import (
 )
 from trainctl.submitting.revisions import job_definition
 from trainctl.submitting.secrets import (
+    AllowEnvSecretsOption,
+    SecretOption,
     check_covered,
     deployment_access,
     parse_secrets,
+    refuse_env_file_secrets,
     refuse_in_both,
     refuse_secret_looking,
 )
@@ -189,14 +192,6 @@ EnvFileOption = Annotated[
         "--env-file", metavar="FILE", help="NAME=VALUE lines for every node (# comments); the job's own env wins."
     ),
 ]
-AllowEnvSecretsOption = Annotated[
-    bool,
-    typer.Option(
-        "--allow-env-secrets",
-        help="Take environment variables whose names look like a secret's (HF_TOKEN, WANDB_API_KEY) all the same; "
-        "their values are then readable by every job (docs/jobs.md, Secrets).",
-    ),
-]
 NewShareOption = Annotated[
     bool, typer.Option("--new-share", help="Allow a share identifier the queue's fair-share policy does not list.")
 ]
@@ -215,14 +210,7 @@ def submit(
         list[str] | None, typer.Option(metavar="NAME=VALUE", help="Environment variable on every node; repeatable.")
     ] = None,
     env_file: EnvFileOption = None,
-    secret: Annotated[
-        list[str] | None,
-        typer.Option(
-            metavar="NAME=ARN",
-            help="Environment variable on every node whose value the node reads from a Secrets Manager secret or "
-            "SSM parameter when it starts (never shown by DescribeJobs); repeatable (docs/jobs.md, Secrets).",
-        ),
-    ] = None,
+    secret: SecretOption = None,
     allow_env_secrets: AllowEnvSecretsOption = False,
     timeout: Annotated[
         int | None, typer.Option(metavar="SECONDS", help="Seconds an attempt may run (60 to 2147483647).")
@@ -263,7 +251,7 @@ def submit(
     from_file = parse_env_file(env_file) if env_file else {}
     from_flags = parse_env(env or [])
     if not allow_env_secrets:
-        refuse_secret_looking(from_file, named=lambda name: f"--env-file {(env_file or Path()).name}: {name}")
+        refuse_env_file_secrets(from_file, env_file)
         refuse_secret_looking(from_flags, named=lambda name: f"--env {name}")
     environment = from_file | from_flags
     secrets = parse_secrets(secret or [])
@@ -322,7 +310,7 @@ def run(
     if env_file:
         from_file = parse_env_file(env_file)
         if not (allow_env_secrets or task.allow_env_secrets):
-            refuse_secret_looking(from_file, named=lambda name: f"--env-file {env_file.name}: {name}")
+            refuse_env_file_secrets(from_file, env_file)
         refuse_in_both(from_file, task.secrets, named=f"{clip_path(task_file)}: secret")
         task = task.model_copy(update={"env": from_file | task.env})
     check = _checker(state, hours=hours, team=team, yes=yes, dry_run=dry_run)
@@ -369,7 +357,7 @@ def sweep(
     parsed = parse_grid(grid)
     common = parse_env_file(env_file) if env_file else {}
     if not allow_env_secrets:
-        refuse_secret_looking(common, named=lambda name: f"--env-file {(env_file or Path()).name}: {name}")
+        refuse_env_file_secrets(common, env_file)
         refuse_secret_looking((name for name, _ in parsed), named=lambda name: f"--grid {name}")
     points = grid_points(parsed)
     fleet, template = build_request(

@@ -1,5 +1,6 @@
 """The job definition revision a job runs on: the deployed definition with the job's own image, command,
-environment and node count written in, registered by trainctl in a family of its own.
+environment, secrets and node count written in, registered by trainctl in a family of its own. Secrets have no
+other way in: SubmitJob's container overrides cannot carry them (API ContainerOverrides has no `secrets`).
 
 Why a revision, and not only SubmitJob's nodeOverrides: what rebuilds a job later reads it back from
 DescribeJobs (the capacity fallback's resubmitter, training_constructs/jobs/capacity_fallback/resubmit.py,

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
 
 from config.job_secrets import VALUE_FROM_RULE, covers, resource_of, secret_word
 from trainctl.deployment import JOBS_STACK, outputs_of
@@ -28,6 +31,23 @@ ROLE_OUTPUT = "JobExecutionRole"
 ALLOWED_OUTPUT = "JobSecrets"
 CONTEXT_KEY = "jobSecrets"
 ALLOW_FLAG = "--allow-env-secrets"
+
+SecretOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="NAME=ARN",
+        help="Environment variable on every node whose value the node reads from a Secrets Manager secret or "
+        "SSM parameter when it starts (never shown by DescribeJobs); repeatable (docs/jobs.md, Secrets).",
+    ),
+]
+AllowEnvSecretsOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-env-secrets",
+        help="Take environment variables whose names look like a secret's (HF_TOKEN, WANDB_API_KEY) all the same; "
+        "their values are then readable by every job (docs/jobs.md, Secrets).",
+    ),
+]
 
 
 def name_problem(name: Any) -> str | None:
@@ -42,7 +62,7 @@ def name_problem(name: Any) -> str | None:
 def value_from_problem(value_from: Any) -> str | None:
     """What is wrong with where a secret's value comes from, in words; None when nothing is."""
     if not isinstance(value_from, str) or resource_of(value_from) is None:
-        return f"{str(value_from)[:40]!r} is not a secret's ARN ({VALUE_FROM_RULE})"
+        return f"{str(value_from)[:40]!r} is not {VALUE_FROM_RULE}"
     return None
 
 
@@ -72,9 +92,14 @@ def refuse_secret_looking(names: Iterable[str], *, named: Callable[[str], str]) 
         word = secret_word(name)
         if word:
             raise TrainctlError(
-                f"{named(name)}: named like a secret ({word}); any job can read job environments: use --secret or "
-                f"`secrets:` (docs/jobs.md), or {ALLOW_FLAG}"
+                f"{named(name)}: named like a secret ({word}), readable by any job: use --secret or `secrets:` "
+                f"(docs/jobs.md), or {ALLOW_FLAG}"
             )
+
+
+def refuse_env_file_secrets(environment: Mapping[str, str], env_file: Path | None) -> None:
+    """refuse_secret_looking for the names of an --env-file, which the refusal names by its file name."""
+    refuse_secret_looking(environment, named=lambda name: f"--env-file {(env_file or Path()).name}: {name}")
 
 
 def refuse_in_both(environment: Mapping[str, str], secrets: Mapping[str, str], *, named: str) -> None:
@@ -111,6 +136,6 @@ def check_covered(secrets: Mapping[str, str], access: SecretsAccess) -> None:
         resource = resource_of(value_from) or value_from
         if not any(covers(allowed, resource) for allowed in access.allowed):
             raise TrainctlError(
-                f"secret {name}: {resource} is not among what the deployment's jobs may read ({CONTEXT_KEY}: "
-                f"{', '.join(access.allowed) or 'none'}): add it to {CONTEXT_KEY} and deploy"
+                f"secret {name}: {resource} is not in the deployment's {CONTEXT_KEY} (what its jobs may read): add "
+                "it and deploy"
             )
