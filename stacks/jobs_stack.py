@@ -42,7 +42,8 @@ class JobsStack(Stack):
     all-reduce job definitions and their log group; one job role for all, allowed to read datasets,
     write checkpoints and describe jobs (the main node watches its children); alerts for failed jobs
     (not those `trainctl cancel` ended) and resumed ones; with budgets, the team budgets' ledger and
-    enforcement (output `Budgets`).
+    enforcement (output `Budgets`); with jobSecrets, the execution role every job definition names, which reads
+    those secrets when a node starts (outputs `JobExecutionRole`, `JobSecrets`; docs/jobs.md, Secrets).
 
     Attribute `fleets`: fleet name -> TrainingJobs.
     """
