@@ -94,6 +94,16 @@ def test_every_reference_cites_a_file_at_a_commit_and_a_known_type():
     assert all((r.instance_type, r.nodes, r.message_bytes) in healthy for r in refs.REFERENCES if r.cause)
 
 
+def test_the_observability_page_shows_every_reference_with_its_source():
+    page = (ROOT / "docs" / "observability.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith(("| p4", "| p5"))]
+    for ref in refs.REFERENCES:
+        assert any(
+            line.startswith(f"| {ref.instance_type} |") and f"| {ref.busbw_GBps:.2f} |" in line for line in rows
+        ), ref
+        assert ref.source.path.split(" ")[0] in page and ref.source.commit[:7] in page
+
+
 def test_the_benchmark_image_carries_the_same_table_and_verdict():
     copy = ROOT / "container" / "benchmark" / "fabric_references.py"
     assert copy.read_bytes() == (ROOT / "config" / "fabric_references.py").read_bytes(), (

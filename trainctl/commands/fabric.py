@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
-from trainctl.commands.base import app, reports_errors, state_of
+from trainctl.commands.base import GLOBAL_HELP, app, human_names, reports_errors, state_of
 from trainctl.errors import ExitCode, TrainctlError, clip
 from trainctl.fleet.fabric import fabric_judgement, figures_table, is_healthy, parse_figures, verdict_line
 
+
+class FabricGroup(TyperGroup):
+    """The sub-commands' arguments and values shown by name, as the top-level commands' are."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for command in self.commands.values():
+            human_names(command.params)
+            command.epilog = command.epilog or GLOBAL_HELP
+
+
 fabric_app = typer.Typer(
     name="fabric",
+    cls=FabricGroup,
     help="The network fabric judged against published all-reduce runs of the same instance type and node count.",
     no_args_is_help=True,
     rich_markup_mode=None,
@@ -44,7 +57,7 @@ def verdict(
     instance_type: Annotated[
         str, typer.Option("--instance-type", metavar="TYPE", help="The nodes' EC2 instance type, e.g. p5.48xlarge.")
     ],
-    nodes: Annotated[int, typer.Option(min=1, help="How many nodes the run spanned.")],
+    nodes: Annotated[int, typer.Option(min=1, metavar="N", help="How many nodes the run spanned (at least 1).")],
 ) -> None:
     """Say healthy, degraded (with the likely cause) or uncalibrated (nothing published: figures shown, not
     judged) for an all-reduce run. Healthy is at least 90% of the published median at the largest size
