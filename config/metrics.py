@@ -12,7 +12,7 @@ INSTANCE_DIMENSION = "InstanceId"
 FLEET_ENV = "TRAINING_FLEET"
 
 # Fleet check (the benchmark job): bus bandwidth in Gbps and the verdict as a number
-# (1 healthy, 0.5 degraded, 0 failing), emitted by rank 0.
+# (1 healthy, 0.75 uncalibrated: nothing published to judge by, 0.5 degraded, 0 failing), emitted by rank 0.
 BENCHMARK_BUSBW = "BenchmarkBusBandwidthGbps"
 BENCHMARK_VERDICT = "BenchmarkVerdict"
 # Boot-time host check: 1 when a node failed it, 0 when it passed; emitted twice per node, with

@@ -20,6 +20,7 @@ import pytest
 from config import metrics
 from tests.harness import ROOT
 from tests.test_launcher import BENCH, base_env, free_port, launch
+from trainctl.fleet.fabric import parse_figures
 
 needs_torch = pytest.mark.skipif(
     shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
@@ -81,7 +82,8 @@ def test_per_node_check_names_the_slow_node_and_the_fabric_check_follows():
         "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
         "NPROC_PER_NODE": "2",
         "MASTER_PORT": port,
-        "NETWORK_GBPS": "0.001",
+        # Published runs exist for two p5 nodes at 1 GiB and more, none at 1 MiB: nothing to judge by.
+        "INSTANCE_TYPE": "p5.48xlarge",
         # 0.2 Gbps per GPU: a healthy loopback pair reaches several (1 MiB in under 84 ms is healthy
         # here, robust on a busy machine); the slow node, which sleeps 0.45 s in every timed all-reduce
         # of 1 MiB, reaches about 0.019 (below a tenth: broken).
@@ -123,9 +125,16 @@ def test_per_node_check_names_the_slow_node_and_the_fabric_check_follows():
     (own,) = [line for line in child_out.splitlines() if line.startswith("# node check")]
     assert own.startswith("# node check, node 1 (") and own.endswith(", broken")
     assert "# node check, node 0 (" in main_out
-    # Then the fabric: every rank of both nodes, judged against the network figure, not slowed.
-    assert result["nodes"] == 2 and result["network_gbps"] == 0.001 and result["node_gbps"] == 0.2
-    assert result["fraction_of_network"] == pytest.approx(result["busbw_gbps"] / 0.001, rel=0.01)
+    # Then the fabric: every rank of both nodes, against published runs of the type (none at 1 MiB), not slowed.
+    assert result["nodes"] == 2 and result["node_gbps"] == 0.2 and "fraction_of_network" not in result
+    fabric = result["fabric"]
+    assert (fabric["verdict"], fabric["instance_type"], fabric["reference_GBps"]) == (
+        "uncalibrated",
+        "p5.48xlarge",
+        None,
+    )
+    assert fabric["reason"].startswith("none of the sizes measured has a published reference for 2 x p5.48xlarge")
+    assert f"# fabric: uncalibrated: {fabric['reason']}" in reporter
     # One verdict for the job: the worst of the nodes and the fabric.
     assert result["verdict"] == "broken"
     # The cross-node table (one size here; the sweep's shape is in the next test).
@@ -178,6 +187,11 @@ def test_two_process_sweep_counts_a_corrupted_element_and_fails():
     average = sum(r["busbw_GBps"] for r in result["sizes"] if r["bytes"] >= 1024 * 1024) / 2
     assert result["busbw_GBps"] == pytest.approx(average, abs=0.001)
     assert f"# Avg bus bandwidth    : {average:.3f}" in out and "# Out of bounds values : 9 FAILED" in out
+    # `trainctl fabric verdict` reads the benchmark's own table back, size for size.
+    figures = parse_figures(out.splitlines())
+    assert [f.bytes for f in figures] == [r["bytes"] for r in result["sizes"]]
+    # Printed with two decimals (three in the JSON line).
+    assert [f.busbw_GBps for f in figures] == pytest.approx([r["busbw_GBps"] for r in result["sizes"]], abs=0.0051)
 
 
 @needs_torch
@@ -246,6 +260,9 @@ def test_final_verdict_is_the_worst_part(monkeypatch):
     assert worst(["healthy", "degraded", "healthy"]) == "degraded"
     assert worst(["healthy", "unknown"]) == "unknown"
     assert worst(["broken", "wrong-result", "healthy"]) == "wrong-result"
+    # Nothing published to judge the fabric by: not healthy, and not as bad as a degraded node.
+    assert worst(["healthy", "uncalibrated"]) == "uncalibrated"
+    assert worst(["uncalibrated", "degraded"]) == "degraded"
 
 
 def test_the_verdicts_need_nothing_beyond_the_standard_library():
@@ -254,6 +271,8 @@ def test_the_verdicts_need_nothing_beyond_the_standard_library():
     tree = ast.parse((BENCH.parent / "allreduce_verdicts.py").read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    # fabric_references.py beside it: stdlib only as well (tests/test_fabric_verdict.py).
+    imported.discard("fabric_references")
     assert imported and {name.split(".")[0] for name in imported} <= sys.stdlib_module_names, imported
 
 
@@ -289,6 +308,8 @@ def test_metric_line_uses_the_shared_names(monkeypatch):
     # Without a reference figure there is no verdict to emit, only the bandwidth.
     unknown = json.loads(bench.metric_line("trn", 1.0, "unknown"))
     assert "BenchmarkVerdict" not in unknown and len(unknown["_aws"]["CloudWatchMetrics"][0]["Metrics"]) == 1
+    # Uncalibrated is a verdict that arrived (the missing-verdict alarm stays quiet), above the failing line.
+    assert json.loads(bench.metric_line("p5en", 1.0, "uncalibrated"))["BenchmarkVerdict"] == 0.75
 
 
 @needs_torch
@@ -296,7 +317,7 @@ def test_a_world_of_one_reports_no_bandwidth(monkeypatch, capsys):
     bench = load_bench(monkeypatch)
     world_of_one(monkeypatch)
     monkeypatch.setenv("TRAINING_FLEET", "gpu")
-    assert bench.main(["--sizes", "1M", "--backend", "gloo", "--network-gbps", "40", "--per-node"]) == 0
+    assert bench.main(["--sizes", "1M", "--backend", "gloo", "--instance-type", "p5.48xlarge", "--per-node"]) == 0
     out = capsys.readouterr().out
     (line,) = json_lines(out)  # no metric line either: nothing was measured
     assert line["verdict"] == "no-peers" and line["world_size"] == 1

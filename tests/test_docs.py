@@ -132,7 +132,8 @@ def test_cli_page_has_every_trainctl_command():
     group = typer.main.get_command(app)
     text = page("reference/cli.md")
     for name in group.list_commands(group.context_class(group, info_name="trainctl")):
-        assert f"## `trainctl {name}`" in text, name
+        # A group (`fabric`) is documented by its commands (`trainctl fabric verdict`).
+        assert f"## `trainctl {name}`" in text or f"## `trainctl {name} " in text, name
 
 
 def test_every_old_readme_heading_has_a_home():

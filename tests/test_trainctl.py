@@ -111,6 +111,23 @@ def test_submit_dry_run_prints_the_exact_request(world: World, trainctl: Any) ->
     assert world.client("batch").list_jobs(jobQueue=world.queues["gpu"], filters=named)["jobSummaryList"] == []
 
 
+def test_submit_warns_of_variables_that_defeat_the_efa_plugin_on_nvidia_fleets(world: World, trainctl: Any) -> None:
+    knobs = ("--env", "NCCL_PROTO=simple", "--env", "FI_EFA_FORK_SAFE=1", "--env", "TASK=x")
+    gpu = trainctl("submit", "gpu", *knobs, "--dry-run")
+    # Neuron's samples ask for the libfabric settings: no warning on Trainium.
+    neuron = trainctl("submit", "trainium", "--share", "llama", *knobs, "--dry-run")
+    plain = trainctl("submit", "gpu", "--env", "TASK=x", "--dry-run")
+
+    assert gpu.exit_code == neuron.exit_code == plain.exit_code == 0, gpu.output + neuron.output + plain.output
+    (warning,) = [line for line in gpu.stderr.splitlines() if line.startswith("warning:")]
+    assert warning.startswith("warning: FI_EFA_FORK_SAFE, NCCL_PROTO set for an NVIDIA fleet: ")
+    assert warning.endswith("(https://github.com/aws/aws-ofi-nccl/blob/master/doc/efa-env-var.md)")
+    # Submitted anyway, with the user's value.
+    (override,) = ok_json(gpu)["nodeOverrides"]["nodePropertyOverrides"]
+    assert {"name": "NCCL_PROTO", "value": "simple"} in override["containerOverrides"]["environment"]
+    assert "warning:" not in neuron.stderr and "warning:" not in plain.stderr
+
+
 def test_submit_benchmark_with_a_share_on_a_fair_share_queue(world: World, trainctl: Any) -> None:
     request = ok_json(trainctl("submit", "trainium", "--job", "benchmark", "--share", "llama", "--dry-run"))
 
@@ -423,25 +440,36 @@ def _allreduce_bench() -> Any:
     return allreduce_verdicts
 
 
-NETWORK_GBPS = 40.0  # g6.12xlarge
 NODE_GBPS = 400.0
+# The fabric verdict's published runs (config/fabric_references.py): two p5.48xlarge nodes reached 441.81 and
+# 436.95 GB/s busbw at 1 GiB (median 439.38).
+INSTANCE_TYPE = "p5.48xlarge"
+P5_GBYTES = 441.81
 
 
-def bench_output(fabric_gbps: float, node_gbytes: dict[str, float], wrong: dict[str, int] | None = None) -> list[str]:
+def bench_output(
+    fabric_gbytes: float,
+    node_gbytes: dict[str, float],
+    wrong: dict[str, int] | None = None,
+    instance_type: str = INSTANCE_TYPE,
+) -> list[str]:
     """What rank 0 of allreduce_bench.py --per-node prints after its table, made with its own functions:
     the node checks (node label -> average busbw in GB/s within that node), the embedded-metric line,
     the full report and, last, its short summary line (allreduce_bench.summary), which keeps the
-    result whole where a log driver splits the full one at 16 KB."""
+    result whole where a log driver splits the full one at 16 KB. `fabric_gbytes` is busbw across the nodes
+    at 1 GiB, the benchmark's largest size."""
     bench = _allreduce_bench()
     checks = [
         bench.node_check(label, 4, gbytes, (wrong or {}).get(label, 0), NODE_GBPS)
         for label, gbytes in node_gbytes.items()
     ]
-    fraction, word = bench.verdict(fabric_gbps, NETWORK_GBPS)
-    final = bench.worst([word, *(check.verdict for check in checks)])
+    fabric = bench.fabric_verdict({1024**3: fabric_gbytes}, instance_type, len(checks))
+    final = bench.worst([str(fabric["verdict"]), *(check.verdict for check in checks)])
+    fabric_gbps = fabric_gbytes * 8
     short = {
         "verdict": final,
         "busbw_gbps": round(fabric_gbps, 3),
+        "fabric": fabric,
         "failing_nodes": [c.node for c in checks if c.verdict in ("broken", "wrong-result")],
         "degraded_nodes": [c.node for c in checks if c.verdict == "degraded"],
     }
@@ -450,8 +478,6 @@ def bench_output(fabric_gbps: float, node_gbytes: dict[str, float], wrong: dict[
         "world_size": 4 * len(checks),
         "nodes": len(checks),
         "correct": not wrong,
-        "network_gbps": NETWORK_GBPS,
-        "fraction_of_network": fraction,
         "node_checks": [dataclasses.asdict(check) for check in checks],
     }
     return [
@@ -469,9 +495,16 @@ HEALTHY_NODES = {"node 0 (ip-10-0-0-5)": 30.0, "node 1 (ip-10-0-1-7)": 31.0}
 @pytest.mark.parametrize(
     ("lines", "fail", "code", "says"),
     [
-        (["NCCL INFO NET/OFI Selected provider is efa", *bench_output(31.5, HEALTHY_NODES)], False, 0,
-         "fleet gpu: healthy (bus bandwidth 31.5 Gbps, 79% of the network)"),
-        (bench_output(2.1, HEALTHY_NODES), False, ExitCode.UNHEALTHY, "fleet gpu: broken (bus bandwidth 2.1 Gbps, 5%"),
+        (["NCCL INFO NET/OFI Selected provider is efa", *bench_output(P5_GBYTES, HEALTHY_NODES)], False, 0,
+         "fleet gpu: healthy (bus bandwidth 3534.48 Gbps; fabric healthy: 441.81 GB/s at 1 GiB against the "
+         "published 439.38 GB/s (>= 90%))"),
+        (bench_output(200.0, HEALTHY_NODES), False, ExitCode.UNHEALTHY,
+         "fleet gpu: degraded (bus bandwidth 1600.0 Gbps; fabric degraded: 200.00 GB/s at 1 GiB against the "
+         "published 439.38 GB/s (< 90%))"),
+        # Nothing published for the type: the figures are reported, never passed.
+        (bench_output(5.0, HEALTHY_NODES, instance_type="g6.12xlarge"), False, ExitCode.UNHEALTHY,
+         "fleet gpu: uncalibrated (bus bandwidth 40.0 Gbps; fabric uncalibrated: no published reference for "
+         "2 x g6.12xlarge)"),
         (["NCCL WARN NET/Plugin: Could not find: libnccl-net.so"], False, ExitCode.UNHEALTHY,
          "printed no verdict line"),
         (["torch.distributed.DistNetworkError: connection refused"], True, ExitCode.JOB_FAILED,
@@ -493,14 +526,14 @@ def test_check_runs_the_benchmark_and_exits_on_its_verdict(
 def test_check_names_the_failing_and_degraded_nodes(world: World, trainctl: Any) -> None:
     # Node 1 reaches 1% of its GPUs' interconnect (broken), node 2 a fifth (degraded).
     nodes = {"node 0 (ip-10-0-0-5)": 30.0, "node 1 (ip-10-0-1-7)": 0.5, "node 2 (ip-10-0-2-9)": 10.0}
-    with world.benchmark_prints("gpu", bench_output(31.5, nodes)):
+    with world.benchmark_prints("gpu", bench_output(P5_GBYTES, nodes)):
         table = trainctl("check", "gpu", "--poll-seconds", "0")
         result = json.loads(trainctl("--json", "check", "gpu", "--poll-seconds", "0").stdout)
 
     assert table.exit_code == ExitCode.UNHEALTHY, table.output
     assert table.stdout.strip() == (
-        "fleet gpu: broken (bus bandwidth 31.5 Gbps, 79% of the network; failing: node 1 (ip-10-0-1-7); "
-        "degraded: node 2 (ip-10-0-2-9))"
+        "fleet gpu: broken (bus bandwidth 3534.48 Gbps; fabric uncalibrated: no published reference for "
+        "3 x p5.48xlarge; failing: node 1 (ip-10-0-1-7); degraded: node 2 (ip-10-0-2-9))"
     )
     assert result["verdict"] == "broken"
     assert result["failingNodes"] == ["node 1 (ip-10-0-1-7)"]
@@ -510,7 +543,7 @@ def test_check_names_the_failing_and_degraded_nodes(world: World, trainctl: Any)
 def test_check_finds_the_verdict_on_whichever_node_held_rank_zero(world: World, trainctl: Any) -> None:
     # torch ranks nodes by their sorted addresses, so the report may come from a child node.
     nodes = {"node 0 (ip-10-0-0-5)": 30.0, "node 1 (ip-10-0-1-5)": 29.0}
-    with world.benchmark_prints("gpu", bench_output(31.5, nodes), node=1):
+    with world.benchmark_prints("gpu", bench_output(P5_GBYTES, nodes), node=1):
         result = trainctl("check", "gpu", "--poll-seconds", "0")
 
     assert result.exit_code == ExitCode.OK, result.output
@@ -520,7 +553,7 @@ def test_check_finds_the_verdict_on_whichever_node_held_rank_zero(world: World, 
 def test_check_reports_the_verdict_of_a_benchmark_that_failed(world: World, trainctl: Any) -> None:
     # allreduce_bench exits 1 after a wrong result, verdict printed: the job ends FAILED.
     nodes = {"node 0 (ip-10-0-0-5)": 30.0, "node 1 (ip-10-0-1-7)": 31.0}
-    lines = bench_output(31.5, nodes, wrong={"node 1 (ip-10-0-1-7)": 3})
+    lines = bench_output(P5_GBYTES, nodes, wrong={"node 1 (ip-10-0-1-7)": 3})
     with world.benchmark_prints("gpu", lines):
         result = trainctl("check", "gpu", "--poll-seconds", "0", env={"MOTO_SIMPLE_BATCH_FAIL_AFTER": "0"})
 
@@ -534,11 +567,11 @@ def test_check_reads_the_last_verdict_line_among_others(world: World, trainctl: 
     lines = [
         json.dumps({"verdict": "degraded", "busbw_gbps": 5.0}),
         "[default0]:" + json.dumps({"metric": "cold_start", "seconds": 40}),
-        *("[default0]:" + line for line in bench_output(31.5, HEALTHY_NODES)),
+        *("[default0]:" + line for line in bench_output(P5_GBYTES, HEALTHY_NODES)),
     ]
     with world.benchmark_prints("gpu", lines):
         result = ok_json(trainctl("--json", "check", "gpu", "--poll-seconds", "0"))
-    assert (result["verdict"], result["busbwGbps"]) == ("healthy", 31.5)
+    assert (result["verdict"], result["busbwGbps"]) == ("healthy", 3534.48)
     assert result["failingNodes"] == result["degradedNodes"] == []
 
 

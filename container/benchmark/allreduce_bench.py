@@ -17,8 +17,10 @@ root, time (us, mean), algbw and busbw (GB/s), #wrong, plus the median time. bus
 of 1 MiB and more. Rank 0 ends with one JSON line (the table, the verdict); a world of one process
 moves no data, so it prints no bandwidth and the verdict "no-peers".
 
-Verdicts compare the average busbw with a published figure: across nodes the instance's network
-bandwidth (--network-gbps, NETWORK_GBPS), within one node its GPUs' interconnect (--node-gbps,
+Across nodes the verdict compares busbw at the largest size measured with published runs of the same
+instance type (--instance-type, INSTANCE_TYPE) and node count (fabric_references.py, a copy of
+config/fabric_references.py): healthy, degraded (with the likely cause) or uncalibrated (nothing
+published). Within one node it compares the average busbw with the GPUs' interconnect (--node-gbps,
 NODE_GBPS; config/gpu_interconnect.py). `--per-node` first reduces within every node at once (one
 subgroup per node), then across all nodes, and names the nodes that failed.
 
@@ -26,7 +28,8 @@ Exit status: 0 when every result was right, 1 when any element was wrong, 2 on b
 
 The modules beside this one: allreduce_sweep.py (backends, the sweep, the table),
 allreduce_per_node.py (the per-node phase), allreduce_verdicts.py (verdicts, the metric and summary
-lines). The images copy all four into /opt/training; this file is the one to run.
+lines), fabric_references.py (the published figures). The images copy all five into /opt/training;
+this file is the one to run.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from allreduce_verdicts import (
     METRIC_NAMESPACE,
     VERDICT_METRIC,
     NodeCheck,
+    fabric_verdict,
     metric_line,
     node_check,
     summary,
@@ -80,6 +84,7 @@ __all__ = [
     "Row",
     "bus_factor",
     "choose_backend",
+    "fabric_verdict",
     "format_table",
     "init_backend",
     "main",
@@ -137,10 +142,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="auto: nccl with CUDA, else xla when torch_xla is installed (Neuron), else gloo",
     )
     parser.add_argument(
-        "--network-gbps",
-        type=float,
-        default=float(os.environ.get("NETWORK_GBPS") or 0),
-        help="the instance's published network bandwidth in Gbps (default: $NETWORK_GBPS; 0: unknown)",
+        "--instance-type",
+        default=os.environ.get("INSTANCE_TYPE", ""),
+        help="the nodes' EC2 instance type, to find published figures by (default: $INSTANCE_TYPE)",
     )
     parser.add_argument(
         "--node-gbps",
@@ -166,8 +170,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             args.sizes = [max(1, int(size_mb * MIB) // ELEMENT_BYTES) * ELEMENT_BYTES]
     except ValueError as error:
         parser.error(str(error))
-    if not args.sizes or args.iters < 1 or args.warmup < 0 or args.network_gbps < 0 or args.node_gbps < 0:
-        parser.error("--sizes needs a size, --iters >= 1, --warmup >= 0, --network-gbps and --node-gbps >= 0")
+    if not args.sizes or args.iters < 1 or args.warmup < 0 or args.node_gbps < 0:
+        parser.error("--sizes needs a size, --iters >= 1, --warmup >= 0, --node-gbps >= 0")
     return args
 
 
@@ -199,6 +203,7 @@ def main(argv: list[str]) -> int:
         return 0
 
     checks: list[NodeCheck] = []
+    fabric: dict[str, object] | None = None
     if args.per_node and nodes > 1:
         if not backend.subgroups:
             report["node_checks_skipped"] = f"the {backend.name} backend has no torch.distributed subgroups"
@@ -226,8 +231,9 @@ def main(argv: list[str]) -> int:
         checks = [node_check(node_identity()[1], world, average, wrong, args.node_gbps)]
         fraction, word = checks[0].fraction, checks[0].verdict
     else:
-        fraction, word = verdict(busbw_gbps, args.network_gbps)
-        word = "wrong-result" if wrong else word
+        fraction = None
+        fabric = fabric_verdict({row.bytes: row.busbw_GBps for row in rows}, args.instance_type, nodes)
+        word = "wrong-result" if wrong else str(fabric["verdict"])
     final = worst([word, *(check.verdict for check in checks)])
     correct = wrong == 0 and all(check.wrong == 0 for check in checks)
     largest = rows[-1]
@@ -244,6 +250,8 @@ def main(argv: list[str]) -> int:
                 )
         title = f"{'one node' if single else f'{nodes} nodes'}, {world} ranks, {backend.name}"
         print(format_table(rows, title), flush=True)
+        if fabric is not None:
+            print(f"# fabric: {fabric['verdict']}: {fabric['reason']}", flush=True)
         fleet = os.environ.get(FLEET_ENV)
         if fleet:
             print(metric_line(fleet, busbw_gbps, final), flush=True)
@@ -260,9 +268,8 @@ def main(argv: list[str]) -> int:
                 "avg_busbw_from_bytes": from_bytes,
                 "sizes": [asdict(row) for row in rows],
                 "wrong": wrong,
-                "network_gbps": args.network_gbps or None,
+                "fabric": fabric,
                 "node_gbps": args.node_gbps or None,
-                "fraction_of_network": None if single else fraction,
                 "fraction_of_node": fraction if single else None,
                 "node_checks": [asdict(check) for check in checks],
                 "failing_nodes": [c.node for c in checks if c.verdict in ("broken", "wrong-result")],

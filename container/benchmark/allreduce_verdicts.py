@@ -1,6 +1,8 @@
-"""The all-reduce benchmark's verdicts and what it says about them: a measured bandwidth against a
-published one, the worst of several verdicts, a node's own check, the CloudWatch embedded-metric
-line and the short summary line that ends the run (allreduce_bench.py runs the benchmark).
+"""The all-reduce benchmark's verdicts and what it says about them: the fabric against published runs
+of the same type and node count (fabric_references.py, a copy of config/fabric_references.py: the
+verdict `trainctl check` and `trainctl fabric verdict` make), a node's own check against its GPUs'
+interconnect, the worst of several verdicts, the CloudWatch embedded-metric line and the short summary
+line that ends the run (allreduce_bench.py runs the benchmark).
 
 No torch here: trainctl's tests make benchmark output with these functions without importing it.
 """
@@ -10,7 +12,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+
+from fabric_references import judge
 
 # CloudWatch embedded metric format (config/metrics.py holds the same strings; a test pins them).
 METRIC_NAMESPACE = "TrainingPlatform"
@@ -18,20 +22,28 @@ FLEET_DIMENSION = "Fleet"
 FLEET_ENV = "TRAINING_FLEET"
 BUSBW_METRIC = "BenchmarkBusBandwidthGbps"
 VERDICT_METRIC = "BenchmarkVerdict"
-VERDICT_VALUES = {"healthy": 1.0, "degraded": 0.5, "broken": 0.0, "wrong-result": 0.0}
+# uncalibrated: the check ran and nothing published to judge it by (neither healthy nor failing; the
+# fleet check's missing-verdict alarm still sees a verdict arrive).
+VERDICT_VALUES = {"healthy": 1.0, "uncalibrated": 0.75, "degraded": 0.5, "broken": 0.0, "wrong-result": 0.0}
 
-# Verdict thresholds on busbw / published bandwidth. They are this project's rules of thumb, not AWS
-# figures: a healthy EFA fabric with large messages reaches well over half of the instance's
-# bandwidth; a TCP-socket fallback stays at single-flow ENA speed (a few Gbps), a small fraction on
-# every EFA type; a GPU pair that lost NVLink falls back to PCIe, a tenth of NVLink or less.
+# A node's own check (all GPUs of one node, no network) against its GPUs' published interconnect
+# bandwidth. This project's rule of thumb, not an AWS figure: a GPU pair that lost NVLink falls back to
+# PCIe, a tenth of NVLink or less. Across nodes the fabric verdict (fabric_references.judge) applies.
 HEALTHY_FRACTION = 0.5
 DEGRADED_FRACTION = 0.1
 # Worst first: the final verdict is the worst of the node and fabric verdicts.
-VERDICT_ORDER = ("wrong-result", "broken", "degraded", "unknown", "healthy")
+VERDICT_ORDER = ("wrong-result", "broken", "degraded", "uncalibrated", "unknown", "healthy")
+
+
+def fabric_verdict(busbw_by_size: dict[int, float], instance_type: str, nodes: int) -> dict[str, object]:
+    """The calibrated fabric verdict as the report carries it: word, size judged, busbw and the
+    published median there (GB/s), the likely cause, the one-line reason."""
+    judged = asdict(judge(busbw_by_size, instance_type, nodes))
+    return {"verdict": judged.pop("word"), "instance_type": instance_type or None, **judged}
 
 
 def verdict(busbw_gbps: float, published_gbps: float) -> tuple[float | None, str]:
-    """(busbw as a fraction of the published bandwidth, one word)."""
+    """A node's check: (busbw as a fraction of its GPUs' published bandwidth, one word)."""
     if published_gbps <= 0:
         return None, "unknown"
     fraction = busbw_gbps / published_gbps
@@ -62,7 +74,16 @@ def node_check(label: str, ranks: int, busbw_gbytes: float, wrong: int, node_gbp
     return NodeCheck(label, ranks, round(busbw_gbps, 3), fraction, "wrong-result" if wrong else word, wrong)
 
 
-SUMMARY_FIELDS = ("world_size", "nodes", "busbw_gbps", "verdict", "failing_nodes", "degraded_nodes", "correct")
+SUMMARY_FIELDS = (
+    "world_size",
+    "nodes",
+    "busbw_gbps",
+    "verdict",
+    "fabric",
+    "failing_nodes",
+    "degraded_nodes",
+    "correct",
+)
 
 
 def summary(report: dict[str, object]) -> dict[str, object]:

@@ -23,7 +23,7 @@ from trainctl.errors import TrainctlError
 EXIT_CODES_HELP = (
     "Exit status: 0 done (check: healthy); 1 the job FAILED (submit/run --watch or --follow, logs -f, check); 2 bad "
     "input (a flag, an unknown fleet, a job that is not ours); 3 AWS could not be asked (credentials, region, no "
-    "stacks); 4 check: the benchmark's verdict is not healthy; 130 Ctrl-C stopped following (the job goes on)."
+    "stacks); 4 check, fabric verdict: the verdict is not healthy; 130 Ctrl-C stopped following (the job goes on)."
 )
 GLOBAL_HELP = "Global options (--region, --profile, --json) go before or after the command."
 
@@ -81,6 +81,7 @@ COMMAND_ORDER = (
     "exec",
     "checkpoints",
     "check",
+    "fabric",
     "cost",
     "budget",
     "rehearse",

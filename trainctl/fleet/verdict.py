@@ -2,7 +2,8 @@
 "failing_nodes" and "degraded_nodes" (container/benchmark/allreduce_bench.py) into the log stream of the
 node that holds rank 0; the last is short, since the full report can exceed the 16 KB at which Docker splits
 a log line. Other keys may be added, and other lines may be JSON too, so the result is the last JSON object that has a
-"verdict", with the details (fraction_of_network, node_checks) of the full line before it."""
+"verdict", with the details (fabric, node_checks) of the full line before it. "fabric" is the verdict across
+nodes against published runs (config/fabric_references.py, the same judge `trainctl fabric verdict` uses)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,12 @@ def last_verdict(messages: Iterable[str]) -> dict[str, Any] | None:
 
 
 def verdict_summary(result: dict[str, Any]) -> str:
-    """`broken (bus bandwidth 2.1 Gbps, 5% of the network; failing: node 1 (ip-..); degraded: ...)`."""
+    """`degraded (bus bandwidth 161.5 Gbps; fabric degraded: 20.19 GB/s at 1 GiB against the published
+    76.14 GB/s (< 90%); likely fewer EFAs in use; failing: node 1 (ip-..))`."""
     details = [f"bus bandwidth {result.get('busbw_gbps')} Gbps"]
-    fraction = result.get("fraction_of_network")
-    if isinstance(fraction, (int, float)) and fraction:
-        details[0] += f", {fraction:.0%} of the network"
+    fabric = result.get("fabric")
+    if isinstance(fabric, dict) and fabric.get("verdict"):
+        details.append(f"fabric {fabric['verdict']}: {fabric.get('reason')}")
     for field, word in (("failing_nodes", "failing"), ("degraded_nodes", "degraded")):
         nodes = result.get(field) or []
         if nodes:

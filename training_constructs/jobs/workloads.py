@@ -155,10 +155,10 @@ def training_workload(instance: InstanceSpec) -> Workload:
 
 def benchmark_workload(instance: InstanceSpec) -> Workload:
     """The fleet check: an all-reduce sweep within every node at once, judged against the GPUs'
-    published interconnect bandwidth, then across every process of every node, judged against the
-    instance's published network bandwidth."""
+    published interconnect bandwidth, then across every process of every node, judged against published
+    runs of the instance type (config/fabric_references.py)."""
     environment = _node_environment(instance)
-    environment["NETWORK_GBPS"] = str(instance.network_gbps)
+    environment["INSTANCE_TYPE"] = instance.name
     interconnect = INTRA_NODE.get(instance.name)
     if interconnect is not None and not interconnect.single_gpu:
         environment["NODE_GBPS"] = str(interconnect.gbps)
