@@ -104,8 +104,8 @@ class FleetHealth(Construct):
         self.failing_alarm = metric(metrics.BENCHMARK_VERDICT, "Minimum", VERDICT_PERIOD).create_alarm(
             self,
             "CheckFailing",
-            alarm_description=f"The {fleet} fleet check's verdict is failing: bus bandwidth under a tenth of the "
-            "catalog's (the benchmark job's log has the line)",
+            alarm_description=f"The {fleet} fleet check's verdict is failing: a wrong all-reduce result, or a node's "
+            "bus bandwidth under a tenth of its GPUs' published interconnect (the benchmark job's log has the line)",
             threshold=FAILING_BELOW,
             evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
