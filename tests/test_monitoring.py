@@ -285,6 +285,8 @@ def test_nodes_taking_themselves_out_alarm_at_the_breakers_count_per_hour():
         assert alarm["Dimensions"] == [{"Name": "Fleet", "Value": fleet}]
         assert alarm["Threshold"] == 3 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
         assert "--state DISABLED" in alarm["AlarmDescription"]
+        # Job-reported: it only alerts; the breaker counts the host-confirmed take-outs instead.
+        assert "counts only the take-outs the host confirmed (TakeOutConfirmed" in alarm["AlarmDescription"]
 
 
 def test_fault_alarms_sum_the_fleets_nodes_with_metrics_insights():
@@ -432,7 +434,11 @@ def test_the_fleet_row_graphs_nodes_taken_out_and_jobs_resumed():
     body = flatten(dashboard["Properties"]["DashboardBody"])
     for fleet in THREE_FLEETS:
         assert body.count(f'"NodesTakenOut","Fleet","{fleet}"') == 1
+        assert body.count(f'"TakeOutConfirmed","Fleet","{fleet}"') == 1
         assert body.count(f'"JobsResumed","Fleet","{fleet}"') == 1
+    # What the jobs printed is labelled as theirs; the breaker counts the host's series.
+    assert body.count('"label":"nodes taken out (job-reported)"') == len(THREE_FLEETS)
+    assert body.count('"label":"take-outs the host confirmed"') == len(THREE_FLEETS)
 
 
 def test_the_capacity_alarm_fires_when_every_placement_of_a_fleet_was_short():
