@@ -11,8 +11,11 @@ back on. The alarm also notifies the job-alert topic itself, with the same comma
 What counts is only what the hosts wrote into the fleet's boot-check log group with the instance role:
 boot-check node faults (BootCheckFailed, Fault=node) and take-outs the host itself confirmed
 (TakeOutConfirmed, node_scripts/boot_check.py `confirm`). Job containers cannot write there (they cannot
-reach IMDS, so not the instance role, and the job role may write only the job log groups), so no line a job
-prints, NodesTakenOut included, moves the breaker.
+reach IMDS, so not the instance role, and the job role may write only the job log groups). The alarm sums
+those two metrics, but a metric is not evidence: CloudWatch extracts embedded metrics from any log group, so
+a job can print a line that adds to them. The alarm only wakes the function; the function disables nothing
+unless the boot-check log group itself holds the lines, so no line a job prints, NodesTakenOut included,
+moves the breaker.
 
 CloudWatch sends "CloudWatch Alarm State Change" events to EventBridge for every state change
 (CloudWatch user guide, "Alarm events and EventBridge"); the rule matches this alarm's ARN in the
@@ -165,12 +168,13 @@ class BootCircuitBreaker(Construct):
                 self,
                 f"{fleet.name}Alarm",
                 alarm_description=(
-                    f"Node-fault circuit breaker of fleet {fleet.name}: {threshold} or more nodes failed the boot "
-                    "check with a node fault or were taken out during a job with a fault their host confirmed, "
-                    "within an hour, so the fleet's compute environment is being disabled (no new instances; running "
-                    "jobs go on). A second message names the failed checks; the lines are in the fleet's boot-check "
-                    f"log group. Fix the cause, then turn the fleet back on: {trip.enable_command(own)}"
-                    f"{also if fallback else ''}"
+                    f"Node-fault circuit breaker of fleet {fleet.name}: the metrics say {threshold} or more nodes "
+                    "failed the boot check with a node fault or were taken out during a job with a fault their host "
+                    "confirmed, within an hour. The breaker's function counts the hosts' own lines in the fleet's "
+                    "boot-check log group and, when they show as many, disables the fleet's compute environment (no "
+                    "new instances; running jobs go on) and sends a second message naming the failed checks; without "
+                    "that message nothing was disabled. Fix the cause, then turn the fleet back on: "
+                    f"{trip.enable_command(own)}{also if fallback else ''}"
                 ),
                 threshold=threshold,
                 evaluation_periods=1,
