@@ -10,8 +10,9 @@ back on. The alarm also notifies the job-alert topic itself, with the same comma
 
 What counts is only what the hosts wrote into the fleet's boot-check log group with the instance role:
 boot-check node faults (BootCheckFailed, Fault=node) and take-outs the host itself confirmed
-(TakeOutConfirmed, node_scripts/boot_check.py `confirm`). Job containers cannot write there (they cannot
-reach IMDS, so not the instance role, and the job role may write only the job log groups). The alarm sums
+(TakeOutConfirmed, node_scripts/boot_check.py `confirm`). Job containers cannot write there (the app's
+multi-node jobs run in awsvpc mode with IMDS blocked, so not with the instance role, and the job role may
+write only the job log groups; a single-node job would run in host mode, within IMDS's reach). The alarm sums
 those two metrics, but a metric is not evidence: CloudWatch extracts embedded metrics from any log group, so
 a job can print a line that adds to them. The alarm only wakes the function; the function disables nothing
 unless the boot-check log group itself holds the lines, so no line a job prints, NodesTakenOut included,

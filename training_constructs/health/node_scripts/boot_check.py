@@ -32,11 +32,11 @@ breaker counts (training_constructs/health/boot_breaker.py). The launcher asked 
 job container, so its word proves nothing; the host checks itself again with the boot check's own arguments
 (saved at boot to ARGS_FILE, under /run, which no job container mounts): the device counts, and the Xids that
 need a GPU reset or a new node read from the kernel log itself (never the `xid-faults` file of the state
-folder, which jobs can write). It sends ONE line to the boot-check log group (which jobs cannot write: they
-cannot reach IMDS, so not the instance role either) in embedded metric format: TakeOutConfirmed 1 when it
-found a node fault, 0 when it did not, dimension [Fleet], with the instance id and the failed checks. No
-arguments, no credentials or no endpoint: said on the console, nothing counts. Always exits 0: the take-out
-goes on either way.
+folder, which jobs can write). It sends ONE line to the boot-check log group, which jobs cannot write (the
+multi-node jobs' awsvpc containers cannot reach IMDS, so not the instance role either), in embedded metric
+format: TakeOutConfirmed 1 when it found a node fault, 0 when it did not, dimension [Fleet], with the
+instance id and the failed checks. No arguments, no credentials or no endpoint: said on the console, nothing
+counts. Always exits 0: the take-out goes on either way.
 """
 
 from __future__ import annotations
