@@ -3,15 +3,13 @@ Insights, one dashboard naming every fleet, alarms that reach the job-alert topi
 
 from __future__ import annotations
 
-import base64
 import email
-import gzip
 import json
 
 import pytest
 
 from config.metrics import FLEET_DIMENSION, GPU_UTILIZATION, JOB_STATE_METRICS, NAMESPACE, XID_ERRORS
-from tests.harness import THREE_FLEETS, resources, synth
+from tests.harness import THREE_FLEETS, node_files, resources, synth
 from tests.test_compute import render
 from training_constructs.common.node_files import compact_python
 from training_constructs.observability.node_metrics import COLLECTOR
@@ -139,11 +137,8 @@ def user_data(template, fleet_id) -> str:
 
 
 def agent_json(script: str) -> dict:
-    """The agent configuration the user data writes, packed like the collector (common/node_files.py)."""
-    (packed,) = [
-        line for line in script.splitlines() if line.endswith("> /opt/training-node-metrics/cloudwatch-agent.json")
-    ]
-    return json.loads(gzip.decompress(base64.b64decode(packed.split("'")[1])))
+    """The agent configuration the user data writes, packed with the collector (common/node_files.py)."""
+    return json.loads(node_files(script)["/opt/training-node-metrics/cloudwatch-agent.json"])
 
 
 @pytest.mark.parametrize("fleet", sorted(THREE_FLEETS))
@@ -160,8 +155,8 @@ def test_user_data_sets_up_the_agent_and_collector_for_the_fleet(fleet):
     assert f"--fleet {fleet}" in exec_start and ("--gpu" in exec_start) is gpu
     assert "systemctl enable --now training-node-metrics.service" in script
     # The node runs the collector in the repository, compacted and packed to fit EC2's 16 KB.
-    (packed,) = [line for line in script.splitlines() if line.endswith("/opt/training-node-metrics/collector.py")]
-    assert gzip.decompress(base64.b64decode(packed.split("'")[1])).decode() == compact_python(COLLECTOR.read_text())
+    collector = node_files(script)["/opt/training-node-metrics/collector.py"]
+    assert collector.decode() == compact_python(COLLECTOR.read_text())
 
 
 def test_instance_roles_may_publish_metrics_only_in_our_namespace():

@@ -19,7 +19,7 @@ from typing import ClassVar
 import pytest
 
 from config.catalog import CATALOG, AcceleratorKind
-from tests.harness import EFA_TYPES
+from tests.harness import EFA_TYPES, bundle_command, node_files
 from tests.test_host_check import boot_script
 from tests.test_jobs import KINDS, container, environment, of_type
 from training_constructs.common.node_files import compact_python
@@ -134,8 +134,9 @@ def test_the_take_out_marker_drains_at_once_then_masks_the_agent_and_powers_off(
     assert drain == f"-python3 {host_check.NODE_PATH} drain <AWS::Region> https://ecs.<AWS::Region>.<AWS::URLSuffix>/"
     (confirm,) = [step for step in steps if " confirm" in step]
     assert confirm == f"-timeout {node_recovery.CONFIRM_SECONDS} python3 {host_check.NODE_PATH} confirm"
-    # The boot check's commands write the script before the unit can run it.
-    assert script.index(host_check.NODE_PATH) < script.index("training-node-take-out.service")
+    # The node's files, the boot check's script among them, are written before the unit can run it.
+    assert host_check.NODE_PATH in node_files(script)
+    assert script.index(bundle_command(script)) < script.index("training-node-take-out.service")
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandInHost)
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     StandInHost.bodies.clear()
