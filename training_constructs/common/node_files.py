@@ -4,7 +4,7 @@ EC2 takes at most 16 KB of user data, counted before the base64 that the API and
 wrap it in (EC2 user guide, "Run commands when you launch an EC2 instance with user data"), and
 Batch adds a part of its own. So the node's files travel together as one bundle: a one-line JSON
 header of (path, size) pairs, then the files' bytes one after the other, gzipped as one stream (the
-scripts share most of their vocabulary, so one stream is about a kilobyte smaller than one per file;
+scripts share much of their vocabulary, so one stream is about a kilobyte smaller than one per file;
 mtime 0, so the template only changes when a file does) and base64-encoded, inside a plain-text MIME
 part. The node splits it with python3's standard library (Python 3.9 on the ECS-optimized AL2023
 AMIs, which the boot check runs on too); no `tar`.

@@ -109,9 +109,9 @@ class EfaLaunchTemplate(Construct):
     The launch template is L1 because the L2 `ec2.LaunchTemplate` cannot express network
     interfaces with network card indexes.
 
-    By default the nodes are Batch's ECS hosts: the user data configures the ECS agent and runs
-    `boot_commands` (which run `boot_files`, written first with the host metrics' files), the host metrics
-    and node recovery. `user_data` (MIME multi-part) replaces all
+    By default the nodes are Batch's ECS hosts: the user data configures the ECS agent, writes
+    `boot_files` with the host metrics' files, and runs `boot_commands`, the host metrics and node
+    recovery. `user_data` (MIME multi-part) replaces all
     of that for nodes that are not ECS hosts (PCS), and `placement_group` puts the placement in the
     template itself, where a service takes it from there (PCS user guide, "Create or update an EC2
     launch template" for EFA); Batch takes its placement group from the compute environment instead.
