@@ -62,11 +62,17 @@ COLD_START_IMAGE_PULL = "ColdStartImagePullSeconds"
 COLD_START_CONTAINER_TO_LAUNCHER = "ColdStartContainerToLauncherSeconds"
 COLD_START_PREFLIGHT = "ColdStartPreflightSeconds"
 COLD_START_RENDEZVOUS = "ColdStartRendezvousSeconds"
-# Self-healing (issue 31), dimension Fleet: a node that took itself out after a node fault (an EMF line
-# from container/launcher/node_fault.py in the job's log), and a job Batch retried after a failed attempt
-# (from Batch job state change events, training_constructs/observability/job_metrics.py).
+# Self-healing (issue 31), dimension Fleet: a node that took itself out after a node fault as the job
+# reported it (an EMF line from container/launcher/node_fault.py in the job's own log: any job can print
+# it, so it is graphed and alerts, and the circuit breaker never counts it), and a job Batch retried after
+# a failed attempt (from Batch job state change events, training_constructs/observability/job_metrics.py).
 NODES_TAKEN_OUT = "NodesTakenOut"
 JOBS_RESUMED = "JobsResumed"
+# A take-out as the host judged it (issue 52), dimension Fleet: 1 when the host's own check (device counts,
+# node-fault Xids in the kernel log) found a node fault, 0 when it did not; sent by the host
+# (node_scripts/boot_check.py confirm) to the fleet's boot-check log group, which jobs cannot write. The
+# circuit breaker counts these with boot-check node faults.
+TAKE_OUT_CONFIRMED = "TakeOutConfirmed"
 
 # Capacity fallback (training_constructs/jobs/capacity_fallback): jobs a placement's queue cancelled for
 # lack of capacity (dimensions Fleet and Placement: 0 is the fleet's own, 1.. its fallback ones), and

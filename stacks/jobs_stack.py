@@ -267,7 +267,6 @@ class JobsStack(Stack):
                     name=fleet.name,
                     compute_environment_arns=tuple(p.compute_environment_arn for p in compute[fleet.name].placements),
                     boot_check_log_group=compute[fleet.name].boot_check_log_group,
-                    job_log_group=self.fleets[fleet.name].log_group,
                     max_nodes=fleet.max_nodes,
                 )
                 for fleet in fleets

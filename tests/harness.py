@@ -15,7 +15,9 @@ has the shape of its variant's representative).
 
 from __future__ import annotations
 
+import base64
 import functools
+import gzip
 import json
 import os
 import re
@@ -172,9 +174,11 @@ STRUCTURE_ONLY = frozenset({"all-types"})
 CHECKED_VARIANTS = tuple(sorted(set(VARIANTS) - STRUCTURE_ONLY))
 
 _HASH = re.compile(r"[0-9a-f]{64}")
-# Scripts packed into user data (gzip, then base64: "H4sI..."). The compressed bytes depend on the
-# machine's zlib build, so snapshots keep a placeholder; tests/test_host_check.py unpacks the real one.
+# The node's files packed into user data (one gzip stream, then base64: "H4sI..."). The compressed bytes
+# depend on the machine's zlib build, so snapshots keep a placeholder; node_files() reads the real ones.
 _PACKED = re.compile(r"H4sI[A-Za-z0-9+/]{100,}={0,2}")
+# The one command that writes them (training_constructs/common/node_files.py): python3 -c '<splitter>' '<bundle>'.
+_BUNDLE_COMMAND = re.compile(r"^python3 -c '[^']*' '(H4sI[A-Za-z0-9+/=]+)'$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -236,8 +240,28 @@ def scrub(value: Any) -> Any:
     if isinstance(value, list):
         return [scrub(v) for v in value]
     if isinstance(value, str):
-        return _PACKED.sub("<packed-script>", _HASH.sub("<asset-hash>", value))
+        return _PACKED.sub("<packed-files>", _HASH.sub("<asset-hash>", value))
     return value
+
+
+def bundle_command(script: str) -> str:
+    """The user-data script's one command that writes the node's files."""
+    (match,) = _BUNDLE_COMMAND.finditer(script)
+    return match.group(0)
+
+
+def node_files(script: str) -> dict[str, bytes]:
+    """The files the user-data script writes onto the node, by path, read from its bundle (a JSON header
+    line of [path, size] pairs, then the files' bytes in that order) independently of the node's splitter."""
+    (blob,) = _BUNDLE_COMMAND.findall(script)
+    header, data = gzip.decompress(base64.b64decode(blob, validate=True)).split(b"\n", 1)
+    entries = json.loads(header)
+    files = {}
+    for path, size in entries:
+        files[path], data = data[:size], data[size:]
+        assert len(files[path]) == size, f"{path}: the bundle ends early"
+    assert len(files) == len(entries) and not data, "paths repeat or bytes are left over"
+    return files
 
 
 def resources(template: dict[str, Any], resource_type: str) -> dict[str, dict[str, Any]]:

@@ -1,8 +1,10 @@
 """The node-fault circuit breaker's function against moto's Batch, CloudWatch Logs and SNS on 127.0.0.1:
-K node faults of one fleet (boot-check node faults and take-outs from its job log) disable that fleet's
-compute environment and no other; fewer, or shared faults, or lines older than the lookback, disable
-nothing; a fleet of 64 nodes needs a tenth of them; Batch refusing the change while the environment
-is being updated is waited out. The template side (alarm, rule, IAM) is in tests/test_fleet_health.py."""
+K node faults of one fleet (boot-check node faults and take-outs the host confirmed, both lines the hosts
+write to the fleet's boot-check log group) disable that fleet's compute environment and no other; fewer,
+shared faults, unconfirmed take-outs, lines older than the lookback, and anything a job prints into its own
+log group, disable nothing; a fleet of 64 nodes needs a tenth of them; Batch refusing the change while the
+environment is being updated is waited out. The template side (alarm, rule, IAM) is in
+tests/test_fleet_health.py."""
 
 from __future__ import annotations
 
@@ -114,22 +116,40 @@ def alerts(world: dict[str, Any]) -> list[str]:
     return [json.loads(m["Body"])["Message"] for m in received.get("Messages", [])]
 
 
-def take_out_lines(world: dict[str, Any], fleet: str, reasons: list[str], noise: int = 3) -> None:
-    """What a job's log stream holds: the trainer's output, and one take-out line per node that took
-    itself out (the line container/launcher/node_fault.py prints, as the awslogs driver ships it)."""
+def host_take_outs(world: dict[str, Any], fleet: str, failed: list[list[str]], first: int = 0) -> None:
+    """One take-out line per node as its host's check sends it (node_scripts/boot_check.py confirm), to the
+    instance's stream of the boot-check log group: TakeOutConfirmed 1 when the host found a fault, else 0."""
+    logs = world["client"]("logs")
+    for i, found in enumerate(failed, start=first):
+        instance = f"i-{fleet}take{i:04d}"
+        line = {"Fleet": fleet, "TakeOutConfirmed": int(bool(found)), "InstanceId": instance, "failed": found}
+        logs.create_log_stream(logGroupName=f"/boot/{fleet}", logStreamName=instance)
+        logs.put_log_events(
+            logGroupName=f"/boot/{fleet}",
+            logStreamName=instance,
+            logEvents=[{"timestamp": int(time.time() * 1000), "message": json.dumps(line)}],
+        )
+
+
+def job_printed_lines(world: dict[str, Any], fleet: str, count: int) -> None:
+    """What a job can print into its own log stream (the awslogs driver ships it to the fleet's job log
+    group): the launcher's take-out line, and forgeries of the hosts' own lines, `count` of each."""
     sys.path.insert(0, str(ROOT / "container" / "launcher"))
     import node_fault
 
     logs = world["client"]("logs")
-    stream = f"training/default/{fleet}{len(reasons)}"
+    stream = f"training/default/{fleet}{count}"
     logs.create_log_stream(logGroupName=f"/jobs/{fleet}", logStreamName=stream)
-    now = int(time.time() * 1000)
-    lines = [f"step {i}: loss 0.{i}" for i in range(noise)] + ['{"NodesTakenOut": "in a print"}']
-    lines += [node_fault.emf_line(fleet, str(i + 1), reason) for i, reason in enumerate(reasons)]
+    forged = [
+        {"Fleet": fleet, "TakeOutConfirmed": 1, "InstanceId": "i-forged", "failed": ["gpus: expected 4, found 3"]},
+        {"Fleet": fleet, "Fault": "node", "BootCheckFailed": 1, "failed": ["gpus: expected 4, found 3"]},
+    ]
+    lines = [node_fault.emf_line(fleet, str(i), "hardware fault: Xid 79") for i in range(count)]
+    lines += [json.dumps({**line, "InstanceId": f"i-forged{i}"}) for i in range(count) for line in forged]
     logs.put_log_events(
         logGroupName=f"/jobs/{fleet}",
         logStreamName=stream,
-        logEvents=[{"timestamp": now, "message": line} for line in lines],
+        logEvents=[{"timestamp": int(time.time() * 1000), "message": line} for line in lines],
     )
 
 
@@ -139,7 +159,6 @@ def trip_event(world: dict[str, Any], fleet: str, threshold: int = K) -> dict[st
         "fleet": fleet,
         "computeEnvironments": [world["environments"][fleet]],
         "logGroup": f"/boot/{fleet}",
-        "jobLogGroup": f"/jobs/{fleet}",
         "nodeFaultsToTrip": threshold,
     }
 
@@ -150,7 +169,7 @@ def test_k_node_faults_disable_that_fleet_only(world):
     assert trip.handler(trip_event(world, "gpu")) == {"tripped": True, "nodeFaults": K}
     assert states(world) == {"gpu": "DISABLED", "llm": "ENABLED"}
     (message,) = alerts(world)
-    assert message.startswith(f"Fleet gpu: {K} nodes failed the boot check with a node fault and 0 took themselves ")
+    assert message.startswith(f"Fleet gpu: {K} nodes failed the boot check with a node fault and 0 were taken out ")
     assert f"gpus: expected 4, found 3 ({K} nodes)" in message
     command = (
         f"aws batch update-compute-environment --compute-environment {world['environments']['gpu']} --state ENABLED"
@@ -200,23 +219,53 @@ def test_lines_that_are_not_boot_check_json_are_skipped(world):
 def test_the_function_reads_the_fields_the_boot_check_writes():
     # The asset cannot import config/: its copy of the names must match, or it would count 0 faults.
     assert (metrics.FAULT_DIMENSION, metrics.BOOT_FAULTS[0]) == (trip.FAULT_FIELD, trip.NODE_FAULT)
+    assert metrics.TAKE_OUT_CONFIRMED == trip.CONFIRMED_FIELD
 
 
-def test_take_outs_count_with_boot_faults_towards_the_same_breaker(world):
+def test_take_outs_the_host_confirmed_count_with_boot_faults_towards_the_same_breaker(world):
     boot_lines(world, "gpu", ["node"])
-    take_out_lines(world, "gpu", ["preflight: expected 4 GPUs, found 3"] * (K - 1))
-    take_out_lines(world, "llm", ["hardware fault: Xid 79"] * K)  # another fleet's take-outs: not gpu's
+    host_take_outs(world, "gpu", [["gpus: expected 4, found 3"]] * (K - 1))
+    host_take_outs(world, "gpu", [[]] * K, first=K)  # taken out, the host found nothing: not counted
+    host_take_outs(world, "llm", [["xid: expected [], found [79]"]] * K)  # another fleet's: not gpu's
     assert trip.handler(trip_event(world, "gpu")) == {"tripped": True, "nodeFaults": K}
     assert states(world) == {"gpu": "DISABLED", "llm": "ENABLED"}
     (message,) = alerts(world)
-    assert f"1 nodes failed the boot check with a node fault and {K - 1} took themselves out" in message
-    assert f"taken out: preflight: expected 4 GPUs, found 3 ({K - 1} nodes)" in message and "/jobs/gpu" in message
+    assert f"1 nodes failed the boot check with a node fault and {K - 1} were taken out during a job with a " in message
+    assert f"taken out: gpus: expected 4, found 3 ({K - 1} nodes)" in message and "/boot/gpu" in message
+    assert "/jobs/" not in message
+
+
+def test_unconfirmed_take_outs_do_not_count(world):
+    host_take_outs(world, "gpu", [[]] * (K + 2))
+    assert trip.handler(trip_event(world, "gpu")) == {"tripped": False, "nodeFaults": 0}
+    assert states(world)["gpu"] == "ENABLED" and alerts(world) == []
+
+
+def test_a_host_line_sent_twice_counts_once(world):
+    host_take_outs(world, "gpu", [["gpus: expected 4, found 3"]] * (K - 1))
+    logs = world["client"]("logs")
+    (event,) = logs.get_log_events(logGroupName="/boot/gpu", logStreamName="i-gputake0000")["events"]
+    logs.put_log_events(
+        logGroupName="/boot/gpu",
+        logStreamName="i-gputake0000",
+        logEvents=[{"timestamp": int(time.time() * 1000), "message": event["message"]}],
+    )
+    assert trip.handler(trip_event(world, "gpu")) == {"tripped": False, "nodeFaults": K - 1}
+
+
+def test_nothing_a_job_prints_moves_the_breaker(world):
+    # Three times the threshold of the launcher's take-out lines and of forged host lines, in the job log group
+    # (the only group a job's output reaches): the function never reads it.
+    job_printed_lines(world, "gpu", 3 * K)
+    boot_lines(world, "gpu", ["node"] * (K - 1))
+    assert trip.handler(trip_event(world, "gpu")) == {"tripped": False, "nodeFaults": K - 1}
+    assert states(world) == {"gpu": "ENABLED", "llm": "ENABLED"} and alerts(world) == []
 
 
 def test_a_64_node_fleet_needs_a_tenth_of_its_nodes(world):
     threshold = boot_breaker.node_faults_to_trip(64)
     assert threshold == 7
-    take_out_lines(world, "gpu", ["hardware fault: Xid 79"] * 4)
+    host_take_outs(world, "gpu", [["xid: expected [], found [79]"]] * 4)
     boot_lines(world, "gpu", ["node"] * 2)
     assert trip.handler(trip_event(world, "gpu", threshold)) == {"tripped": False, "nodeFaults": 6}
     assert states(world)["gpu"] == "ENABLED"

@@ -367,12 +367,18 @@ def test_node_faults_and_take_outs_in_an_hour_trip_each_fleets_own_breaker():
         fleet = alarm_fleet(alarm)
         by_fleet[fleet] = key
         stats, expression = breaker_metrics(alarm)
-        # Boot-check node faults and take-outs of this fleet, summed over the same hour.
-        assert expression["Expression"] == "FILL(boot, 0) + FILL(takenOut, 0)" and expression["ReturnData"] is True
-        boot, taken = stats["boot"], stats["takenOut"]
+        # Boot-check node faults and host-confirmed take-outs of this fleet, summed over the same hour: only
+        # what the hosts write (node_scripts/boot_check.py), never the launcher's job-printed NodesTakenOut.
+        assert expression["Expression"] == "FILL(boot, 0) + FILL(confirmed, 0)" and expression["ReturnData"] is True
+        assert {s["Metric"]["MetricName"] for s in stats.values()} == {
+            metrics.BOOT_CHECK_FAILED,
+            metrics.TAKE_OUT_CONFIRMED,
+        }
+        assert metrics.NODES_TAKEN_OUT not in json.dumps(alarm)
+        boot, taken = stats["boot"], stats["confirmed"]
         assert boot["Metric"]["MetricName"] == metrics.BOOT_CHECK_FAILED
         assert {"Name": metrics.FAULT_DIMENSION, "Value": "node"} in boot["Metric"]["Dimensions"]
-        assert taken["Metric"]["MetricName"] == metrics.NODES_TAKEN_OUT
+        assert taken["Metric"]["MetricName"] == metrics.TAKE_OUT_CONFIRMED
         assert taken["Metric"]["Dimensions"] == [{"Name": metrics.FLEET_DIMENSION, "Value": fleet}]
         for stat in (boot, taken):
             assert stat["Metric"]["Namespace"] == metrics.NAMESPACE
@@ -420,9 +426,9 @@ def test_each_breaker_rule_disables_exactly_its_own_fleet():
         assert len(fallback) == len(THREE_FLEETS[fleet].get("fallback", []))
         assert all(f"{construct_id(fleet)}Fallback" in arn for arn in fallback)
         assert given["fleet"] == fleet and f"{construct_id(fleet)}BootCheckLogs" in given["logGroup"]
-        # The fleet's job log group (take-out lines) and its own threshold.
-        assert given["jobLogGroup"] == job_log_group(template, fleet)
+        # Its own threshold; no job log group: the function reads the hosts' lines only.
         assert given["nodeFaultsToTrip"] == (7 if fleet == "rl" else 3)
+        assert set(given) == {"fleet", "computeEnvironments", "logGroup", "nodeFaultsToTrip"}
 
 
 def job_log_group(template, fleet):
@@ -432,6 +438,36 @@ def job_log_group(template, fleet):
         if k.startswith(f"{construct_id(fleet)}LogGroup") or k.startswith(f"{construct_id(fleet)}Logs")
     ]
     return key
+
+
+LOGS_WRITES = {"logs:PutLogEvents", "logs:CreateLogStream", "logs:*", "*"}
+
+
+def test_no_job_role_may_write_a_boot_check_log_group():
+    """Where the breaker's evidence lives: a job container's credentials (its job role; the instance role is out
+    of reach, ECS_AWSVPC_BLOCK_IMDS) write only the job log groups, never a boot-check group nor any "*"."""
+    template = synth("three-fleets").templates[STACK]
+    roles = [
+        k
+        for k, r in resources(template, "AWS::IAM::Role").items()
+        if "ecs-tasks.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
+    ]
+    assert roles
+    writes = 0
+    for policy in resources(template, "AWS::IAM::Policy").values():
+        if not any({"Ref": role} in policy["Properties"].get("Roles", []) for role in roles):
+            continue
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if statement["Effect"] != "Allow" or not LOGS_WRITES & set(actions):
+                continue
+            targets = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            assert "*" not in targets and "BootCheckLogs" not in json.dumps(targets)
+            assert targets == [{"Fn::GetAtt": [job_log_group(template, f), "Arn"]} for f in sorted(THREE_FLEETS)]
+            writes += 1
+    assert writes == 1  # ECS Exec's session logs (tests/test_job_queues.py)
+    for role in roles:
+        assert "ManagedPolicyArns" not in resources(template, "AWS::IAM::Role")[role]["Properties"]
 
 
 def test_the_breaker_function_may_disable_only_the_fleets_compute_environments():
@@ -458,9 +494,10 @@ def test_the_breaker_function_may_disable_only_the_fleets_compute_environments()
     ]
     assert len(environments) == len(THREE_FLEETS) + sum(len(f.get("fallback", [])) for f in THREE_FLEETS.values())
     assert sorted(map(json.dumps, by_action["batch:UpdateComputeEnvironment"])) == sorted(map(json.dumps, environments))
-    # Each fleet's boot-check and job log groups (take-outs), no other.
-    assert len(by_action["logs:FilterLogEvents"]) == 2 * len(THREE_FLEETS)
-    assert {"Fn::GetAtt": [job_log_group(template, "rl"), "Arn"]} in by_action["logs:FilterLogEvents"]
+    # Each fleet's boot-check log group (the hosts' lines), no other: never a job log group.
+    read = by_action["logs:FilterLogEvents"]
+    assert len(read) == len(THREE_FLEETS) and all("BootCheckLogs" in json.dumps(r) for r in read)
+    assert not [f for f in THREE_FLEETS if {"Fn::GetAtt": [job_log_group(template, f), "Arn"]} in read]
     assert by_action["sns:Publish"] == topic_ref(template)
     assert set(by_action) == {
         "batch:UpdateComputeEnvironment",

@@ -5,11 +5,12 @@ stand-in server on 127.0.0.1, and how each fleet's user data runs it before the 
 from __future__ import annotations
 
 import ast
-import base64
-import gzip
 import http.server
 import json
+import os
 import re
+import stat
+import subprocess
 import threading
 from pathlib import Path
 from typing import ClassVar
@@ -19,12 +20,12 @@ import pytest
 from config import metrics
 from config.catalog import CATALOG, AcceleratorKind
 from config.settings import fleet_construct_id as construct_id
-from tests.harness import EFA_TYPES, ROOT, VARIANTS, fleet_name, resources, scrub, synth
+from tests.harness import EFA_TYPES, ROOT, VARIANTS, bundle_command, fleet_name, node_files, resources, scrub, synth
 from tests.test_compute import of_type, user_data
-from training_constructs.common.node_files import compact_python
+from training_constructs.common.node_files import compact_python, write_packed_files
 from training_constructs.health import host_check
 from training_constructs.health.node_scripts import boot_check
-from training_constructs.observability.node_metrics import COLLECTOR
+from training_constructs.observability.node_metrics import AGENT_CONFIG, COLLECTOR, INSTALL_DIR, agent_config
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-h100"
 # An Xid line in the form the NVIDIA driver logs it (NVIDIA "Xid Errors" documentation).
@@ -398,10 +399,8 @@ def test_every_fleet_checks_its_host_before_the_agent_starts(instance):
     lt, script = boot_script(instance)
     spec = CATALOG[instance]
     lines = script.splitlines()
-    (packed,) = [line for line in lines if line.startswith("echo '") and line.endswith(host_check.NODE_PATH)]
-    blob = packed.split("'")[1]
     # The node runs exactly the script in the repository, less its docstrings and comments.
-    assert gzip.decompress(base64.b64decode(blob)) == host_check.node_script()
+    assert node_files(script)[host_check.NODE_PATH] == host_check.node_script()
     (command,) = [line for line in lines if line.startswith(f"python3 {host_check.NODE_PATH} ")]
     arguments = command.split()
     value = {arguments[i]: arguments[i + 1] for i in range(2, len(arguments) - 1) if arguments[i].startswith("--")}
@@ -415,8 +414,10 @@ def test_every_fleet_checks_its_host_before_the_agent_starts(instance):
     assert ("--vulkan" in arguments) is spec.runs_isaac_sim
     assert value["--log-group"].startswith("<") and "BootCheckLogs" in value["--log-group"]
     assert value["--logs-endpoint"] == "https://logs.<AWS::Region>.<AWS::URLSuffix>/"
-    # The ECS settings come first; the check runs before cloud-final ends, hence before the agent.
-    assert lines.index(command) > max(i for i, line in enumerate(lines) if "/etc/ecs/ecs.config" in line)
+    # The ECS settings come first, then the node's files; the check runs before cloud-final ends, hence before
+    # the agent.
+    written = script.index(bundle_command(script))
+    assert script.rindex("/etc/ecs/ecs.config") < written < script.index(command)
 
 
 def test_a_failing_node_never_registers_and_terminates():
@@ -449,13 +450,13 @@ def test_the_shared_fault_directory_exists_before_the_check_runs():
 @pytest.mark.parametrize("instance", ["g6.12xlarge", "p5.48xlarge", "p6-b300.48xlarge", "trn2.48xlarge"])
 def test_user_data_stays_well_inside_ec2s_16_kb(instance):
     # EC2 refuses user data above 16 KB before its own base64 (EC2 user guide, "Run commands when you
-    # launch an EC2 instance with user data"); Batch adds a part of its own, so keep room. The host
-    # check, the node-metrics collector and its agent configuration travel packed
-    # (training_constructs/common/node_files.py). 13 KB since the take-out's drain (about 0.7 KB, issue
-    # 41): still 3 KB for Batch's part.
+    # launch an EC2 instance with user data"); Batch adds a part of its own, so keep room: 13 KB leaves
+    # Batch 3 KB. The host check, the node-metrics collector and its agent configuration travel as one
+    # gzip stream (training_constructs/common/node_files.py): about 1 KB smaller than packed one by one
+    # (they share vocabulary), which made room for the take-out's host confirmation (issue 52).
     lt, script = boot_script(instance)
     assert len(user_data(lt).as_string().encode()) < 13 * 1024
-    assert len([line for line in script.splitlines() if line.startswith("echo 'H4sI")]) == 3
+    assert script.count("H4sI") == 1 and bundle_command(script)
 
 
 def test_boot_results_are_kept_with_the_apps_retention():
@@ -489,10 +490,31 @@ def test_the_signature_is_the_one_botocore_computes(server, monkeypatch):
     assert sent["authorization"] == request.headers["Authorization"]
 
 
-def test_snapshots_keep_a_placeholder_for_the_packed_script():
-    # The gzip bytes depend on the zlib build; the script itself is pinned above.
-    line = f"echo '{host_check.packed_script()}' | base64 -d"
-    assert scrub({"UserData": line}) == {"UserData": "echo '<packed-script>' | base64 -d"}
+def test_snapshots_keep_a_placeholder_for_the_packed_files():
+    # The gzip bytes depend on the zlib build; the files themselves are pinned above and below.
+    command = write_packed_files(host_check.host_check_files())
+    splitter, _ = command.rsplit(" ", 1)
+    assert scrub({"UserData": command}) == {"UserData": f"{splitter} '<packed-files>'"}
+
+
+def test_the_bundle_in_the_user_data_writes_every_node_file_whole_with_its_folders(tmp_path: Path) -> None:
+    # The fleet's own command, run with a root folder prefixed to its paths (the splitter's optional argument).
+    _, script = boot_script("g6.12xlarge")
+    root = tmp_path / "root"
+    done = subprocess.run(["bash", "-c", f"{bundle_command(script)} {root}"], capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    written = {f"/{path.relative_to(root)}": path for path in root.rglob("*") if not path.is_dir()}
+    # Exactly these files (no temporary one left), each in the folder the splitter made for it.
+    assert set(written) == {host_check.NODE_PATH, f"{INSTALL_DIR}/collector.py", AGENT_CONFIG}
+    assert written[host_check.NODE_PATH].read_bytes() == host_check.node_script()
+    assert written[f"{INSTALL_DIR}/collector.py"].read_bytes() == compact_python(COLLECTOR.read_text()).encode()
+    assert json.loads(written[AGENT_CONFIG].read_bytes()) == agent_config(fleet=fleet_name("g6.12xlarge"), gpu=True)
+    # The mode a shell redirect gave them before: 0666 less the umask.
+    umask = os.umask(0o22)
+    os.umask(umask)
+    assert {stat.S_IMODE(path.stat().st_mode) for path in written.values()} == {0o666 & ~umask}
+    # The test suite's reader of the bundle agrees with the node's.
+    assert node_files(script) == {path: file.read_bytes() for path, file in written.items()}
 
 
 def test_the_shared_fault_marker_replaces_a_link_a_job_put_there_never_writing_through_it(tmp_path: Path) -> None:

@@ -3,15 +3,13 @@ Insights, one dashboard naming every fleet, alarms that reach the job-alert topi
 
 from __future__ import annotations
 
-import base64
 import email
-import gzip
 import json
 
 import pytest
 
 from config.metrics import FLEET_DIMENSION, GPU_UTILIZATION, JOB_STATE_METRICS, NAMESPACE, XID_ERRORS
-from tests.harness import THREE_FLEETS, resources, synth
+from tests.harness import THREE_FLEETS, node_files, resources, synth
 from tests.test_compute import render
 from training_constructs.common.node_files import compact_python
 from training_constructs.observability.node_metrics import COLLECTOR
@@ -139,11 +137,8 @@ def user_data(template, fleet_id) -> str:
 
 
 def agent_json(script: str) -> dict:
-    """The agent configuration the user data writes, packed like the collector (common/node_files.py)."""
-    (packed,) = [
-        line for line in script.splitlines() if line.endswith("> /opt/training-node-metrics/cloudwatch-agent.json")
-    ]
-    return json.loads(gzip.decompress(base64.b64decode(packed.split("'")[1])))
+    """The agent configuration the user data writes, packed with the collector (common/node_files.py)."""
+    return json.loads(node_files(script)["/opt/training-node-metrics/cloudwatch-agent.json"])
 
 
 @pytest.mark.parametrize("fleet", sorted(THREE_FLEETS))
@@ -160,8 +155,8 @@ def test_user_data_sets_up_the_agent_and_collector_for_the_fleet(fleet):
     assert f"--fleet {fleet}" in exec_start and ("--gpu" in exec_start) is gpu
     assert "systemctl enable --now training-node-metrics.service" in script
     # The node runs the collector in the repository, compacted and packed to fit EC2's 16 KB.
-    (packed,) = [line for line in script.splitlines() if line.endswith("/opt/training-node-metrics/collector.py")]
-    assert gzip.decompress(base64.b64decode(packed.split("'")[1])).decode() == compact_python(COLLECTOR.read_text())
+    collector = node_files(script)["/opt/training-node-metrics/collector.py"]
+    assert collector.decode() == compact_python(COLLECTOR.read_text())
 
 
 def test_instance_roles_may_publish_metrics_only_in_our_namespace():
@@ -285,6 +280,8 @@ def test_nodes_taking_themselves_out_alarm_at_the_breakers_count_per_hour():
         assert alarm["Dimensions"] == [{"Name": "Fleet", "Value": fleet}]
         assert alarm["Threshold"] == 3 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
         assert "--state DISABLED" in alarm["AlarmDescription"]
+        # Job-reported: it only alerts; the breaker counts the host-confirmed take-outs instead.
+        assert "counts only the take-outs the host confirmed (TakeOutConfirmed" in alarm["AlarmDescription"]
 
 
 def test_fault_alarms_sum_the_fleets_nodes_with_metrics_insights():
@@ -432,7 +429,11 @@ def test_the_fleet_row_graphs_nodes_taken_out_and_jobs_resumed():
     body = flatten(dashboard["Properties"]["DashboardBody"])
     for fleet in THREE_FLEETS:
         assert body.count(f'"NodesTakenOut","Fleet","{fleet}"') == 1
+        assert body.count(f'"TakeOutConfirmed","Fleet","{fleet}"') == 1
         assert body.count(f'"JobsResumed","Fleet","{fleet}"') == 1
+    # What the jobs printed is labelled as theirs; the breaker counts the host's series.
+    assert body.count('"label":"nodes taken out (job-reported)"') == len(THREE_FLEETS)
+    assert body.count('"label":"take-outs the host confirmed"') == len(THREE_FLEETS)
 
 
 def test_the_capacity_alarm_fires_when_every_placement_of_a_fleet_was_short():

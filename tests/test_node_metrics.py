@@ -4,8 +4,6 @@ H100 kernel log and nvidia-smi output, and the agent configuration it feeds."""
 from __future__ import annotations
 
 import ast
-import base64
-import gzip
 import json
 import socket
 import subprocess
@@ -22,6 +20,7 @@ from training_constructs.observability.node_metrics import (
     INSTALL_DIR,
     agent_config,
     node_metrics_commands,
+    node_metrics_files,
 )
 from training_constructs.observability.node_metrics import collector as c
 
@@ -175,16 +174,19 @@ def test_agent_publishes_in_our_namespace_with_fleet_and_instance_only(gpu):
 def test_user_data_commands_write_the_compacted_collector_and_start_it():
     commands = node_metrics_commands(fleet="trn", gpu=False)
     script = "\n".join(commands)
-    # Packed (training_constructs/common/node_files.py); it unpacks to the repository's collector without
-    # its docstrings and comments (tests/test_node_recovery.py proves that is the same program).
-    (packed,) = [c for c in commands if c.endswith(f"> {INSTALL_DIR}/collector.py")]
-    unpacked = gzip.decompress(base64.b64decode(packed.split("'")[1])).decode()
+    # The files travel apart from the commands, packed with the node's other files by the launch template
+    # (training_constructs/common/node_files.py; read back from the user data in tests/test_monitoring.py):
+    # the repository's collector without its docstrings and comments (tests/test_node_recovery.py proves that
+    # is the same program), and the agent configuration.
+    files = dict(node_metrics_files(fleet="trn", gpu=False))
+    assert set(files) == {f"{INSTALL_DIR}/collector.py", f"{INSTALL_DIR}/cloudwatch-agent.json"}
+    unpacked = files[f"{INSTALL_DIR}/collector.py"].decode()
     assert unpacked == compact_python(COLLECTOR.read_text())
     assert "def follow_kernel_log(" in unpacked and "NODE_FAULT_XIDS = frozenset(" in unpacked
+    assert json.loads(files[f"{INSTALL_DIR}/cloudwatch-agent.json"]) == agent_config(fleet="trn", gpu=False)
+    assert "H4sI" not in script
     (exec_start,) = [line for line in script.splitlines() if line.startswith("ExecStart=")]
     assert "--fleet trn --statsd 127.0.0.1:8125" in exec_start and "--gpu" not in exec_start
-    (config,) = [c for c in commands if c.endswith(f"> {INSTALL_DIR}/cloudwatch-agent.json")]
-    assert json.loads(gzip.decompress(base64.b64decode(config.split("'")[1]))) == agent_config(fleet="trn", gpu=False)
     # Installed in the background, so the ECS agent registers the node meanwhile; failures reach the console.
     assert commands[-1].endswith("&") and "/dev/console" in commands[-1]
 

@@ -19,7 +19,7 @@ from typing import ClassVar
 import pytest
 
 from config.catalog import CATALOG, AcceleratorKind
-from tests.harness import EFA_TYPES
+from tests.harness import EFA_TYPES, bundle_command, node_files
 from tests.test_host_check import boot_script
 from tests.test_jobs import KINDS, container, environment, of_type
 from training_constructs.common.node_files import compact_python
@@ -64,6 +64,7 @@ class StandInHost(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         answers = {
             "/v1/metadata": json.dumps({"Cluster": CLUSTER, "ContainerInstanceArn": CONTAINER_INSTANCE}),
+            "/latest/meta-data/instance-id": INSTANCE,
             "/latest/meta-data/iam/security-credentials/": "node-role",
             "/latest/meta-data/iam/security-credentials/node-role": json.dumps(
                 {"AccessKeyId": "ASIAEXAMPLE", "SecretAccessKey": "secret", "Token": "session"}
@@ -74,8 +75,12 @@ class StandInHost(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         StandInHost.bodies.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        service, action = self.headers["X-Amz-Target"].split(".")
         with StandInHost.calls.open("a") as log:
-            log.write(f"ecs {self.headers['X-Amz-Target'].split('.')[-1]} {json.loads(body)['status']}\n")
+            if service.startswith("Logs_"):
+                log.write(f"logs {action}\n")
+            else:
+                log.write(f"ecs {action} {json.loads(body)['status']}\n")
         self._answer(b"{}")
 
     def log_message(self, *args: object) -> None:
@@ -83,24 +88,35 @@ class StandInHost(http.server.BaseHTTPRequestHandler):
 
 
 CLUSTER = "arn:aws:ecs:us-west-2:123456789012:cluster/AWSBatch-gpu-1a2b"
+INSTANCE = "i-0123456789abcdef0"
 CONTAINER_INSTANCE = "arn:aws:ecs:us-west-2:123456789012:container-instance/AWSBatch-gpu-1a2b/0f1e2d"
 
 
-def run_take_out(steps: list[str], tmp_path: Path, endpoint: str) -> tuple[list[str], str]:
+def run_take_out(steps: list[str], tmp_path: Path, endpoint: str) -> list[str]:
     """The unit's steps on a fake host: systemd's "-" prefix dropped, the boot check's script from this
-    repository, the stand-in endpoints for IMDS, introspection and ECS."""
+    repository, the stand-in endpoints for IMDS, introspection, ECS and CloudWatch Logs, the console written
+    into the same record as the calls. The host's check finds one of its two Neuron devices missing."""
     env, calls = fake_host(tmp_path)
     StandInHost.calls = calls
     marker = tmp_path / "take-out"
     marker.write_text("hardware fault: NVIDIA Xid 79, GPU has fallen off the bus\n")
-    console = tmp_path / "console"
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "neuron0").touch()
+    saved = tmp_path / "boot-check.args"
+    where = ["--log-group", "boot-logs", "--region", "us-west-2", "--logs-endpoint", f"{endpoint}/"]
+    saved.write_text(
+        json.dumps(["--fleet", "trn", "--neuron-devices", "2", "--dev", str(dev), *where, "--imds", endpoint])
+    )
     for step in steps:
         step = step.removeprefix("-").replace(node_recovery.TAKE_OUT_MARKER, str(marker))
-        step = step.replace("/dev/console", str(console)).replace(host_check.NODE_PATH, str(host_check.SCRIPT))
+        step = step.replace("/dev/console", str(calls)).replace(host_check.NODE_PATH, str(host_check.SCRIPT))
         if " drain " in step:
             step = re.sub(r" drain .*", f" drain us-west-2 {endpoint}/ {endpoint}/v1/metadata {endpoint}", step)
+        if step.endswith(" confirm"):
+            step += f" {saved}"
         subprocess.run(["/bin/sh", "-c", step], env=env, check=True, timeout=20)
-    return calls.read_text().splitlines(), console.read_text()
+    return calls.read_text().splitlines()
 
 
 @pytest.mark.parametrize("instance", ["g6.12xlarge", "trn2.48xlarge"])
@@ -108,45 +124,61 @@ def test_the_take_out_marker_drains_at_once_then_masks_the_agent_and_powers_off(
     _, script = boot_script(instance)
     assert unit(script, "training-node-take-out.path") == ["[Path]", "PathExists=/var/lib/training-node/take-out"]
     service = unit(script, "training-node-take-out.service")
-    assert service[:2] == ["[Service]", "Type=oneshot"]
-    steps = [line.removeprefix("ExecStart=") for line in service[2:]]
+    # The steps' output (the drain's and the host check's words) reaches the console too.
+    assert service[:3] == ["[Service]", "Type=oneshot", "StandardOutput=journal+console"]
+    steps = [line.removeprefix("ExecStart=") for line in service[3:]]
     assert "systemctl --no-block start training-node-take-out.path" in script
-    # The drain may fail without stopping the take-out: systemd ignores the exit of a "-" command.
+    # The drain and the host check may fail without stopping the take-out: systemd ignores the exit of a "-"
+    # command. The host check is bounded: a oneshot service has no start timeout of its own.
     (drain,) = [step for step in steps if " drain " in step]
     assert drain == f"-python3 {host_check.NODE_PATH} drain <AWS::Region> https://ecs.<AWS::Region>.<AWS::URLSuffix>/"
-    # The boot check's commands write the script before the unit can run it.
-    assert script.index(host_check.NODE_PATH) < script.index("training-node-take-out.service")
+    (confirm,) = [step for step in steps if " confirm" in step]
+    assert confirm == f"-timeout {node_recovery.CONFIRM_SECONDS} python3 {host_check.NODE_PATH} confirm"
+    # The node's files, the boot check's script among them, are written before the unit can run it.
+    assert host_check.NODE_PATH in node_files(script)
+    assert script.index(bundle_command(script)) < script.index("training-node-take-out.service")
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandInHost)
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     StandInHost.bodies.clear()
     try:
-        calls, console = run_take_out(steps, tmp_path, f"http://127.0.0.1:{httpd.server_address[1]}")
+        calls = run_take_out(steps, tmp_path, f"http://127.0.0.1:{httpd.server_address[1]}")
     finally:
         httpd.shutdown()
-    # The reason goes to the console; no new task from the first second on; then the agent, then the node.
-    assert calls == [
+    # The reason goes to the console; no new task from the first second on; then the agent; then the host's own
+    # check goes to the boot-check log group, while the agent still runs; the grace; then the node.
+    said, *rest = calls
+    assert said.startswith("training-node-take-out: node fault (hardware fault: NVIDIA Xid 79, GPU has fallen off")
+    assert rest == [
         "ecs UpdateContainerInstancesState DRAINING",
         "systemctl mask --runtime ecs.service",
+        "logs CreateLogStream",
+        "logs PutLogEvents",
         "sleep 10",
         "systemctl --no-block poweroff",
     ]
-    assert "GPU has fallen off the bus" in console
-    ((headers, body),) = StandInHost.bodies
+    ((headers, body), _, (_, put)) = StandInHost.bodies
     assert json.loads(body) == {"cluster": CLUSTER, "containerInstances": [CONTAINER_INSTANCE], "status": "DRAINING"}
     assert headers["x-amz-target"] == "AmazonEC2ContainerServiceV20141113.UpdateContainerInstancesState"
     assert "/us-west-2/ecs/aws4_request, " in headers["authorization"]  # signed for the region it was given
     assert headers["x-amz-security-token"] == "session"
+    (event,) = json.loads(put)["logEvents"]
+    line = json.loads(event["message"])
+    assert line["TakeOutConfirmed"] == 1 and line["InstanceId"] == INSTANCE
+    assert line["failed"] == ["neuron_devices: expected 2, found 1"]
 
 
-def test_a_failed_drain_is_said_and_the_take_out_goes_on(tmp_path):
+def test_a_failed_drain_and_a_failed_host_check_are_said_and_the_take_out_goes_on(tmp_path):
     steps = list(node_recovery.take_out_steps(region="us-west-2", url_suffix="amazonaws.com"))
-    # Nothing listens on the endpoint: no introspection, no IMDS, no ECS.
+    # Nothing listens on the endpoint: no introspection, no IMDS, no ECS, no CloudWatch Logs.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     env, calls = fake_host(tmp_path)
     marker = tmp_path / "take-out"
     marker.write_text("preflight: expected 4 GPUs, found 3\n")
+    saved = tmp_path / "boot-check.args"
+    where = ["--log-group", "boot-logs", "--region", "us-west-2", "--logs-endpoint", f"{closed}/", "--imds", closed]
+    saved.write_text(json.dumps(["--fleet", "trn", "--neuron-devices", "1", "--dev", str(tmp_path), *where]))
     outputs = []
     for step in steps:
         step = step.removeprefix("-").replace(node_recovery.TAKE_OUT_MARKER, str(marker))
@@ -155,11 +187,16 @@ def test_a_failed_drain_is_said_and_the_take_out_goes_on(tmp_path):
         )
         if " drain " in step:
             step += f" {closed}/v1/metadata {closed}"
+        if step.endswith(" confirm"):
+            step += f" {saved}"
         done = subprocess.run(["/bin/sh", "-c", step], env=env, capture_output=True, text=True, timeout=20)
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout)
     assert any(o.startswith("training-node-take-out: could not set DRAINING (") for o in outputs)
-    assert calls.read_text().splitlines()[-1] == "systemctl --no-block poweroff"
+    # Unsent, the host's check counts nothing, and says so.
+    (unsent,) = [o for o in outputs if "host check" in o]
+    assert unsent.startswith("training-node-take-out: host check not sent (") and "counts nothing" in unsent
+    assert calls.read_text().splitlines()[-2:] == ["sleep 10", "systemctl --no-block poweroff"]
 
 
 def test_the_drain_request_is_signed_as_botocore_signs_it(monkeypatch):

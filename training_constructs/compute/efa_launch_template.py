@@ -13,8 +13,9 @@ from constructs import Construct
 from config import limits
 from config.catalog import AcceleratorKind, InstanceSpec
 from config.settings import CapacityReservation, RootVolume
+from training_constructs.common.node_files import NodeFile, write_packed_files
 from training_constructs.health.node_recovery import node_recovery_commands
-from training_constructs.observability.node_metrics import node_metrics_commands
+from training_constructs.observability.node_metrics import node_metrics_commands, node_metrics_files
 
 # Root device of the ECS-optimized Amazon Linux 2023 AMIs.
 ROOT_DEVICE = "/dev/xvda"
@@ -80,13 +81,16 @@ def efa_layout(instance: InstanceSpec) -> list[InterfaceSlot]:
     return slots
 
 
-def ecs_agent_user_data(*command_groups: Sequence[str]) -> str:
-    """MIME multi-part user data that appends the agent settings to /etc/ecs/ecs.config, then runs
+def ecs_agent_user_data(files: Sequence[NodeFile], *command_groups: Sequence[str]) -> str:
+    """MIME multi-part user data that appends the agent settings to /etc/ecs/ecs.config, writes every
+    node file with one command (one gzip stream: training_constructs/common/node_files.py), then runs
     each group of commands in order: the host check first (a node that fails it never registers),
     then node metrics (the one package installed at boot, see training_constructs.observability.node_metrics),
     then node recovery (training_constructs.health.node_recovery)."""
     script = ec2.UserData.for_linux()
     script.add_commands(*(f"echo {setting} >> /etc/ecs/ecs.config" for setting in ECS_AGENT_SETTINGS))
+    if files:
+        script.add_commands(write_packed_files(files))
     for commands in command_groups:
         script.add_commands(*commands)
     multipart = ec2.MultipartUserData()
@@ -105,8 +109,9 @@ class EfaLaunchTemplate(Construct):
     The launch template is L1 because the L2 `ec2.LaunchTemplate` cannot express network
     interfaces with network card indexes.
 
-    By default the nodes are Batch's ECS hosts: the user data configures the ECS agent and runs
-    `boot_commands`, the host metrics and node recovery. `user_data` (MIME multi-part) replaces all
+    By default the nodes are Batch's ECS hosts: the user data configures the ECS agent, writes
+    `boot_files` with the host metrics' files, and runs `boot_commands`, the host metrics and node
+    recovery. `user_data` (MIME multi-part) replaces all
     of that for nodes that are not ECS hosts (PCS), and `placement_group` puts the placement in the
     template itself, where a service takes it from there (PCS user guide, "Create or update an EC2
     launch template" for EFA); Batch takes its placement group from the compute environment instead.
@@ -124,6 +129,7 @@ class EfaLaunchTemplate(Construct):
         root_volume: RootVolume,
         capacity_reservation: CapacityReservation | None = None,
         boot_commands: Sequence[str] = (),
+        boot_files: Sequence[NodeFile] = (),
         user_data: str | None = None,
         placement_group: ec2.IPlacementGroup | None = None,
     ) -> None:
@@ -175,6 +181,7 @@ class EfaLaunchTemplate(Construct):
                 user_data=Fn.base64(
                     user_data
                     or ecs_agent_user_data(
+                        [*boot_files, *node_metrics_files(fleet=fleet_name, gpu=gpu)],
                         boot_commands,
                         node_metrics_commands(fleet=fleet_name, gpu=gpu),
                         node_recovery_commands(region=Aws.REGION, url_suffix=Aws.URL_SUFFIX),

@@ -19,7 +19,7 @@ from config.catalog import AcceleratorKind, InstanceSpec
 from config.metrics import NAMESPACE
 from config.settings import CapacityReservation, Placement, RootVolume
 from training_constructs.compute.efa_launch_template import EfaLaunchTemplate
-from training_constructs.health.host_check import host_check_commands
+from training_constructs.health.host_check import host_check_commands, host_check_files
 
 # Batch image types (API_Ec2Configuration). There is no Neuron image type: Trainium nodes use the
 # ECS-optimized AL2023 Neuron AMI through imageIdOverride.
@@ -143,6 +143,7 @@ class TrainingFleet(Construct):
             root_volume=self._root_volume,
             capacity_reservation=capacity_reservation,
             boot_commands=boot_commands,
+            boot_files=host_check_files(),
         )
         if capacity_reservation:
             # Targeted ODCRs and Capacity Blocks place instances where the reservation is; adding a

@@ -2,12 +2,21 @@
 off and Auto Scaling launches another (training_constructs/health/host_check.py); a node that finds a
 fault in itself during a job takes itself out the same way (node_recovery.py). Where every node fails
 the same way, that loop would bill launches for ever. When node_faults_to_trip(maxNodes) nodes of one
-fleet fail within WINDOW (boot-check node faults and take-outs together), the fleet's breaker alarm goes
-to ALARM; an EventBridge rule on that alarm's state change runs a small function that disables the
-fleet's compute environments (a DISABLED managed compute environment does not scale out; STARTING and
-RUNNING jobs continue: Batch API, ComputeEnvironmentDetail.state) and publishes which checks failed and
-the command that turns the fleet back on. The alarm also notifies the job-alert topic itself, with the
-same command.
+fleet fail within WINDOW, the fleet's breaker alarm goes to ALARM; an EventBridge rule on that alarm's
+state change runs a small function that disables the fleet's compute environments (a DISABLED managed
+compute environment does not scale out; STARTING and RUNNING jobs continue: Batch API,
+ComputeEnvironmentDetail.state) and publishes which checks failed and the command that turns the fleet
+back on. The alarm also notifies the job-alert topic itself, with the same command.
+
+What counts is only what the hosts wrote into the fleet's boot-check log group with the instance role:
+boot-check node faults (BootCheckFailed, Fault=node) and take-outs the host itself confirmed
+(TakeOutConfirmed, node_scripts/boot_check.py `confirm`). Job containers cannot write there (the app's
+multi-node jobs run in awsvpc mode with IMDS blocked, so not with the instance role, and the job role may
+write only the job log groups; a single-node job would run in host mode, within IMDS's reach). The alarm sums
+those two metrics, but a metric is not evidence: CloudWatch extracts embedded metrics from any log group, so
+a job can print a line that adds to them. The alarm only wakes the function; the function disables nothing
+unless the boot-check log group itself holds the lines, so no line a job prints, NodesTakenOut included,
+moves the breaker.
 
 CloudWatch sends "CloudWatch Alarm State Change" events to EventBridge for every state change
 (CloudWatch user guide, "Alarm events and EventBridge"); the rule matches this alarm's ARN in the
@@ -72,9 +81,8 @@ class BreakerFleet:
     # Every placement's compute environment, the fleet's own first: the nodes of each placement run the
     # boot check under the fleet's name and log group, so their faults trip the same breaker.
     compute_environment_arns: tuple[str, ...]
+    # The hosts' own lines: boot checks and confirmed take-outs.
     boot_check_log_group: logs.ILogGroup
-    # Where the fleet's jobs log, take-out lines included (container/launcher/node_fault.py).
-    job_log_group: logs.ILogGroup
     max_nodes: int
 
 
@@ -103,7 +111,6 @@ class BootCircuitBreaker(Construct):
         )
         for fleet in fleets:
             fleet.boot_check_log_group.grant(role, "logs:FilterLogEvents")
-            fleet.job_log_group.grant(role, "logs:FilterLogEvents")
         grant_publish_to_alerts(role, topic)
         self.function = lambda_.Function(
             self,
@@ -143,29 +150,32 @@ class BootCircuitBreaker(Construct):
                 statistic="Sum",
                 period=WINDOW,
             )
-            taken_out = cloudwatch.Metric(
+            # Host-confirmed take-outs: the host's line is 0 when its own check found nothing, so Sum counts 1s.
+            confirmed = cloudwatch.Metric(
                 namespace=metrics.NAMESPACE,
-                metric_name=metrics.NODES_TAKEN_OUT,
+                metric_name=metrics.TAKE_OUT_CONFIRMED,
                 dimensions_map={metrics.FLEET_DIMENSION: fleet.name},
                 statistic="Sum",
                 period=WINDOW,
             )
             # FILL: an hour with faults of one kind only has no data point for the other.
             node_faults = cloudwatch.MathExpression(
-                expression="FILL(boot, 0) + FILL(takenOut, 0)",
-                using_metrics={"boot": boot_faults, "takenOut": taken_out},
-                label="node faults (boot check and take-outs)",
+                expression="FILL(boot, 0) + FILL(confirmed, 0)",
+                using_metrics={"boot": boot_faults, "confirmed": confirmed},
+                label="node faults (boot check and host-confirmed take-outs)",
                 period=WINDOW,
             )
             alarm = node_faults.create_alarm(
                 self,
                 f"{fleet.name}Alarm",
                 alarm_description=(
-                    f"Node-fault circuit breaker of fleet {fleet.name}: {threshold} or more nodes failed the boot "
-                    "check with a node fault or took themselves out during a job within an hour, so the fleet's "
-                    "compute environment is being disabled (no new instances; running jobs go on). A second message "
-                    "names the failed checks; the lines are in the fleet's boot-check and job log groups. Fix the "
-                    f"cause, then turn the fleet back on: {trip.enable_command(own)}{also if fallback else ''}"
+                    f"Node-fault circuit breaker of fleet {fleet.name}: the metrics say {threshold} or more nodes "
+                    "failed the boot check with a node fault or were taken out during a job with a fault their host "
+                    "confirmed, within an hour. The breaker's function counts the hosts' own lines in the fleet's "
+                    "boot-check log group and, when they show as many, disables the fleet's compute environment (no "
+                    "new instances; running jobs go on) and sends a second message naming the failed checks; without "
+                    "that message nothing was disabled. Fix the cause, then turn the fleet back on: "
+                    f"{trip.enable_command(own)}{also if fallback else ''}"
                 ),
                 threshold=threshold,
                 evaluation_periods=1,
@@ -192,7 +202,6 @@ class BootCircuitBreaker(Construct):
                                 "fleet": fleet.name,
                                 "computeEnvironments": list(fleet.compute_environment_arns),
                                 "logGroup": fleet.boot_check_log_group.log_group_name,
-                                "jobLogGroup": fleet.job_log_group.log_group_name,
                                 "nodeFaultsToTrip": threshold,
                             }
                         ),

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from config.catalog import AcceleratorKind, InstanceSpec
-from training_constructs.common.node_files import compact_python, pack, write_packed
+from training_constructs.common.node_files import NodeFile, compact_python
 
 SCRIPT = Path(__file__).parent / "node_scripts" / "boot_check.py"
 NODE_PATH = "/usr/local/libexec/training-boot-check.py"
@@ -41,9 +41,10 @@ def node_script() -> bytes:
     return compact_python(SCRIPT.read_text()).encode()
 
 
-def packed_script() -> str:
-    """The script as the user data carries it."""
-    return pack(node_script())
+def host_check_files() -> list[NodeFile]:
+    """The files `host_check_commands` runs; the launch template writes them first, in one bundle with the
+    other node files (training_constructs/common/node_files.py)."""
+    return [(NODE_PATH, node_script())]
 
 
 def host_check_arguments(instance: InstanceSpec, fleet: str, efa_interfaces: int) -> list[str]:
@@ -65,8 +66,7 @@ def host_check_commands(
         *("--log-group", log_group_name, "--region", region, "--logs-endpoint", f"https://logs.{region}.{url_suffix}/"),
     ]
     return [
-        f"mkdir -p {NODE_PATH.rsplit('/', 1)[0]} {SHARED_FAULT_DIR}",
-        write_packed(NODE_PATH, node_script()),
+        f"mkdir -p {SHARED_FAULT_DIR}",
         "boot_check_status=0",
         f"python3 {NODE_PATH} {' '.join(arguments)} || boot_check_status=$?",
         f'if [ "$boot_check_status" -eq {EXIT_FAILED} ]; then',

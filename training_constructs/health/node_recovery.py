@@ -15,10 +15,17 @@ user-data commands for the host side, and the host directory every job container
        while the agent keeps running to report the container's exit; a failed drain is said on the
        console and changes nothing else (the "-" prefix: systemd.service, "Command lines");
     3. masks ecs.service for this boot: the ECS agent never starts here again;
-    4. waits TAKE_OUT_GRACE_SECONDS for the agent to report the container's exit to Batch;
-    5. powers off, which stops the agent first: the launch template's shutdown behaviour `terminate`
+    4. checks the host itself (the boot check's `confirm`, bounded by CONFIRM_SECONDS) and sends its one line
+       to the fleet's boot-check log group: TakeOutConfirmed 1 only when the host's own device counts or
+       kernel log show a node fault. The fleet's circuit breaker counts these lines, never the launcher's
+       word, which any job could print. A failed confirmation is said on the console and counts nothing;
+       the take-out goes on either way. The agent keeps running meanwhile, so this adds to its time to
+       report the exit and takes none of the grace;
+    5. waits TAKE_OUT_GRACE_SECONDS for the agent to report the container's exit to Batch;
+    6. powers off, which stops the agent first: the launch template's shutdown behaviour `terminate`
        makes that a termination, and the compute environment's Auto Scaling group launches a fresh
        instance.
+  The service's output goes to the journal and the instance console (StandardOutput=journal+console).
   Without the drain (no credentials, no endpoint), a retry that Batch placed here within the grace
   fails with the host's termination ("Host EC2*"), which the job definitions retry too.
 """
@@ -31,6 +38,9 @@ NODE_STATE_DIR = "/var/lib/training-node"
 TAKE_OUT_MARKER = f"{NODE_STATE_DIR}/take-out"
 TAKE_OUT_UNIT = "training-node-take-out"
 TAKE_OUT_GRACE_SECONDS = 10
+# The host check of a take-out: nvidia-smi gets 60 s (a GPU off the bus can hang it), IMDS and the log call
+# seconds each. Type=oneshot has no start timeout of its own (systemd.service, TimeoutStartSec=).
+CONFIRM_SECONDS = 120
 UNIT_DIR = "/etc/systemd/system"
 
 
@@ -44,6 +54,7 @@ def take_out_steps(*, region: str, url_suffix: str) -> tuple[str, ...]:
         ' bs=300 count=1 2>/dev/null | tr -cd "[:print:]")); powering off" > /dev/console\'',
         f"-python3 {NODE_PATH} drain {region} https://ecs.{region}.{url_suffix}/",
         "systemctl mask --runtime ecs.service",
+        f"-timeout {CONFIRM_SECONDS} python3 {NODE_PATH} confirm",
         f"sleep {TAKE_OUT_GRACE_SECONDS}",
         "systemctl --no-block poweroff",
     )
@@ -65,7 +76,7 @@ def node_recovery_commands(*, region: str, url_suffix: str) -> list[str]:
         # Type=oneshot runs its ExecStart lines in order (systemd.service, "Type=").
         _write(
             f"{UNIT_DIR}/{TAKE_OUT_UNIT}.service",
-            ["[Service]", "Type=oneshot", *(f"ExecStart={step}" for step in steps)],
+            ["[Service]", "Type=oneshot", "StandardOutput=journal+console", *(f"ExecStart={step}" for step in steps)],
         ),
         # --no-block: user data runs inside cloud-final, which systemd must not wait on.
         f"systemctl daemon-reload && systemctl --no-block start {TAKE_OUT_UNIT}.path",

@@ -27,6 +27,7 @@ from config.metrics import (
     NAMESPACE,
     NODE_HEARTBEAT,
     NODES_TAKEN_OUT,
+    TAKE_OUT_CONFIRMED,
     XID_ERRORS,
 )
 from config.settings import BudgetSettings, FleetSettings
@@ -218,6 +219,7 @@ class TrainingDashboard(Construct):
             ),
             cw.GraphWidget(
                 title=f"{name}: self-healing (nodes taken out, jobs resumed, per hour)",
+                # The breaker counts the host-confirmed series; the job-reported one is what jobs printed.
                 left=[
                     cw.Metric(
                         namespace=NAMESPACE,
@@ -227,7 +229,11 @@ class TrainingDashboard(Construct):
                         period=Duration.hours(1),
                         label=label,
                     )
-                    for metric_name, label in ((NODES_TAKEN_OUT, "nodes taken out"), (JOBS_RESUMED, "jobs resumed"))
+                    for metric_name, label in (
+                        (NODES_TAKEN_OUT, "nodes taken out (job-reported)"),
+                        (TAKE_OUT_CONFIRMED, "take-outs the host confirmed"),
+                        (JOBS_RESUMED, "jobs resumed"),
+                    )
                 ],
                 left_y_axis=cw.YAxisProps(min=0),
                 width=4,
@@ -294,10 +300,11 @@ class TrainingDashboard(Construct):
                     treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 )
             )
-        # Nodes that took themselves out after a node fault during a job (container/launcher/node_fault.py): each
-        # costs an instance, and a cause every node shares would repeat on every retry. This alarm only
-        # alerts, early; the fleet's node-fault circuit breaker (boot_breaker.py) counts take-outs too and
-        # disables the fleet at its own threshold.
+        # Nodes that took themselves out after a node fault during a job, as the jobs reported it
+        # (container/launcher/node_fault.py's line in the job's log): each costs an instance, and a cause every
+        # node shares would repeat on every retry. This alarm only alerts, early; any job can print the line,
+        # so the fleet's node-fault circuit breaker (boot_breaker.py) never counts it: it counts only the
+        # take-outs the host confirmed (TakeOutConfirmed) and disables the fleet at its own threshold.
         taken_out = cw.Metric(
             namespace=NAMESPACE,
             metric_name=NODES_TAKEN_OUT,
@@ -310,11 +317,13 @@ class TrainingDashboard(Construct):
                 self,
                 f"{cid}TakenOutAlarm",
                 alarm_description=(
-                    f"Fleet {name}: {NODE_FAULTS_TO_TRIP} or more nodes took themselves out after a node fault "
-                    "within an hour. `trainctl why JOB` names each node and what it found; the same fault on "
-                    "many nodes points at the AMI or instance type. The fleet's circuit breaker counts these with "
-                    "boot-check node faults and disables the fleet at its threshold; to stop it sooner: "
-                    "aws batch update-compute-environment --compute-environment <its ARN> --state DISABLED."
+                    f"Fleet {name}: jobs reported {NODE_FAULTS_TO_TRIP} or more nodes taken out after a node fault "
+                    "within an hour (the launcher's line in the job log). `trainctl why JOB` names each node and "
+                    "what it found; the same fault on many nodes points at the AMI or instance type. The fleet's "
+                    "circuit breaker counts only the take-outs the host confirmed (TakeOutConfirmed in the "
+                    "boot-check log group), with boot-check node faults, and disables the fleet at its threshold; "
+                    "to stop it sooner: aws batch update-compute-environment --compute-environment <its ARN> "
+                    "--state DISABLED."
                 ),
                 threshold=NODE_FAULTS_TO_TRIP,
                 evaluation_periods=1,

@@ -1,11 +1,13 @@
 """Lambda handler: a fleet's node-fault circuit breaker. Disables the fleet's compute environments once
 enough of its nodes failed within the alarm's hour, and says so on the job-alert topic: which checks
 failed, and the command that turns the fleet back on. A node fault is a boot check's node fault (the
-node never registered) or a take-out (a node that found a fault in itself during a job and powered off:
-container/launcher/node_fault.py's NodesTakenOut line in the fleet's job log group).
+node never registered) or a take-out its host confirmed (a node asked to be taken out during a job, and
+the host's own check, node_scripts/boot_check.py `confirm`, found a node fault: TakeOutConfirmed 1). Both
+are lines the hosts write to the fleet's boot-check log group with the instance role; no job can write
+there, and the job log group, where a job prints whatever it likes, is never read.
 
 Invoked by an EventBridge rule on the fleet's breaker alarm entering ALARM, with a constant input
-naming the fleet, its compute environments, its boot-check and job log groups and its threshold. The
+naming the fleet, its compute environments, its boot-check log group and its threshold. The
 alarm decides "within an hour"; the logs are the evidence: the function counts the node-fault lines of
 the lookback (the alarm's period and as much again, for the alarm's own delay) and does nothing below
 the threshold. Batch may refuse UpdateComputeEnvironment while the environment is being updated (an
@@ -29,7 +31,7 @@ from typing import Any
 LOOKBACK_ENV = "LOOKBACK_SECONDS"
 TOPIC_ENV = "ALERT_TOPIC_ARN"
 FAULT_FIELD, NODE_FAULT = "Fault", "node"  # config/metrics.py FAULT_DIMENSION, BOOT_FAULTS[0]
-TAKEN_OUT_FIELD = "NodesTakenOut"  # config/metrics.py NODES_TAKEN_OUT
+CONFIRMED_FIELD = "TakeOutConfirmed"  # config/metrics.py TAKE_OUT_CONFIRMED
 MAX_PAGES = 20
 # Refusals worth waiting out: an update in progress (ClientException), Batch's own errors, throttling.
 RETRIED_ERRORS = frozenset({"ClientException", "ServerException", "TooManyRequestsException", "ThrottlingException"})
@@ -57,19 +59,13 @@ def _lines(logs: Any, request: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def node_faults(logs: Any, log_group: str, since_ms: int) -> list[dict[str, Any]]:
-    """The boot-check lines since `since_ms` that report a node fault (one line per node boot)."""
+def host_lines(logs: Any, log_group: str, since_ms: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The fleet's boot-check log group since `since_ms`: the boot checks that found a node fault (one line per
+    node boot), and the take-outs the host confirmed (one per instance: a repeated line counts once)."""
     lines = _lines(logs, {"logGroupName": log_group, "startTime": since_ms})
-    return [line for line in lines if line.get(FAULT_FIELD) == NODE_FAULT]
-
-
-def take_outs(logs: Any, log_group: str, fleet: str, since_ms: int) -> list[dict[str, Any]]:
-    """The take-out lines (one per node that took itself out) of `fleet`'s jobs since `since_ms`. The job
-    log group holds the trainers' output too: the quoted term keeps the search to lines naming the metric
-    (CloudWatch Logs user guide, "Filter pattern syntax")."""
-    request = {"logGroupName": log_group, "startTime": since_ms, "filterPattern": f'"{TAKEN_OUT_FIELD}"'}
-    lines = _lines(logs, request)
-    return [line for line in lines if line.get(TAKEN_OUT_FIELD) == 1 and line.get("Fleet") == fleet]
+    faults = [line for line in lines if line.get(FAULT_FIELD) == NODE_FAULT]
+    confirmed = {str(line.get("InstanceId")): line for line in lines if line.get(CONFIRMED_FIELD) == 1}
+    return faults, list(confirmed.values())
 
 
 def _wait(seconds: float) -> None:
@@ -101,19 +97,19 @@ def enable_command(compute_environment: str) -> str:
 def message(
     fleet: str,
     environments: list[str],
-    log_groups: tuple[str, str],
+    log_group: str,
     faults: list[dict[str, Any]],
     taken_out: list[dict[str, Any]],
     hours: float,
 ) -> str:
     counted = collections.Counter(failure for line in faults for failure in line.get("failed", []))
-    counted.update(f"taken out: {line.get('Reason', '?')}"[:120] for line in taken_out)
+    counted.update(f"taken out: {failure}"[:120] for line in taken_out for failure in line.get("failed", []))
     checks = "; ".join(f"{failure} ({n} node{'s' if n > 1 else ''})" for failure, n in counted.most_common())
     return (
-        f"Fleet {fleet}: {len(faults)} nodes failed the boot check with a node fault and {len(taken_out)} took "
-        f"themselves out during a job in the last {hours:g} h ({checks or 'no failure lines'}). The circuit breaker "
-        "disabled its compute environments (one per placement): they launch no instances, running jobs go on, "
-        f"queued jobs wait. Read the lines in log groups {log_groups[0]} and {log_groups[1]}, fix the cause (AMI, "
+        f"Fleet {fleet}: {len(faults)} nodes failed the boot check with a node fault and {len(taken_out)} were taken "
+        f"out during a job with a fault their host confirmed in the last {hours:g} h ({checks or 'no failure lines'}). "
+        "The circuit breaker disabled its compute environments (one per placement): they launch no instances, "
+        f"running jobs go on, queued jobs wait. Read the lines in log group {log_group}, fix the cause (AMI, "
         "instance type, launch template), then turn the fleet back on: "
         + "; ".join(enable_command(arn) for arn in environments)
     )
@@ -123,12 +119,10 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     import boto3  # here, so that the app imports this module's names at synth without boto3
 
     fleet, environments, log_group = event["fleet"], list(event["computeEnvironments"]), event["logGroup"]
-    job_log_group, threshold = event["jobLogGroup"], int(event["nodeFaultsToTrip"])
+    threshold = int(event["nodeFaultsToTrip"])
     lookback = int(os.environ[LOOKBACK_ENV])
     since_ms = int((time.time() - lookback) * 1000)
-    logs = boto3.client("logs")
-    faults = node_faults(logs, log_group, since_ms)
-    taken_out = take_outs(logs, job_log_group, fleet, since_ms)
+    faults, taken_out = host_lines(boto3.client("logs"), log_group, since_ms)
     counted = len(faults) + len(taken_out)
     if counted < threshold:
         # The alarm fired but the logs do not show enough: say so, disable nothing.
@@ -142,7 +136,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if refused:
         # Raised, so that Lambda retries the invocation and the function's Errors alarm pages.
         raise RuntimeError(f"fleet {fleet}: Batch kept refusing to disable {refused}")
-    text = message(fleet, environments, (log_group, job_log_group), faults, taken_out, lookback / 3600)
+    text = message(fleet, environments, log_group, faults, taken_out, lookback / 3600)
     boto3.client("sns").publish(
         TopicArn=os.environ[TOPIC_ENV], Subject=f"Fleet {fleet} stopped: node-fault circuit breaker", Message=text
     )

@@ -26,6 +26,17 @@ The cluster and container instance come from the agent's introspection endpoint 
 introspection"); the instance role's AmazonEC2ContainerServiceforEC2Role grants
 ecs:UpdateContainerInstancesState (the agent's own Spot draining uses it). Always exits 0: a failed
 drain is said on the console, and the take-out goes on (mask, grace, power-off).
+
+`boot_check.py confirm [ARGS_FILE]`: the take-out's host-side evidence, the only take-out the fleet's circuit
+breaker counts (training_constructs/health/boot_breaker.py). The launcher asked for the take-out from inside a
+job container, so its word proves nothing; the host checks itself again with the boot check's own arguments
+(saved at boot to ARGS_FILE, under /run, which no job container mounts): the device counts, and the Xids that
+need a GPU reset or a new node read from the kernel log itself (never the `xid-faults` file of the state
+folder, which jobs can write). It sends ONE line to the boot-check log group, which jobs cannot write (the
+multi-node jobs' awsvpc containers cannot reach IMDS, so not the instance role either), in embedded metric
+format: TakeOutConfirmed 1 when it found a node fault, 0 when it did not, dimension [Fleet], with the
+instance id and the failed checks. No arguments, no credentials or no endpoint: said on the console, nothing
+counts. Always exits 0: the take-out goes on either way.
 """
 
 from __future__ import annotations
@@ -50,11 +61,15 @@ EXIT_FAILED = 3
 EXIT_SHARED = 4
 NAMESPACE = "TrainingPlatform"  # config/metrics.py NAMESPACE
 METRIC = "BootCheckFailed"  # config/metrics.py BOOT_CHECK_FAILED
+CONFIRMED = "TakeOutConfirmed"  # config/metrics.py TAKE_OUT_CONFIRMED
+TAKE_OUT = "training-node-take-out"  # node_recovery.py TAKE_OUT_UNIT: how its lines begin
 FLEET_DIMENSION = "Fleet"  # config/metrics.py FLEET_DIMENSION
 FAULT_DIMENSION = "Fault"  # config/metrics.py FAULT_DIMENSION
 NODE, SHARED, NONE = "node", "shared", "none"  # config/metrics.py BOOT_FAULTS
 # Read by the job preflight through the job containers' mount of its directory (user data makes it).
 SHARED_FAULT_FILE = "/var/lib/training-node/shared-fault"
+# The boot check's arguments, for `confirm`: /run is the host's tmpfs (gone at the next boot), never mounted by a job.
+ARGS_FILE = "/run/training-boot-check.args"
 # The ECS AL2023 GPU AMI builds and loads the NVIDIA kernel module at boot in this oneshot unit,
 # ordered before ecs.service but not before cloud-final (aws/amazon-ecs-ami
 # scripts/al2023/gpu/nvidia-kmod-load.service), so user data can run before the GPUs exist.
@@ -67,6 +82,9 @@ ECS_TARGET = "AmazonEC2ContainerServiceV20141113"  # the ECS JSON API's target p
 # Xid lines as the NVIDIA driver logs them: "NVRM: Xid (PCI:0000:00:1e): 79, pid=..., GPU has fallen
 # off the bus" (NVIDIA "Xid Errors" documentation).
 XID = re.compile(r"NVRM: Xid \(PCI:[^)]*\): (\d+)")
+# What `confirm` counts: the Xids that need a GPU reset or a new node (node_metrics/collector.py
+# NODE_FAULT_XIDS); a job's own bug can raise others (13, 31, 43), and a job must not confirm its own take-out.
+NODE_FAULT_XIDS = {48, 64, 74, 79, 95, 119, 120, 140, 154}
 ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d")
 # NVIDIA's RPM packaging (the ECS AL2023 GPU AMI's driver) installs nvidia_icd.<arch>.json, the .run
 # installer nvidia_icd.json (NVIDIA/yum-packaging-nvidia-driver nvidia-driver.spec; the container
@@ -110,8 +128,9 @@ def wait_for_setup(args: argparse.Namespace, deadline: float) -> dict[str, str]:
     return waited
 
 
-def check(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """Each check as {expected, found, ok, fault}; `fault` says what a failure would be."""
+def check(args: argparse.Namespace, xids_counted: set[int] | None = None) -> dict[str, dict[str, Any]]:
+    """Each check as {expected, found, ok, fault}; `fault` says what a failure would be. `xids_counted`: only
+    these Xid codes fail the xid check (None: every one, as at boot, before any job ran)."""
     checks: dict[str, dict[str, Any]] = {}
     dev = Path(args.dev)
 
@@ -128,6 +147,8 @@ def check(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             record("gpus", args.gpus, found, found >= args.gpus)
         log = run("dmesg") or ""
         xids = sorted({int(code) for code in XID.findall(log)})
+        if xids_counted is not None:
+            xids = [x for x in xids if x in xids_counted]
         record("xid", [], xids, not xids)
     if args.neuron_devices:
         found = len([p for p in dev.glob("neuron*") if re.fullmatch(r"neuron\d+", p.name)])
@@ -179,6 +200,13 @@ def fault_of(checks: dict[str, dict[str, Any]]) -> str:
     return SHARED if failures(checks, SHARED) else NONE
 
 
+def emf(metric: str, *dimensions: list[str]) -> dict[str, Any]:
+    """The embedded-metric-format directive of a line (CloudWatch user guide, "Specification: Embedded metric
+    format"): `metric`, a count, under each dimension set."""
+    directive = {"Namespace": NAMESPACE, "Dimensions": list(dimensions), "Metrics": [{"Name": metric, "Unit": "Count"}]}
+    return {"_aws": {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": [directive]}}
+
+
 def report(
     fleet: str,
     instance: dict[str, str],
@@ -188,18 +216,9 @@ def report(
 ) -> dict[str, Any]:
     fault = fault_of(checks)
     return {
-        "_aws": {
-            "Timestamp": int(time.time() * 1000),
-            "CloudWatchMetrics": [
-                {
-                    "Namespace": NAMESPACE,
-                    # [Fleet]: any failure (the fleet's boot-check alarm); [Fleet, Fault]: node faults
-                    # apart from shared ones (the circuit breaker counts node faults).
-                    "Dimensions": [[FLEET_DIMENSION], [FLEET_DIMENSION, FAULT_DIMENSION]],
-                    "Metrics": [{"Name": METRIC, "Unit": "Count"}],
-                }
-            ],
-        },
+        # [Fleet]: any failure (the fleet's boot-check alarm); [Fleet, Fault]: node faults apart from shared
+        # ones (the circuit breaker counts node faults).
+        **emf(METRIC, [FLEET_DIMENSION], [FLEET_DIMENSION, FAULT_DIMENSION]),
         FLEET_DIMENSION: fleet,
         FAULT_DIMENSION: fault,
         METRIC: 0 if fault == NONE else 1,
@@ -306,9 +325,9 @@ def drain(region: str, endpoint: str, introspection: str = ECS_INTROSPECTION, im
 def drain_main(argv: list[str]) -> int:
     """drain REGION ECS_ENDPOINT [INTROSPECTION_URL IMDS_URL]"""
     try:
-        print(f"training-node-take-out: {drain(*argv[:4])} DRAINING: no new task here")
+        print(f"{TAKE_OUT}: {drain(*argv[:4])} DRAINING: no new task here")
     except (OSError, ValueError, KeyError, IndexError, TypeError) as error:
-        print(f"training-node-take-out: could not set DRAINING ({error}); masking the agent, powering off")
+        print(f"{TAKE_OUT}: could not set DRAINING ({error}); masking the agent, powering off")
     return 0
 
 
@@ -323,9 +342,30 @@ def ship(line: str, log_group: str, stream: str, region: str, creds: dict[str, s
     logs_call("PutLogEvents", body, region, creds, endpoint)
 
 
+def confirm(args: argparse.Namespace) -> int:
+    """The take-out's host check and its one line (the module's docstring); shared faults never count."""
+    found = failures(check(args, NODE_FAULT_XIDS), NODE)
+    try:
+        instance = imds("meta-data/instance-id", args.imds)
+        line = {**emf(CONFIRMED, [FLEET_DIMENSION]), FLEET_DIMENSION: args.fleet, CONFIRMED: int(bool(found))}
+        text = json.dumps({**line, "InstanceId": instance, "failed": found})
+        ship(text, args.log_group, instance, args.region, instance_credentials(args.imds), args.logs_endpoint)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as error:
+        text = f"host check not sent ({error}); this take-out counts nothing"
+    print(f"{TAKE_OUT}: {text}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["drain"]:
         return drain_main(argv[1:])
+    confirming = argv[:1] == ["confirm"]
+    if confirming:
+        try:
+            argv = json.loads(Path(argv[1] if argv[1:] else ARGS_FILE).read_text())
+        except (OSError, ValueError) as error:
+            print(f"{TAKE_OUT}: host check not run ({error}); this take-out counts nothing")
+            return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleet", required=True)
     parser.add_argument("--gpus", type=int, default=0)
@@ -341,7 +381,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--settle-seconds", type=float, default=SETTLE_SECONDS)
     parser.add_argument("--poll-seconds", type=float, default=POLL_SECONDS)
     parser.add_argument("--shared-fault-file", default=SHARED_FAULT_FILE)
+    parser.add_argument("--imds", default=IMDS)
     args = parser.parse_args(argv)
+    if confirming:
+        return confirm(args)
+    if args.log_group:
+        try:
+            write_shared(Path(ARGS_FILE), json.dumps(argv))
+        except OSError as error:
+            print(f"boot check: could not save its arguments ({error}); take-outs will count nothing", file=sys.stderr)
     started = monotonic()
     deadline = started + args.settle_seconds
     marker = Path(args.shared_fault_file)
@@ -353,9 +401,9 @@ def main(argv: list[str]) -> int:
     creds = None
     if args.log_group:
         try:
-            instance["InstanceId"] = imds("meta-data/instance-id")
-            instance["InstanceType"] = imds("meta-data/instance-type")
-            creds = instance_credentials()
+            instance["InstanceId"] = imds("meta-data/instance-id", args.imds)
+            instance["InstanceType"] = imds("meta-data/instance-type", args.imds)
+            creds = instance_credentials(args.imds)
         except (OSError, ValueError, IndexError) as error:
             print(f"boot check: instance metadata unreachable ({error}); result on the console only", file=sys.stderr)
     result = report(args.fleet, instance, checks, monotonic() - started, waited)

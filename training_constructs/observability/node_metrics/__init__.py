@@ -1,6 +1,6 @@
 """Node metrics through the launch template's user data: the CloudWatch agent (GPU metrics through its
 nvidia_gpu input on NVIDIA fleets) and the node collector (collector.py: EFA counters on every fleet,
-NVIDIA Xid errors and GPU power on GPU fleets), as commands for `ecs_agent_user_data`.
+NVIDIA Xid errors and GPU power on GPU fleets), as files and commands for `ecs_agent_user_data`.
 
 Every metric lands in config.metrics.NAMESPACE with the dimensions Fleet and InstanceId and no others:
 the agent rolls the per-GPU series (index, name, ...) up to the node (`aggregation_dimensions`) and
@@ -24,7 +24,7 @@ from config.metrics import (
     NODE_HEARTBEAT,
     XID_ERRORS,
 )
-from training_constructs.common.node_files import compact_python, write_packed
+from training_constructs.common.node_files import NodeFile, compact_python
 
 COLLECTOR = Path(__file__).with_name("collector.py")
 INSTALL_DIR = "/opt/training-node-metrics"
@@ -82,10 +82,19 @@ def _write(path: str, content: str) -> str:
     return f"cat > {path} <<'{marker}'\n{content.rstrip()}\n{marker}"
 
 
+def node_metrics_files(*, fleet: str, gpu: bool) -> list[NodeFile]:
+    """The collector, compacted (docstrings and comments out: the user data has room for little more), and
+    the agent configuration; the launch template writes them in one bundle before any command runs."""
+    return [
+        (f"{INSTALL_DIR}/collector.py", compact_python(COLLECTOR.read_text()).encode()),
+        (AGENT_CONFIG, json.dumps(agent_config(fleet=fleet, gpu=gpu), separators=(",", ":")).encode()),
+    ]
+
+
 def node_metrics_commands(*, fleet: str, gpu: bool) -> list[str]:
-    """Shell commands for the node's user data. The agent is installed in the background so that the
-    ECS agent registers the node without waiting; a failed setup says so on the instance console
-    (EC2 GetConsoleOutput) instead of failing the boot."""
+    """Shell commands for the node's user data, which runs them after writing `node_metrics_files`. The
+    agent is installed in the background so that the ECS agent registers the node without waiting; a
+    failed setup says so on the instance console (EC2 GetConsoleOutput) instead of failing the boot."""
     gpu_flag = " --gpu" if gpu else ""
     unit = "\n".join(
         [
@@ -109,11 +118,6 @@ def node_metrics_commands(*, fleet: str, gpu: bool) -> list[str]:
     )
     failure = f"echo '{SERVICE}: CloudWatch agent setup failed, no node metrics' > /dev/console"
     return [
-        f"mkdir -p {INSTALL_DIR}",
-        # Compacted (docstrings and comments out): the user data has room for little more.
-        write_packed(f"{INSTALL_DIR}/collector.py", compact_python(COLLECTOR.read_text()).encode()),
-        # Packed as well: the configuration is half a kilobyte smaller gzipped, and user data is full.
-        write_packed(AGENT_CONFIG, json.dumps(agent_config(fleet=fleet, gpu=gpu), separators=(",", ":")).encode()),
         _write(f"/etc/systemd/system/{SERVICE}.service", unit),
         f"({setup} || {failure}) > /var/log/{SERVICE}-setup.log 2>&1 &",
     ]
