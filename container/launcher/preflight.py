@@ -12,6 +12,10 @@ Checks, each only when its variable asks for it:
   EXPECT_VULKAN=1            NVIDIA_DRIVER_CAPABILITIES includes graphics (or all), and a Vulkan GPU is
                              visible: `vulkaninfo --summary` lists a GPU device, or, without vulkaninfo,
                              an NVIDIA Vulkan ICD file exists in VULKAN_ICD_DIRS
+  EFA_DEVICES=N (N > 0) with EXPECT_TORCH_CUDA=1 (NVIDIA fleets with EFA), unless NCCL_EFA_PROOF=0:
+                             one single-rank NCCL communicator from the image's PyTorch, with NCCL_DEBUG=INFO,
+                             is on the aws-ofi-nccl plugin with libfabric's efa provider on at least N NICs
+                             (nccl_proof.py beside this file judges its INFO lines)
   MIN_NVIDIA_DRIVER=V        the host's NVIDIA driver (NVIDIA_DRIVER_VERSION_FILE, default
                              /proc/driver/nvidia/version) is V or newer: driver_check.py beside this file
   EXPECTED_NEURON_DEVICES=N  at least N /dev/neuron* devices in NEURON_DEVICE_DIR (default /dev), and
@@ -53,6 +57,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 # EX_TEMPFAIL (sysexits.h): "temporary failure, the user is invited to retry". The job definitions'
 # retry strategy retries this code; every other non-zero exit is the application's.
@@ -249,6 +254,42 @@ def check_driver(environ: Mapping[str, str], minimum: str) -> list[str]:
     return [f"an NVIDIA driver of at least {minimum}, found: {problem}"] if problem else []
 
 
+def _nccl_proof() -> Any:
+    """nccl_proof.py beside this file (registered before it runs: its dataclasses look their module up)."""
+    if "nccl_proof" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("nccl_proof", Path(__file__).with_name("nccl_proof.py"))
+        if spec is None or spec.loader is None:
+            raise FileNotFoundError("nccl_proof.py")
+        sys.modules["nccl_proof"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["nccl_proof"])
+    return sys.modules["nccl_proof"]
+
+
+def nccl_wanted(environ: Mapping[str, str]) -> bool:
+    proof = environ.get("NCCL_EFA_PROOF", "")
+    if proof not in ("", "0", "1"):
+        raise Malformed(f"NCCL_EFA_PROOF='{proof}' is not 0 or 1")
+    return proof != "0" and (_count(environ, "EFA_DEVICES") or 0) > 0 and environ.get("EXPECT_TORCH_CUDA") == "1"
+
+
+def check_nccl(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(node faults, shared faults) that NCCL's own INFO lines show at a single-rank communicator's start:
+    fewer EFA NICs than EFA_DEVICES is this node's; no plugin, another network (Socket, IB) or another
+    libfabric provider is the image's or the AMI's, the same on every node. Lines that decide nothing
+    (none printed, a probe that died before NCCL chose its network) fail nothing: a note says so."""
+    proof = _nccl_proof()
+    python = environ.get("PYTHON") or "python3"
+    result = _run([python, "-c", proof.PROBE], proof.probe_environment(environ), TORCH_PROBE_SECONDS)
+    output = "" if result is None else result[1]
+    init = proof.read_init(output.splitlines())
+    verdict = proof.judge(init, _count(environ, "EFA_DEVICES") or 0)
+    if verdict is None:
+        ran = f"{python} exited {result[0]}" if result is not None else f"no interpreter {python}"
+        print(f"preflight: NCCL on EFA: no fault seen ({ran}): {proof.summary(init)}", file=sys.stderr)
+        return [], []
+    return ([verdict.line()], []) if verdict.kind == proof.NODE else ([], [verdict.line()])
+
+
 def xid_records(directory: Path, since: float) -> list[str]:
     """The lines ("<code> <kernel line>") of NODE_STATE_DIR/xid-faults stamped at or after `since` (epoch
     seconds). The host's node collector (training_constructs/observability/node_metrics/collector.py)
@@ -385,6 +426,9 @@ def main(environ: Mapping[str, str]) -> int:
         missing = failures(environ)
         # Only on an otherwise sound node: the PyTorch probe takes seconds, and a node fault comes first.
         unfixable = [] if missing else image_failures(environ)
+        if not missing and not unfixable and nccl_wanted(environ):
+            # Last: it needs a working PyTorch on the GPU, and a device short already explains a short NIC count.
+            missing, unfixable = check_nccl(environ)
     except Malformed as error:
         print(f"preflight.py: {error}", file=sys.stderr)
         return USAGE_EXIT
