@@ -29,9 +29,10 @@ mount), written by the host's boot check for a fault every node of the fleet sha
 with IMAGE_EXIT, naming the cause it holds.
 A failed check prints ONE line to stderr, naming the node, what was expected and what was found, and
 exits PREFLIGHT_EXIT (75; the job definitions retry it, and the launcher takes the node out) when a
-device count falls short, or IMAGE_EXIT (78; not retried, no node taken out) when only software failed
-that every node of the fleet shares: the EFA provider, Vulkan, the Neuron tools (neuron-ls missing, or
-failing with every Neuron device present), the driver version, the image's PyTorch. A malformed
+device count falls short (NCCL's count of EFA NICs included), or IMAGE_EXIT (78; not retried, no node
+taken out) when only software failed that every node of the fleet shares: the EFA provider, Vulkan, the
+Neuron tools (neuron-ls missing, or failing with every Neuron device present), the driver version, the
+image's PyTorch, NCCL off the aws-ofi-nccl plugin (no plugin, a socket fallback). A malformed
 variable exits 2. Stdlib only; runs on Python 3.10.
 
 Socket interface: inside an ECS task in awsvpc mode (AWS Batch multi-node jobs), `eth0` is the task

@@ -1,5 +1,6 @@
 """Preflight: preflight.py checks this node's devices (EFA devices and libfabric's provider, GPUs, a
-Vulkan GPU, Neuron devices and tools) before anything starts. A node that fails prints one line
+Vulkan GPU, Neuron devices and tools, NCCL on the aws-ofi-nccl plugin over every EFA: nccl_proof.py)
+before anything starts. A node that fails prints one line
 naming the node, expected and found, and exits 75 (78 for a fault the fleet shares, 2 for a bad
 variable). On the main node a child's report interrupts the checks: the node ends at once, with the
 tools the checks still run stopped (they run in their own session, so their whole group is)."""
