@@ -201,3 +201,22 @@ def test_the_preflight_passes_a_sound_start_with_a_note_and_runs_the_probe_only_
         assert preflight.main({**short, **off}) == 0
     assert capsys.readouterr().err == ""
     assert preflight.main({**short, "NCCL_EFA_PROOF": "yes"}) == preflight.USAGE_EXIT
+
+
+def test_older_nccls_plugin_wording_and_a_second_plugin_that_loaded():
+    older = [
+        "node:7:7 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+        "node:7:7 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.5<0>",
+        "node:7:7 [0] NCCL INFO Using network Socket",
+    ]
+    verdict = judge(older, 1)
+    assert verdict is not None and verdict.kind == "shared"
+    assert verdict.found.endswith(
+        "after 'NET/Plugin : No plugin found (libnccl-net.so), using internal implementation'"
+    )
+    # One candidate of NCCL_NET_PLUGIN missing while another loaded, cut off before the network choice: nothing.
+    partial = [
+        "node:7:7 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net-other.so",
+        "node:7:7 [0] NCCL INFO Successfully loaded external network plugin libnccl-net.so",
+    ]
+    assert judge(partial, 1) is None

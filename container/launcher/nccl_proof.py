@@ -41,9 +41,10 @@ PLUGIN_NETWORKS = ("libfabric", "aws libfabric", "ofi")
 _NCCL_LINE = re.compile(r"NCCL (INFO|WARN) (.*)$")
 _NETWORK = re.compile(r"^Using network (.+?)\s*$")
 _OFI_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([^,\s]+).*\(found (\d+) nics?\)")
-# NCCL 2.23 on: "NET/Plugin: Could not find: libnccl-net.so" (tests/fixtures/nccl); older NCCL: "NET/Plugin:
-# No plugin found (libnccl-net.so), using internal implementation" or "NET/Plugin : dlerror=...".
-_PLUGIN_ABSENT = re.compile(r"NET/Plugin ?: (Could not find|No plugin found|Plugin load .*failed|dlerror)")
+# NCCL 2.28: "NET/Plugin: Could not find: libnccl-net.so" (real: tests/fixtures/nccl/h100-plugin-missing.txt);
+# older releases said "No plugin found (libnccl-net.so), using internal implementation" or "Plugin load
+# (libnccl-net.so) returned 2 : ...".
+_PLUGIN_ABSENT = re.compile(r"NET/Plugin ?: (Could not find|No plugin found|Plugin load .*returned|dlerror)")
 _PLUGIN_FAILED = re.compile(r"Failed to initialize (any NET plugin|NET plugin .+)$")
 
 # One single-rank communicator: an all-reduce makes PyTorch create it (its NCCL communicators are lazy).
@@ -113,7 +114,7 @@ def judge(init: NcclInit, efa_devices: int) -> Verdict | None:
     cause = init.plugin_absent or init.plugin_failed
     if others:
         found = f"'Using network {others[0]}'"
-        if others[0] == "Socket":
+        if others[0].casefold() == "socket":
             found += " (a fallback to TCP sockets)"
         return Verdict(SHARED, expected, found + (f" after '{_clip(cause)}'" if cause else ""))
     if not init.networks:
