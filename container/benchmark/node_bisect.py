@@ -32,7 +32,6 @@ from fabric_references import DEGRADED, HEALTHY, HEALTHY_RATIO, UNCALIBRATED, ju
 PAIR_MAX_BYTES = 1024**3
 PAIR_ITERS = 10
 PAIR_WARMUP = 1
-ROUND_BOUND_SECONDS = 90
 
 Pair = tuple[int, int]
 # Measures the given disjoint pairs at the same time; returns each pair's busbw (GB/s), in order.
