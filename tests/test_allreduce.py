@@ -195,6 +195,60 @@ def test_two_process_sweep_counts_a_corrupted_element_and_fails():
 
 
 @needs_torch
+def test_four_nodes_below_the_bar_are_bisected_to_the_slow_one():
+    # Four one-rank "nodes" started directly (no agent); node 3 sleeps 0.4 s in every timed all-reduce
+    # of a pair (about 0.003 GB/s at 1 MiB). Nothing is published for 4 x p5 (uncalibrated) nor for
+    # two at 1 MiB, so the test's bar, 0.01 GB/s (1 MiB in 105 ms), stands in for a two-node reference.
+    common = {
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "INSTANCE_TYPE": "p5.48xlarge",
+        "TRAINING_FLEET": "gpu",
+        "ALLREDUCE_BENCH_PAIR_BAR_GBPS": "0.01",
+    }
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(BENCH), "--sizes", "1M", "--iters", "2", "--warmup", "0"],
+            env=base_env(
+                **common,
+                RANK=str(rank),
+                LOCAL_RANK="0",
+                GROUP_RANK=str(rank),
+                AWS_BATCH_JOB_NODE_INDEX=str(rank),
+                **({"ALLREDUCE_BENCH_SLOW_SECONDS": "0.4"} if rank == 3 else {}),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(4)
+    ]
+    outputs = [run.communicate(timeout=240) for run in ranks]
+    out, err = outputs[0]
+    assert [run.returncode for run in ranks] == [0, 0, 0, 0], err
+    result = bench_line(out)
+    assert result["fabric"]["verdict"] == "uncalibrated" and result["verdict"] == "degraded"
+    bisect = result["bisect"]
+    short = [
+        [[name.split(" (")[0] for name in pair["pair"]] + [pair["slow"]] for pair in one] for one in bisect["rounds"]
+    ]
+    assert short == [
+        [["node 0", "node 1", False], ["node 2", "node 3", True]],
+        [["node 2", "node 0", False], ["node 3", "node 1", True]],
+    ]
+    assert [name.split(" (")[0] for name in result["slow_nodes"]] == ["node 3"] and bisect["message_bytes"] == 1024**2
+    (line,) = [x for x in out.splitlines() if x.startswith("# slow node")]
+    assert line.startswith(f"# slow node: {result['slow_nodes'][0]}: below the bar")
+    # The scheduled check's metric line carries the node as a property, no dimension for it.
+    (emf,) = [x for x in json_lines(out) if "_aws" in x]
+    assert emf["SlowNodes"] == result["slow_nodes"] and emf["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["Fleet"]]
+    assert emf[metrics.BENCHMARK_VERDICT] == 0.5
+    assert not any(json_lines(other) for other, _ in outputs[1:])  # only rank 0 reports
+
+
+@needs_torch
 @pytest.mark.parametrize(("ranks", "factor"), [(1, 0.0), (2, 1.0), (3, 4 / 3), (4, 1.5)])
 def test_bus_bandwidth_factor_is_nccl_tests(monkeypatch, ranks, factor):
     assert load_bench(monkeypatch).bus_factor(ranks) == pytest.approx(factor)

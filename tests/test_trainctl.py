@@ -452,6 +452,7 @@ def bench_output(
     node_gbytes: dict[str, float],
     wrong: dict[str, int] | None = None,
     instance_type: str = INSTANCE_TYPE,
+    bisect: dict[str, Any] | None = None,
 ) -> list[str]:
     """What rank 0 of allreduce_bench.py --per-node prints after its table, made with its own functions:
     the node checks (node label -> average busbw in GB/s within that node), the embedded-metric line,
@@ -464,7 +465,8 @@ def bench_output(
         for label, gbytes in node_gbytes.items()
     ]
     fabric = bench.fabric_verdict({1024**3: fabric_gbytes}, instance_type, len(checks))
-    final = bench.worst([str(fabric["verdict"]), *(check.verdict for check in checks)])
+    pairs = [str(bisect["verdict"])] if bisect and bisect["verdict"] else []
+    final = bench.worst([str(fabric["verdict"]), *pairs, *(check.verdict for check in checks)])
     fabric_gbps = fabric_gbytes * 8
     short = {
         "verdict": final,
@@ -472,9 +474,11 @@ def bench_output(
         "fabric": fabric,
         "failing_nodes": [c.node for c in checks if c.verdict in ("broken", "wrong-result")],
         "degraded_nodes": [c.node for c in checks if c.verdict == "degraded"],
+        "slow_nodes": list(bisect["slow_nodes"]) if bisect else [],
     }
     full = {
         **short,
+        "bisect": bisect,
         "world_size": 4 * len(checks),
         "nodes": len(checks),
         "correct": not wrong,
@@ -483,7 +487,7 @@ def bench_output(
     return [
         "# per node (all nodes at once, each its own world)",
         *(f"#   {c.node}: {c.ranks} ranks, avg busbw {c.busbw_gbps:.3f} Gbps, {c.verdict}" for c in checks),
-        bench.metric_line("gpu", fabric_gbps, final),
+        bench.metric_line("gpu", fabric_gbps, final, short["slow_nodes"]),
         json.dumps(full),
         json.dumps(bench.summary(full)),  # the benchmark's own last line
     ]
@@ -538,6 +542,50 @@ def test_check_names_the_failing_and_degraded_nodes(world: World, trainctl: Any)
     assert result["verdict"] == "broken"
     assert result["failingNodes"] == ["node 1 (ip-10-0-1-7)"]
     assert result["degradedNodes"] == ["node 2 (ip-10-0-2-9)"]
+
+
+def _bisected(count: int, slow: list[int]) -> dict[str, Any]:
+    """The benchmark's pairs phase (container/benchmark/node_bisect.py) on a synthetic p5 fleet: a pair
+    reaches its slower node's speed, 440 GB/s healthy, 20 GB/s slow."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "container" / "benchmark"))
+    try:
+        import node_bisect
+    finally:
+        sys.path.pop(0)
+    speeds = [20.0 if node in slow else 440.0 for node in range(count)]
+    result = node_bisect.bisect(
+        count,
+        lambda pairs: [min(speeds[a], speeds[b]) for a, b in pairs],
+        node_bisect.pair_bar(INSTANCE_TYPE, 1024**3),
+    )
+    labels = [f"node {i} (ip-10-0-{i}-5)" for i in range(count)]
+    entry = node_bisect.as_report(result, labels, 1024**3, 3.5)
+    return {**entry, "verdict": "degraded" if result.named else None}
+
+
+def test_check_names_the_node_the_pairs_bisected_to(world: World, trainctl: Any) -> None:
+    nodes = {f"node {i} (ip-10-0-{i}-5)": 30.0 for i in range(4)}
+    with world.benchmark_prints("gpu", bench_output(P5_GBYTES, nodes, bisect=_bisected(4, [2]))):
+        table = trainctl("check", "gpu", "--poll-seconds", "0")
+        result = json.loads(trainctl("--json", "check", "gpu", "--poll-seconds", "0").stdout)
+
+    assert table.exit_code == ExitCode.UNHEALTHY, table.output
+    assert table.stdout.strip().endswith("; slow node: node 2 (ip-10-0-2-5) by pairs in 2 rounds)"), table.output
+    assert table.stdout.startswith("fleet gpu: degraded (")
+    assert result["slowNodes"] == ["node 2 (ip-10-0-2-5)"]
+    assert [len(r) for r in result["result"]["bisect"]["rounds"]] == [2, 2]
+
+
+def test_check_says_why_the_pairs_named_no_node(world: World, trainctl: Any) -> None:
+    nodes = {f"node {i} (ip-10-0-{i}-5)": 30.0 for i in range(4)}
+    bisect = {**_bisected(4, [0, 1, 2, 3]), "verdict": "degraded"}
+    with world.benchmark_prints("gpu", bench_output(P5_GBYTES, nodes, bisect=bisect)):
+        table = trainctl("check", "gpu", "--poll-seconds", "0")
+
+    assert table.exit_code == ExitCode.UNHEALTHY, table.output
+    assert table.stdout.strip().endswith(
+        "; pairs: slow node not found: every pair is below the bar: the fabric or every node, not one node)"
+    ), table.output
 
 
 def test_check_finds_the_verdict_on_whichever_node_held_rank_zero(world: World, trainctl: Any) -> None:

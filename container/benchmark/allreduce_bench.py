@@ -22,14 +22,17 @@ instance type (--instance-type, INSTANCE_TYPE) and node count (fabric_references
 config/fabric_references.py): healthy, degraded (with the likely cause) or uncalibrated (nothing
 published). Within one node it compares the average busbw with the GPUs' interconnect (--node-gbps,
 NODE_GBPS; config/gpu_interconnect.py). `--per-node` first reduces within every node at once (one
-subgroup per node), then across all nodes, and names the nodes that failed.
+subgroup per node), then across all nodes, and names the nodes that failed. With three or more nodes
+whose fabric verdict is degraded (or uncalibrated where two nodes of the type have a published figure),
+pairs of nodes are then measured at once and bisected to the slow node in at most two rounds
+(allreduce_pairs.py, node_bisect.py; docs/observability.md, "Naming the slow node").
 
 Exit status: 0 when every result was right, 1 when any element was wrong, 2 on bad arguments.
 
 The modules beside this one: allreduce_sweep.py (backends, the sweep, the table),
-allreduce_per_node.py (the per-node phase), allreduce_verdicts.py (verdicts, the metric and summary
-lines), fabric_references.py (the published figures). The images copy all five into /opt/training;
-this file is the one to run.
+allreduce_per_node.py (the per-node phase), allreduce_pairs.py and node_bisect.py (the pairs phase),
+allreduce_verdicts.py (verdicts, the metric and summary lines), fabric_references.py (the published
+figures). The images copy them all into /opt/training; this file is the one to run.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
+from allreduce_pairs import pairs_bar, pairs_phase
 from allreduce_per_node import node_identity, node_phase
 from allreduce_sweep import (
     CORRUPT_RANK_ENV,
@@ -73,6 +77,7 @@ from allreduce_verdicts import (
     verdict,
     worst,
 )
+from node_bisect import pair_size, report_lines, should_bisect
 
 # The benchmark's names in one place, as tests/test_allreduce.py and readers of this file find them.
 __all__ = [
@@ -204,6 +209,8 @@ def main(argv: list[str]) -> int:
 
     checks: list[NodeCheck] = []
     fabric: dict[str, object] | None = None
+    bisection: dict[str, object] | None = None
+    slow_nodes: list[str] = []
     if args.per_node and nodes > 1:
         if not backend.subgroups:
             report["node_checks_skipped"] = f"the {backend.name} backend has no torch.distributed subgroups"
@@ -234,6 +241,12 @@ def main(argv: list[str]) -> int:
         fraction = None
         fabric = fabric_verdict({row.bytes: row.busbw_GBps for row in rows}, args.instance_type, nodes)
         word = "wrong-result" if wrong else str(fabric["verdict"])
+        # Every rank holds the same figures (the sweep reduces them), so all decide alike.
+        size = pair_size(args.sizes)
+        bar = pairs_bar(args.instance_type, size)
+        if backend.subgroups and should_bisect(word, nodes, bar):
+            bisection, slow_nodes = pairs_phase(backend, bar, size, args.iters)
+            word = worst([word, str(bisection["verdict"] or word)])
     final = worst([word, *(check.verdict for check in checks)])
     correct = wrong == 0 and all(check.wrong == 0 for check in checks)
     largest = rows[-1]
@@ -252,9 +265,11 @@ def main(argv: list[str]) -> int:
         print(format_table(rows, title), flush=True)
         if fabric is not None:
             print(f"# fabric: {fabric['verdict']}: {fabric['reason']}", flush=True)
+        if bisection is not None:
+            print("\n".join(report_lines(bisection)), flush=True)
         fleet = os.environ.get(FLEET_ENV)
         if fleet:
-            print(metric_line(fleet, busbw_gbps, final), flush=True)
+            print(metric_line(fleet, busbw_gbps, final, slow_nodes), flush=True)
         report.update(
             {
                 # The figures of the largest size, as one-size runs always reported them.
@@ -274,6 +289,9 @@ def main(argv: list[str]) -> int:
                 "node_checks": [asdict(check) for check in checks],
                 "failing_nodes": [c.node for c in checks if c.verdict in ("broken", "wrong-result")],
                 "degraded_nodes": [c.node for c in checks if c.verdict == "degraded"],
+                # The pairs phase (allreduce_pairs.py): its rounds and the slow node(s) named.
+                "bisect": bisection,
+                "slow_nodes": slow_nodes,
                 "verdict": final,
                 "correct": correct,
                 "elapsed_seconds": round(time.monotonic() - began, 3),

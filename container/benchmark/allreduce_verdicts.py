@@ -22,6 +22,8 @@ FLEET_DIMENSION = "Fleet"
 FLEET_ENV = "TRAINING_FLEET"
 BUSBW_METRIC = "BenchmarkBusBandwidthGbps"
 VERDICT_METRIC = "BenchmarkVerdict"
+# A property of the metric line, not a metric: the nodes the pairs phase named (allreduce_pairs.py).
+SLOW_NODES_FIELD = "SlowNodes"
 # uncalibrated: the check ran and nothing published to judge it by (neither healthy nor failing; the
 # fleet check's missing-verdict alarm still sees a verdict arrive).
 VERDICT_VALUES = {"healthy": 1.0, "uncalibrated": 0.75, "degraded": 0.5, "broken": 0.0, "wrong-result": 0.0}
@@ -82,6 +84,7 @@ SUMMARY_FIELDS = (
     "fabric",
     "failing_nodes",
     "degraded_nodes",
+    "slow_nodes",
     "correct",
 )
 
@@ -91,12 +94,16 @@ def summary(report: dict[str, object]) -> dict[str, object]:
     return {"summary": True, **{key: report[key] for key in SUMMARY_FIELDS if key in report}}
 
 
-def metric_line(fleet: str, busbw_gbps: float, word: str) -> str:
+def metric_line(fleet: str, busbw_gbps: float, word: str, slow_nodes: Sequence[str] = ()) -> str:
     """One CloudWatch embedded-metric-format event (CloudWatch user guide, "Specification: Embedded
     metric format"); CloudWatch Logs extracts it from the job's log stream, no header needed
-    ("Using the PutLogEvents API to send manually-created embedded metric format logs")."""
+    ("Using the PutLogEvents API to send manually-created embedded metric format logs"). The slow
+    nodes the pairs phase named ride along as SLOW_NODES_FIELD, a property of the log event that no
+    metric or dimension names: the record keeps the node, the metrics stay one series per fleet."""
     metrics: list[dict[str, str]] = [{"Name": BUSBW_METRIC, "Unit": "Gigabits/Second"}]
     event: dict[str, object] = {FLEET_DIMENSION: fleet, BUSBW_METRIC: round(busbw_gbps, 3)}
+    if slow_nodes:
+        event[SLOW_NODES_FIELD] = list(slow_nodes)
     if word in VERDICT_VALUES:
         metrics.append({"Name": VERDICT_METRIC, "Unit": "None"})
         event[VERDICT_METRIC] = VERDICT_VALUES[word]

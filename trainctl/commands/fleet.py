@@ -159,6 +159,8 @@ def check(
         busbwGbps=verdict.get("busbw_gbps"),
         failingNodes=list(verdict.get("failing_nodes") or []),
         degradedNodes=list(verdict.get("degraded_nodes") or []),
+        # The node(s) the benchmark's pairs phase bisected to (container/benchmark/node_bisect.py).
+        slowNodes=list(verdict.get("slow_nodes") or []),
         # The benchmark's verdict line verbatim, named as docs/checkpoints.md lists its fields (data, as tags are).
         result=verdict,
     )
