@@ -99,13 +99,15 @@ def test_a_view_of_another_shape_is_saved_not_parsed(tmp_path, shape):
     assert (tmp_path / "evidence" / evidence.RAS_FILE).read_text() == shape
 
 
-def test_no_client_is_one_line_on_nvidia_nodes_and_nothing_elsewhere(tmp_path):
+def test_no_client_or_ras_off_is_one_line_on_nvidia_nodes_and_nothing_elsewhere(tmp_path):
     folder = tmp_path / "bin"
     folder.mkdir()
     assert evidence.ras_view(tmp_path / "evidence", {"PATH": str(folder)}) == ""
     (folder / "nvidia-smi").write_text("#!/bin/sh\n")
     (folder / "nvidia-smi").chmod(0o755)
     assert evidence.ras_view(tmp_path / "evidence", {"PATH": str(folder)}) == "no ncclras in this image: no RAS view"
+    off = {**printing(tmp_path, STUCK), "NCCL_RAS_ENABLE": "0"}
+    assert evidence.ras_view(tmp_path / "evidence", off) == "RAS is off (NCCL_RAS_ENABLE=0): no RAS view"
     assert not (tmp_path / "evidence").exists()
 
 

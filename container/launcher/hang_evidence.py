@@ -205,6 +205,8 @@ def ras_command(tool: str, environ: Mapping[str, str], seconds: float) -> list[s
 def ras_view(directory: Path, environ: Mapping[str, str], seconds: float = RAS_SECONDS) -> str:
     """Save ncclras's JSON view beside the stacks; the line for the hang verdict: the ranks RAS reports behind,
     or why there is no view ("" off NVIDIA nodes, where there is no NCCL to ask)."""
+    if environ.get("NCCL_RAS_ENABLE", "").strip() == "0":
+        return "RAS is off (NCCL_RAS_ENABLE=0): no RAS view"
     tool = shutil.which("ncclras", path=environ.get("PATH"))
     if tool is None:
         return "no ncclras in this image: no RAS view" if shutil.which("nvidia-smi", path=environ.get("PATH")) else ""
