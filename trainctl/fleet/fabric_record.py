@@ -204,7 +204,8 @@ def render_block(recorded: Iterable[Reference], replaced: Iterable[tuple[str, in
     if not runs:
         lines.append("    ()")
     lines.append(")")
-    lines.append(f"REPLACED: tuple[tuple[str, int], ...] = {tuple(sorted(set(replaced)))!r}")
+    pairs = "".join(f"({_literal(name)}, {nodes}), " for name, nodes in sorted(set(replaced)))
+    lines.append(f"REPLACED: tuple[tuple[str, int], ...] = ({pairs.rstrip()})")
     return lines
 
 
@@ -245,7 +246,9 @@ def record(repo: Path, current: TableFile, rows: list[Reference], replacing: boo
         for row in current.module.RECORDED
         if (row.instance_type, row.nodes) != key or not (replacing or row.message_bytes in sizes)
     ]
-    replaced = [*current.module.REPLACED, key] if replacing else list(current.module.REPLACED)
+    # Only published healthy rows need hiding: earlier recorded ones are dropped from the block itself.
+    published = any((r.instance_type, r.nodes) == key and r.cause is None for r in current.module.PUBLISHED)
+    replaced = [*current.module.REPLACED, *([key] if replacing and published else [])]
     block = render_block([*kept, *rows], replaced)
     written = "\n".join([*lines[: start + 1], *block, *lines[end:]]) + "\n"
     listed = {_values(row) for row in load_table(written, table).REFERENCES}
