@@ -10,8 +10,15 @@ naming the likely cause when the figure lies near a published run of a known bad
 judged).
 
 Add a row only for a figure you can cite: the file and commit (or page and date) it is printed in.
-Every figure is nccl-tests' out-of-place busbw in GB/s of one published run; none of the sources
-publishes a median or a minimum of several runs, so `minimum_GBps` stays None until one does.
+Every published figure is nccl-tests' out-of-place busbw in GB/s of one run; none of the sources
+publishes a median or a minimum of several runs, so `minimum_GBps` stays None until one does. A row's
+`test` names the collective test that measured it: nccl-tests' all_reduce_perf, or the benchmark
+(container/benchmark/allreduce_bench.py: NCCL on GPUs, the XLA backend over Neuron collectives on
+Trainium, which has no nccl-tests).
+
+The rows between the RECORDED markers are written by `trainctl fabric record` (measurements nobody
+had published, each with its source); REPLACED lists the type and node counts whose published healthy
+rows a recorded measurement replaced (`--replace`). Edit that block only to remove an entry.
 
 This module is the one table and the one verdict: trainctl imports it as config.fabric_references, and
 the benchmark image carries a byte-identical copy, container/benchmark/fabric_references.py (a test pins
@@ -36,6 +43,11 @@ CAUSE_FACTOR = 1.5
 HEALTHY = "healthy"
 DEGRADED = "degraded"
 UNCALIBRATED = "uncalibrated"
+
+# The collective tests a row may name (Reference.test).
+NCCL_TESTS_ALL_REDUCE = "nccl-tests all_reduce_perf"
+BENCHMARK_NCCL = "allreduce_bench.py, NCCL"
+BENCHMARK_XLA = "allreduce_bench.py, XLA over Neuron collectives"
 
 FEWER_EFAS = "fewer EFAs in use"
 NO_EFA = "no EFA / socket fallback"
@@ -67,6 +79,7 @@ class Reference:
     # None: a healthy run. Otherwise the degraded configuration that was measured on purpose.
     cause: str | None = None
     minimum_GBps: float | None = None
+    test: str = NCCL_TESTS_ALL_REDUCE
 
 
 AWSOME = "https://github.com/awslabs/awsome-distributed-training"
@@ -125,12 +138,17 @@ P4D_HYPERPOD = Source(
 
 
 def _rows(
-    instance_type: str, source: Source, figures: Mapping[int, float], cause: str | None = None
+    instance_type: str,
+    source: Source,
+    figures: Mapping[int, float],
+    cause: str | None = None,
+    nodes: int = 2,
+    test: str = NCCL_TESTS_ALL_REDUCE,
 ) -> list[Reference]:
-    return [Reference(instance_type, 2, size, busbw, source, cause) for size, busbw in figures.items()]
+    return [Reference(instance_type, nodes, size, busbw, source, cause, test=test) for size, busbw in figures.items()]
 
 
-REFERENCES: tuple[Reference, ...] = tuple(
+PUBLISHED: tuple[Reference, ...] = tuple(
     _rows("p5.48xlarge", P5_BATCH, {GIB: 441.81, 2 * GIB: 444.02, 4 * GIB: 475.97, 8 * GIB: 480.43, 16 * GIB: 483.05})
     + _rows("p5.48xlarge", P5_SLURM, {GIB: 436.95, 2 * GIB: 443.72, 4 * GIB: 465.87, 8 * GIB: 479.28, 16 * GIB: 487.09})
     + _rows("p4de.24xlarge", P4DE_SLURM, {GIB: 76.79, 2 * GIB: 78.33})
@@ -139,6 +157,18 @@ REFERENCES: tuple[Reference, ...] = tuple(
     + _rows("p4d.24xlarge", P4D_VM, {GIB: 20.19, 2 * GIB: 20.31}, cause=FEWER_EFAS)
     + _rows("p4d.24xlarge", P4D_VM, {GIB: 8.15, 2 * GIB: 8.20}, cause=NO_EFA)
     + _rows("p4d.24xlarge", P4D_HYPERPOD, {GIB: 4.08, 2 * GIB: 4.13}, cause=NO_EFA)
+)
+
+# fmt: off
+# BEGIN RECORDED (written by `trainctl fabric record`)
+RECORDED: tuple[Reference, ...] = ()
+REPLACED: tuple[tuple[str, int], ...] = ()
+# END RECORDED
+# fmt: on
+
+# A replaced type and node count keeps its published bad configurations (they still name causes).
+REFERENCES: tuple[Reference, ...] = (
+    tuple(row for row in PUBLISHED if row.cause or (row.instance_type, row.nodes) not in REPLACED) + RECORDED
 )
 
 

@@ -1,5 +1,6 @@
 """The evidence of a hang on one node, for progress_watch.py: the training ranks under torchrun, their
-Python stacks (py-spy), PyTorch's flight-recorder files, and the upload beside the job's checkpoints.
+Python stacks (py-spy), PyTorch's flight-recorder files, NCCL's RAS view of the job (ncclras, where the image
+has it), and the upload beside the job's checkpoints.
 
 A stopped process runs no faulthandler, but py-spy reads a process's memory: its default mode suspends
 the process with ptrace and fails on one that a signal stopped ("Failed to suspend process"), while
@@ -14,12 +15,13 @@ Stdlib only, Python 3.10; boto3 for the upload (as checkpoint_sync.py).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -150,6 +152,8 @@ def fingerprint(directory: Path) -> str:
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         if path.name.startswith("stacks-rank-"):
             parts.append(RUNNING.sub("state R/S", THREAD_MARK.sub(r"\1", path.read_text())))
+        elif path.name == RAS_FILE:
+            parts.append(ras_line(path.read_text()))  # its timestamp changes on every query
         else:
             parts.append(f"{path.relative_to(directory)} {path.stat().st_size}")
     return "\n".join(parts)
@@ -172,3 +176,94 @@ def upload(uri: str, directory: Path) -> str | None:
     except Exception as error:  # any failure is said in one line; the watch goes on
         return f"{error.__class__.__name__}: {str(error)[:160]}"
     return None
+
+
+# NCCL's RAS service (NCCL >= 2.24, on by default) answers its client, ncclras, on localhost:28028 or where
+# NCCL_RAS_ADDR (host:port) puts it; `-f json` (NCCL >= 2.28.7) prints every communicator's ranks with their
+# count of each collective launched, and the ranks RAS could not reach (NCCL's documentation, "RAS", JSON
+# Output; src/ras/client_support.cc). The view is job-wide: any node's client gathers every process's.
+RAS_FILE = "ncclras.json"
+RAS_SECONDS = 5.0
+# ncclras waits up to -t for the job's processes, plus a margin of its own: it gets a little more than that.
+RAS_MARGIN_SECONDS = 3.0
+RAS_MAX_LINE = 200
+
+
+def ras_command(tool: str, environ: Mapping[str, str], seconds: float) -> list[str]:
+    """ncclras asking for JSON, at NCCL_RAS_ADDR's host and port when the job set them (-t 0 would wait forever)."""
+    command = [tool, "-f", "json", "-t", str(max(1, round(seconds)))]
+    address = environ.get("NCCL_RAS_ADDR", "").strip()
+    if address:
+        host, _, port = address.rpartition(":")
+        if host:
+            command += ["-h", host.strip("[]")]
+        if port.isdigit():
+            command += ["-p", port]
+    return command
+
+
+def ras_view(directory: Path, environ: Mapping[str, str], seconds: float = RAS_SECONDS) -> str:
+    """Save ncclras's JSON view beside the stacks; the line for the hang verdict: the ranks RAS reports behind,
+    or why there is no view ("" off NVIDIA nodes, where there is no NCCL to ask)."""
+    if environ.get("NCCL_RAS_ENABLE", "").strip() == "0":
+        return "RAS is off (NCCL_RAS_ENABLE=0): no RAS view"
+    tool = shutil.which("ncclras", path=environ.get("PATH"))
+    if tool is None:
+        return "no ncclras in this image: no RAS view" if shutil.which("nvidia-smi", path=environ.get("PATH")) else ""
+    command = ras_command(tool, environ, seconds)
+    limit = seconds + RAS_MARGIN_SECONDS
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=limit, check=False)
+    except subprocess.TimeoutExpired:
+        return f"RAS: ncclras gave no answer in {limit:.0f} s"
+    except OSError as error:
+        return f"RAS: ncclras could not run ({error.strerror or error})"
+    if result.returncode != 0 or not result.stdout.strip():
+        reason = next((line.strip() for line in result.stderr.splitlines() if line.strip()), "")
+        return f"RAS: ncclras failed (exit {result.returncode}{': ' + reason[:80] if reason else ''})"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / RAS_FILE).write_text(result.stdout)
+    return ras_line(result.stdout)
+
+
+def ras_line(text: str) -> str:
+    """The ranks behind in each communicator's collectives and the ranks RAS could not reach, in one line."""
+    found = ras_behind(text)
+    if found is None:
+        return f"RAS view saved ({RAS_FILE}), not parsed: its shape is not NCCL's documented one"
+    if not found:
+        return f"RAS ({RAS_FILE}): no rank behind in any collective, none missing"
+    return f"RAS ({RAS_FILE}): " + "; ".join(found)[:RAS_MAX_LINE]
+
+
+def _ranks(numbers: Sequence[int]) -> str:
+    return f"rank{'s' if len(numbers) > 1 else ''} {', '.join(map(str, sorted(numbers)))}"
+
+
+def ras_behind(text: str) -> list[str] | None:
+    """From ncclras's JSON: per communicator, the ranks whose count of a collective is below the most any rank
+    launched, and the missing ranks; None when the document does not have the shape NCCL documents."""
+    try:
+        document = json.loads(text)
+        found = []
+        for comm in document["communicators"]:
+            name = str(comm.get("hash", "?"))
+            ranks = {int(rank["rank"]): rank["collective_counts"] for rank in comm["ranks"]}
+            operations = sorted({op for counts in ranks.values() for op in counts})
+            for op in operations:
+                counts = {rank: int(counts.get(op, 0)) for rank, counts in ranks.items()}
+                most = max(counts.values())
+                behind = [rank for rank, count in counts.items() if count < most]
+                if behind:
+                    least = min(counts[rank] for rank in behind)
+                    found.append(f"{_ranks(behind)} behind in {op} ({least} of {most}, comm {name})")
+            missing = list(comm.get("missing_ranks", []))
+            dead = [int(m["rank"]) for m in missing if m.get("status", {}).get("considered_dead")]
+            quiet = [int(m["rank"]) for m in missing if int(m["rank"]) not in dead]
+            if dead:
+                found.append(f"{_ranks(dead)} considered dead (comm {name})")
+            if quiet:
+                found.append(f"{_ranks(quiet)} missing: no data from it (comm {name})")
+        return found
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None

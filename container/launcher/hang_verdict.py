@@ -43,6 +43,7 @@ class NodeReport:
     heartbeat: bool = False  # this node's ranks touched TRAINING_HEARTBEAT_FILE
     waiting: list[int] = field(default_factory=list)  # ranks whose innermost frame waits on the peers
     outside: list[tuple[int, str]] = field(default_factory=list)  # ranks elsewhere: (rank, innermost frame)
+    ras: str = ""  # what NCCL's RAS view says (hang_evidence.ras_view); "" off NVIDIA nodes
 
     @property
     def stopped_ranks(self) -> list[int]:
@@ -194,6 +195,10 @@ def verdict(
         parts.append(f"stacks at {' '.join(sorted(where))}")
     else:
         parts.append("stacks in each node's log (no CHECKPOINT_URI to upload them to)")
+    # RAS's view is job-wide: the first stopped node's, else any node's that has one.
+    ras = first.ras or next((r.ras for r in hung if r.ras), "")
+    if ras:
+        parts.append(ras)
     failed = [f"node {r.node}: {r.note}" for r in hung if r.note]
     if failed:
         parts.append("; ".join(failed)[:200])

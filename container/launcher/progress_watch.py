@@ -43,7 +43,7 @@ from pathlib import Path
 
 import node_fault  # beside this file in every image
 from cold_start import alive
-from hang_evidence import collect, find_ranks, fingerprint, in_collective, innermost, upload
+from hang_evidence import collect, find_ranks, fingerprint, in_collective, innermost, ras_view, upload
 from hang_verdict import HANG_EXIT as HANG_EXIT  # the launcher's code for a repeated hang, named here too
 from hang_verdict import NodeReport, children, ended_children, verdict
 from progress_signals import HUNG, PROGRESSING, Progress, Signals
@@ -144,6 +144,7 @@ def examine(watch: Watch, progress: Progress, environ: Mapping[str, str], before
     evidence = watch.directory / "evidence"
     shutil.rmtree(evidence, ignore_errors=True)
     notes, stacks = collect(ranks, evidence, environ.get("TORCH_FR_DUMP_TEMP_FILE", ""))
+    ras = ras_view(evidence, environ)
     hardware = node_fault.judge(environ, watch.since, settle=0)
     seen = f"{hardware}\n{fingerprint(evidence)}"
     if before is not None and seen == before.fingerprint:
@@ -151,7 +152,7 @@ def examine(watch: Watch, progress: Progress, environ: Mapping[str, str], before
     host = socket.gethostname()
     report = NodeReport(watch.node, host, HUNG, progress.last, progress.limit, progress.source)
     report.ranks = [(r.rank, r.state) for r in ranks]
-    report.hardware, report.heartbeat = hardware, progress.heartbeat_seen
+    report.hardware, report.heartbeat, report.ras = hardware, progress.heartbeat_seen, ras
     for rank, text in sorted(stacks.items()):
         frame = innermost(text)
         if frame is not None and in_collective(frame):
@@ -174,6 +175,7 @@ def examine(watch: Watch, progress: Progress, environ: Mapping[str, str], before
         f"{progress.source}); ranks {report.ranks}, waiting in a collective {report.waiting}; evidence "
         f"{report.evidence or 'in this log'}"
         + (f"; {report.note}" if report.note else "")
+        + (f"; {ras}" if ras else "")
         + "; the attempt ends once no node progresses"
     )
     return Examined(report, seen, now, changed=True)

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
+from config import fabric_references
+from config.fabric_references import size_text
 from trainctl.commands.base import GLOBAL_HELP, app, human_names, reports_errors, state_of
 from trainctl.errors import ExitCode, TrainctlError, clip
 from trainctl.fleet.fabric import fabric_judgement, figures_table, is_healthy, parse_figures, verdict_line
+from trainctl.fleet.fabric_record import (
+    TABLE_COPY,
+    TESTS,
+    known_type,
+    log_facts,
+    pick_test,
+    pick_version,
+    read_table,
+    record,
+    rows_to_record,
+    source_of,
+)
 
 
 class FabricGroup(TyperGroup):
@@ -89,3 +104,74 @@ def verdict(
         for line in figures_table(figures, judged.message_bytes):
             typer.echo(line)
     raise typer.Exit(int(ExitCode.OK if is_healthy(judged) else ExitCode.UNHEALTHY))
+
+
+def _repository() -> Path:
+    """The checkout trainctl runs from: the one whose config/ holds the table."""
+    return Path(fabric_references.__file__).resolve().parents[1]
+
+
+@fabric_app.command("record")
+@reports_errors
+def record_command(
+    log: Annotated[
+        Path,
+        typer.Argument(metavar="LOG", help="all_reduce_perf output of a healthy run (as for `fabric verdict`)."),
+    ],
+    instance_type: Annotated[
+        str, typer.Option("--instance-type", metavar="TYPE", help="The nodes' EC2 instance type (in the catalog).")
+    ],
+    nodes: Annotated[int, typer.Option(min=2, metavar="N", help="How many nodes the run spanned (at least 2).")],
+    source: Annotated[
+        str,
+        typer.Option(
+            metavar="TEXT_OR_URL",
+            help="Where the log is published: a GitHub file at a commit (.../blob/<commit>/<path>), a page, a note.",
+        ),
+    ],
+    test: Annotated[
+        str | None,
+        typer.Option(metavar="TEST", help=f"The collective test ({', '.join(TESTS)}); default: what the log says."),
+    ] = None,
+    nccl: Annotated[str | None, typer.Option(metavar="VERSION", help="NCCL's version; default: the log's.")] = None,
+    aws_ofi_nccl: Annotated[
+        str | None, typer.Option(metavar="VERSION", help="aws-ofi-nccl's version; default: the log's.")
+    ] = None,
+    efa_installer: Annotated[
+        str | None, typer.Option(metavar="VERSION", help="The EFA installer's version (no log prints it).")
+    ] = None,
+    command: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="The command that ran the test; default: the test's name.")
+    ] = None,
+    note: Annotated[str, typer.Option(metavar="TEXT", help="Anything else a reader needs (image, placement).")] = "",
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Record it where the type and node count already have a reference.")
+    ] = False,
+    repo: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="The checkout to write; default: the one trainctl runs from.")
+    ] = None,
+) -> None:
+    """Add a healthy all-reduce run to the reference table (config/fabric_references.py and the benchmark's
+    copy), for a type and node count nothing is published for. Refused: a type outside the catalog, a log
+    without rows or with wrong results, a type and node count with a reference (unless --replace), a run the
+    verdict calls degraded."""
+    known_type(instance_type)
+    lines = read_log(log)
+    figures = parse_figures(lines)
+    facts = log_facts(lines)
+    chosen = pick_test(test, facts.test, instance_type)
+    versions = {
+        "nccl": pick_version("--nccl", nccl, facts.nccl),
+        "aws_ofi_nccl": pick_version("--aws-ofi-nccl", aws_ofi_nccl, facts.aws_ofi_nccl),
+        "efa_installer": efa_installer,
+    }
+    today = datetime.now(UTC).date().isoformat()
+    cited = source_of(source, today, command or chosen, versions, note)
+    checkout = repo or _repository()
+    current = read_table(checkout)
+    rows = rows_to_record(figures, instance_type, nodes, cited, chosen, replace, current.module.REFERENCES)
+    table = record(checkout, current, rows, replace)
+    sizes = ", ".join(f"{size_text(row.message_bytes)} {row.busbw_GBps:.2f}" for row in rows)
+    typer.echo(f"recorded: {nodes} x {instance_type}, {chosen}, busbw GB/s {sizes}")
+    copy = table.parents[1] / TABLE_COPY
+    typer.echo(f"  written to {table} and {copy}; add the row to docs/observability.md's reference table")

@@ -22,7 +22,8 @@ _TYPES = "int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3
 _OPS = "sum|prod|max|min|avg|mulsum|none"
 _NUMBER = r"(\d+(?:\.\d+)?)"
 ROW = re.compile(
-    rf"(?:^|[\s:>\]])(\d+)\s+(\d+)\s+(?:{_TYPES})\s+(?:{_OPS})\s+-?\d+\s+{_NUMBER}\s+{_NUMBER}\s+{_NUMBER}(?:\s|$)"
+    rf"(?:^|[\s:>\]])(\d+)\s+(\d+)\s+(?:{_TYPES})\s+(?:{_OPS})\s+-?\d+\s+{_NUMBER}\s+{_NUMBER}\s+{_NUMBER}"
+    r"(?:\s+(\d+|N/A))?(?:\s|$)"
 )
 
 
@@ -31,6 +32,7 @@ class Figure:
     bytes: int
     algbw_GBps: float
     busbw_GBps: float
+    wrong: int | None = None  # the row's #wrong (None: not checked, nccl-tests' `N/A` under -c 0)
 
 
 def parse_figures(lines: Iterable[str]) -> list[Figure]:
@@ -42,8 +44,9 @@ def parse_figures(lines: Iterable[str]) -> list[Figure]:
         match = ROW.search(line)
         if match is None:
             continue
-        size, _count, _time, algbw, busbw = match.groups()
-        found[int(size)] = Figure(int(size), float(algbw), float(busbw))
+        size, _count, _time, algbw, busbw, wrong = match.groups()
+        checked = int(wrong) if wrong and wrong.isdigit() else None
+        found[int(size)] = Figure(int(size), float(algbw), float(busbw), checked)
     return [found[size] for size in sorted(found)]
 
 
