@@ -197,6 +197,16 @@ def test_benchmark_runs_the_allreduce_across_the_nodes(profile):
     assert "--per-node" in c["Command"]
 
 
+def test_types_with_published_runs_past_1_gib_are_swept_to_them_up_to_8_gib():
+    """The fabric verdict judges the largest size measured that has a reference (config/fabric_references.py):
+    p5's published runs go to 16 GiB (swept to 8), p4d's to 2 GiB; a type without references stops at 1 GiB."""
+    from training_constructs.jobs.workloads import bench_sizes
+
+    assert bench_sizes(CATALOG["p5.48xlarge"]) == "8K:8G"
+    assert bench_sizes(CATALOG["p4d.24xlarge"]) == "8K:2G"
+    assert bench_sizes(CATALOG["g6.12xlarge"]) == "8K:1G"
+
+
 def test_trainium_training_runs_the_neuron_allreduce_example():
     c = container(job_definition("default", "Trainium", "TrainingJob"))
     assert c["Command"][:2] == ["/opt/training/distributed_run.sh", "/opt/training/allreduce_bench.py"]
