@@ -18,7 +18,7 @@ from tests.harness import ROOT
 from trainctl.cli import app
 from trainctl.errors import ExitCode
 from trainctl.fleet.fabric import parse_figures
-from trainctl.fleet.plugin_knobs import plugin_knob_warning
+from trainctl.fleet.plugin_knobs import gin_refusal, plugin_knob_warning
 
 GIB = 1024**3
 FIXTURES = ROOT / "tests" / "fixtures" / "fabric"
@@ -232,6 +232,34 @@ def test_each_plugin_defeating_variable_is_named_on_nvidia_only(name):
     assert "\n" not in warning and "aws-ofi-nccl/blob/master/doc/efa-env-var.md" in warning
     assert plugin_knob_warning(definition("trn1.32xlarge"), {name: "1"}) is None
     assert plugin_knob_warning(definition("p5.48xlarge"), {"TASK": "x", "NCCL_DEBUG": "INFO"}) is None
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "value", "refused"),
+    [
+        # EFA-GDA (5): P5en, P6-B200, P6-B300 only (aws-ofi-nccl doc/gin-getting-started.md).
+        ("p5en.48xlarge", "5", False),
+        ("p6-b300.48xlarge", "5", False),
+        ("p5.48xlarge", "5", True),
+        # Proxy mode: where platform-aws.cpp defaults the plugin to its RDMA protocol.
+        ("p5.48xlarge", "3", False),
+        ("g7e.48xlarge", "3", False),
+        ("p4d.24xlarge", "3", True),
+        ("g6.12xlarge", "3", True),
+        ("g7e.8xlarge", "3", True),
+    ],
+)
+def test_gpu_initiated_networking_is_refused_where_the_plugin_cannot_do_it(instance_type, value, refused):
+    line = gin_refusal(definition(instance_type), {"NCCL_GIN_TYPE": value})
+    assert (line is not None) is refused
+    if line is not None:
+        assert line.startswith(f"NCCL_GIN_TYPE={value}: ") and instance_type in line and "\n" not in line
+        assert "gin-getting-started.md" in line
+
+
+def test_gin_stays_off_unasked_and_a_type_that_cannot_be_told_is_not_refused():
+    assert gin_refusal(definition("g6.12xlarge"), {"NCCL_DEBUG": "INFO"}) is None
+    assert gin_refusal({"nodeProperties": {"nodeRangeProperties": [{"container": {}}]}}, {"NCCL_GIN_TYPE": "5"}) is None
 
 
 def test_a_type_outside_the_catalog_counts_as_nvidia_by_its_gpu_check():

@@ -126,6 +126,9 @@ def test_submit_warns_of_variables_that_defeat_the_efa_plugin_on_nvidia_fleets(w
     (override,) = ok_json(gpu)["nodeOverrides"]["nodePropertyOverrides"]
     assert {"name": "NCCL_PROTO", "value": "simple"} in override["containerOverrides"]["environment"]
     assert "warning:" not in neuron.stderr and "warning:" not in plain.stderr
+    # EFA-GDA on a type the plugin does not run it on: refused before anything is sent.
+    gin = trainctl("submit", "gpu", "--env", "NCCL_GIN_TYPE=5", "--dry-run")
+    assert gin.exit_code == ExitCode.USAGE and "EFA-GDA runs on p5en.48xlarge" in gin.stderr
 
 
 def test_submit_benchmark_with_a_share_on_a_fair_share_queue(world: World, trainctl: Any) -> None:

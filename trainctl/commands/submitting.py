@@ -21,7 +21,7 @@ from trainctl.commands.inspecting import follow_launched
 from trainctl.deployment import Fleet
 from trainctl.errors import ExitCode, TrainctlError, clip_path
 from trainctl.fleet.compute import fleet_compute
-from trainctl.fleet.plugin_knobs import plugin_knob_warning
+from trainctl.fleet.plugin_knobs import gin_refusal, plugin_knob_warning
 from trainctl.inspecting.following import check_follow
 from trainctl.jobs import watch as watch_job
 from trainctl.submitting import estimate
@@ -128,6 +128,8 @@ def build_request(
     environment = {**task.env, **workdir_environment(bucket or "", packed, task.setup)}
     if warning := plugin_knob_warning(definition, task.env):
         note(warning)
+    if refusal := gin_refusal(definition, task.env):
+        raise TrainctlError(refusal)
     request = submit_request(
         name=task.name or f"{fleet.name}-{task.job}-{base.timestamp()}",
         queue=fleet.job_queue,

@@ -10,6 +10,7 @@ samples ask); `submit` and `run` say so in one line when a user passes them, and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,4 +46,45 @@ def plugin_knob_warning(definition: Mapping[str, Any], environment: Mapping[str,
     return (
         f"warning: {', '.join(found)} set for an NVIDIA fleet: aws-ofi-nccl picks the EFA provider and fork safety "
         f"itself and its tuner steps aside when NCCL_PROTO/NCCL_ALGO are set; leave them out ({PLUGIN_DOC})"
+    )
+
+
+# GPU-initiated networking (GIN) stays off unless a job opts in with NCCL_GIN_TYPE, and only where aws-ofi-nccl
+# supports it (doc/gin-getting-started.md, src/platform-aws.cpp at 2daf7d30): its proxy mode needs the plugin's
+# RDMA protocol, which platform-aws.cpp defaults to on these types (p4d, p4de, p5.4xlarge, g5 and types it does
+# not list use SENDRECV); EFA-GDA (NCCL_GIN_TYPE=5) only on P5en, P6-B200 and P6-B300.
+GIN_VARIABLE = "NCCL_GIN_TYPE"
+GIN_EFA_GDA = "5"
+GIN_PROXY_TYPES = re.compile(r"^(p5e?\.48xlarge|p5en\..*|p6.*|g7e\.(12|24|48)xlarge)$")
+GIN_EFA_GDA_TYPES = frozenset({"p5en.48xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge"})
+GIN_DOC = "https://github.com/aws/aws-ofi-nccl/blob/master/doc/gin-getting-started.md"
+
+
+def instance_type_of(definition: Mapping[str, Any]) -> str | None:
+    for container in _containers(definition):
+        if container.get("instanceType"):
+            return str(container["instanceType"])
+    return None
+
+
+def gin_refusal(definition: Mapping[str, Any], environment: Mapping[str, str]) -> str | None:
+    """The one line refusing NCCL_GIN_TYPE on a type where aws-ofi-nccl cannot do that kind of GIN; None when
+    the job does not ask for GIN, or its type is one the plugin supports, or cannot be told (never refused on a
+    guess)."""
+    value = environment.get(GIN_VARIABLE)
+    if value is None:
+        return None
+    instance_type = instance_type_of(definition)
+    if instance_type is None:
+        return None
+    if value.strip() == GIN_EFA_GDA:
+        if instance_type in GIN_EFA_GDA_TYPES:
+            return None
+        allowed = ", ".join(sorted(GIN_EFA_GDA_TYPES))
+        return f"{GIN_VARIABLE}={value}: EFA-GDA runs on {allowed} only, not {instance_type} ({GIN_DOC})"
+    if GIN_PROXY_TYPES.match(instance_type):
+        return None
+    return (
+        f"{GIN_VARIABLE}={value[:20]}: aws-ofi-nccl's GIN needs its RDMA protocol, which {instance_type} does not "
+        f"use (p5, p5e, p5en, p6, g7e.12/24/48xlarge do); leave it out ({GIN_DOC})"
     )
