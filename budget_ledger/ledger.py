@@ -15,7 +15,10 @@ Table: partition key `month` ("2026-11", or RUNNING for jobs running now and, cl
 live ends, those that ended lately), sort key `job`
 ("<team>#<job id>"). A job is written into every month its attempts touch, each item holding all its
 spans (the arithmetic clips them to the month), so a job across midnight at a month's end counts in both
-months by the hour. Alert and stop markers share the month partition under sort keys starting with "!".
+months by the hour. A Capacity Block's up-front fee is an entry of the same shape (fee_entry: the block's
+instances over its window at the fee's instance-hour price, keyed by the reservation id), so the spend
+sums count it in the months the block spans. Alert and stop markers share the month partition under sort
+keys starting with "!".
 """
 
 from __future__ import annotations
@@ -274,6 +277,31 @@ class Entry:
             spans=tuple((int(a), int(b) or None) for a, b in item["spans"]),
             progress=int(item.get("progress", 0)),
         )
+
+
+def fee_entry(
+    *, team: str, key: str, name: str, fleet: str, instance_type: str, count: int, usd: float, window: tuple[int, int]
+) -> Entry:
+    """An up-front fee (a Capacity Block's, or an extension's) as a closed entry the spend sums count: `count`
+    instances over the window at the fee's price per instance-hour, so each month the window touches bears
+    its hours' share of the fee, the same arithmetic as a job's. Write it into every month the window touches
+    (months_touched); `key` (the reservation id, with the extension offering's id) names it where a job's
+    id would be."""
+    start, end = window
+    hours = (end - start) / MS_PER_HOUR
+    if count < 1 or hours <= 0:
+        raise ValueError(f"a fee needs instances and a window: {count} instances, {hours:g} h")
+    return Entry(
+        team=team,
+        job_id=key,
+        job_name=name,
+        fleet=fleet,
+        instance_type=instance_type,
+        nodes=count,
+        usd_per_hour=usd / (count * hours),
+        spans=((start, end),),
+        progress=2,
+    )
 
 
 def progress_of(detail: Mapping[str, Any], spans: Sequence[Span]) -> int:
