@@ -20,8 +20,10 @@ from typer.testing import CliRunner
 from budget_ledger import ledger
 from trainctl.aws import Aws
 from trainctl.capacity import buying
+from trainctl.capacity.block_placement import write_placement
 from trainctl.commands import capacity_buy
 from trainctl.commands.base import State
+from trainctl.errors import TrainctlError
 
 OFFERING = "cb-0123456789abcdef0"
 RESERVATION = "cr-0a1b2c3d4e5f60718"
@@ -45,8 +47,12 @@ class Table:
         month = request["ExpressionAttributeValues"][":m"]
         return {"Items": [i for (m, _), i in self.items.items() if m == month]}
 
-    def put_item(self, Item: Mapping[str, Any]) -> None:  # noqa: N803 (boto3's name)
+    def put_item(self, Item: Mapping[str, Any]) -> None:
         self.items[(str(Item["month"]), str(Item["job"]))] = dict(Item)
+
+
+def ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
 
 
 def offering_item() -> dict[str, Any]:
@@ -81,13 +87,23 @@ PURCHASE = {
         }
     ],
 }
-DESCRIBE_OFFERINGS = {"InstanceType": TYPE, "InstanceCount": 2, "CapacityDurationHours": 72, "AllAvailabilityZones": True}
+DESCRIBE_OFFERINGS = {
+    "InstanceType": TYPE,
+    "InstanceCount": 2,
+    "CapacityDurationHours": 72,
+    "AllAvailabilityZones": True,
+}
 BY_TYPE = {"Filters": [{"Name": "instance-type", "Values": [TYPE]}]}
 
 
+@pytest.fixture(scope="module")
+def client() -> Any:
+    # One client for the module (its model loads once); each test stubs it afresh.
+    return boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")  # noqa: S106 (a Stubber sends nothing)
+
+
 @pytest.fixture
-def ec2() -> Iterator[tuple[Any, Stubber]]:
-    client = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+def ec2(client: Any) -> Iterator[tuple[Any, Stubber]]:
     with Stubber(client) as stubber:
         yield client, stubber
         stubber.assert_no_pending_responses()
@@ -117,10 +133,14 @@ BUY = ("buy", OFFERING, "--instance-type", TYPE, "--nodes", "2", "--days", "3", 
 
 
 def test_buy_dry_runs_then_buys_the_same_request_waits_and_records_the_fee(
-    ec2: tuple[Any, Stubber], world: dict[str, Any]
+    ec2: tuple[Any, Stubber], world: dict[str, Any], tmp_path: Path
 ) -> None:
+    cdk = tmp_path / "cdk.json"
+    cdk.write_text(json.dumps({"context": {"fleets": {"llm": {"instanceType": TYPE}}}}))
     _, stub = ec2
-    stub.add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering_item()]}, DESCRIBE_OFFERINGS)
+    stub.add_response(
+        "describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering_item()]}, DESCRIBE_OFFERINGS
+    )
     stub.add_response("describe_capacity_reservations", {"CapacityReservations": []}, BY_TYPE)
     stub.add_client_error(
         "purchase_capacity_block", "DryRunOperation", "would succeed", expected_params={**PURCHASE, "DryRun": True}
@@ -129,7 +149,7 @@ def test_buy_dry_runs_then_buys_the_same_request_waits_and_records_the_fee(
     ids = {"CapacityReservationIds": [RESERVATION]}
     stub.add_response("describe_capacity_reservations", {"CapacityReservations": [reservation("payment-pending")]}, ids)
     stub.add_response("describe_capacity_reservations", {"CapacityReservations": [reservation("scheduled")]}, ids)
-    result = invoke(*BUY, "--yes")
+    result = invoke(*BUY, "--yes", "--write", "--cdk-json", str(cdk))
     assert result.exit_code == 0, result.output
     assert f"{RESERVATION} is scheduled" in result.output
     placement = json.loads(next(line for line in result.output.splitlines() if line.startswith("{")))
@@ -137,9 +157,12 @@ def test_buy_dry_runs_then_buys_the_same_request_waits_and_records_the_fee(
         "availabilityZone": "us-east-1a", "instanceType": TYPE, "capacityReservationId": RESERVATION,
         "capacityReservationType": "capacity-block", "start": "2026-12-30T11:30Z", "end": "2027-01-02T11:30Z",
     }  # fmt: skip
+    assert json.loads(cdk.read_text()) == {
+        "context": {"fleets": {"llm": {"instanceType": TYPE, "fallback": [placement]}}}
+    }
     # The fee, split by the block's hours: 36.5 of 72 in December, 35.5 in January.
     table = world["table"]
-    assert {key for key in table.items} == {("2026-12", f"llama#{RESERVATION}"), ("2027-01", f"llama#{RESERVATION}")}
+    assert set(table.items) == {("2026-12", f"llama#{RESERVATION}"), ("2027-01", f"llama#{RESERVATION}")}
     now = int(START.timestamp() * 1000)
     december = ledger.team_spends(ledger.read_entries(table, "2026-12"), BUDGETS.teams, month="2026-12", now=now)
     january = ledger.team_spends(ledger.read_entries(table, "2027-01"), BUDGETS.teams, month="2027-01", now=now)
@@ -148,27 +171,45 @@ def test_buy_dry_runs_then_buys_the_same_request_waits_and_records_the_fee(
     assert december["vision"].spent == 0
 
 
-def test_a_second_buy_of_the_offering_buys_nothing(ec2: tuple[Any, Stubber], world: dict[str, Any]) -> None:
+def test_a_second_buy_of_the_offering_buys_nothing_and_counts_the_fee_once(
+    ec2: tuple[Any, Stubber], world: dict[str, Any]
+) -> None:
     _, stub = ec2
-    stub.add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering_item()]}, DESCRIBE_OFFERINGS)
     other = {**reservation("active", tags=False), "CapacityReservationId": "cr-0ffffffffffffffff"}
-    stub.add_response("describe_capacity_reservations", {"CapacityReservations": [other], "NextToken": "t"}, BY_TYPE)
-    stub.add_response("describe_capacity_reservations", {"CapacityReservations": [reservation("active")]}, {**BY_TYPE, "NextToken": "t"})
-    result = invoke(*BUY, "--yes")
-    # No purchase was stubbed: a purchase call would fail the Stubber.
-    assert result.exit_code == 0, result.output
-    assert f"bought already: {RESERVATION}; nothing bought" in result.output
-    assert world["table"].items == {}
+    for _ in range(2):
+        stub.add_response(
+            "describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering_item()]}, DESCRIBE_OFFERINGS
+        )
+        stub.add_response(
+            "describe_capacity_reservations", {"CapacityReservations": [other], "NextToken": "t"}, BY_TYPE
+        )
+        stub.add_response(
+            "describe_capacity_reservations",
+            {"CapacityReservations": [reservation("active")]},
+            {**BY_TYPE, "NextToken": "t"},
+        )
+        result = invoke(*BUY, "--yes")
+        # No purchase is stubbed: a purchase call would fail the Stubber (exit 3).
+        assert result.exit_code == 0, result.output
+        assert f"bought already: {RESERVATION} is active; nothing bought" in result.output
+    # An earlier buy whose wait ran out left the fee unrecorded: it is recorded now, once.
+    table = world["table"]
+    december = ledger.team_spends(ledger.read_entries(table, "2026-12"), BUDGETS.teams, month="2026-12", now=0)
+    assert december["llama"].spent == pytest.approx(FEE * 36.5 / 72)
 
 
-def test_a_fee_the_budget_cannot_hold_is_refused_with_the_figures(ec2: tuple[Any, Stubber], world: dict[str, Any]) -> None:
+def test_a_fee_the_budget_cannot_hold_is_refused_with_the_figures(
+    ec2: tuple[Any, Stubber], world: dict[str, Any]
+) -> None:
     _, stub = ec2
-    stub.add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering_item()]}, DESCRIBE_OFFERINGS)
+    stub.add_response(
+        "describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering_item()]}, DESCRIBE_OFFERINGS
+    )
     stub.add_response("describe_capacity_reservations", {"CapacityReservations": []}, BY_TYPE)
     # January already carries $9,000 of llama's $10,000; the block puts $3,550 there.
     spent = ledger.fee_entry(
         team="llama", key="cr-0eeeeeeeeeeeeeeee", name="earlier", fleet="llm", instance_type=TYPE, count=1,
-        usd=9000.0, window=(int(datetime(2027, 1, 10, tzinfo=UTC).timestamp() * 1000), int(datetime(2027, 1, 11, tzinfo=UTC).timestamp() * 1000)),
+        usd=9000.0, window=(ms(datetime(2027, 1, 10, tzinfo=UTC)), ms(datetime(2027, 1, 11, tzinfo=UTC))),
     )  # fmt: skip
     world["table"].put_item(Item=spent.item("2027-01"))
     result = invoke(*BUY, "--yes")
@@ -182,9 +223,13 @@ def test_a_fee_the_budget_cannot_hold_is_refused_with_the_figures(ec2: tuple[Any
 
 def test_payment_failed_is_named_and_nothing_recorded(ec2: tuple[Any, Stubber], world: dict[str, Any]) -> None:
     _, stub = ec2
-    stub.add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering_item()]}, DESCRIBE_OFFERINGS)
+    stub.add_response(
+        "describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering_item()]}, DESCRIBE_OFFERINGS
+    )
     stub.add_response("describe_capacity_reservations", {"CapacityReservations": []}, BY_TYPE)
-    stub.add_client_error("purchase_capacity_block", "DryRunOperation", "ok", expected_params={**PURCHASE, "DryRun": True})
+    stub.add_client_error(
+        "purchase_capacity_block", "DryRunOperation", "ok", expected_params={**PURCHASE, "DryRun": True}
+    )
     stub.add_response("purchase_capacity_block", {"CapacityReservation": reservation("payment-pending")}, PURCHASE)
     stub.add_response(
         "describe_capacity_reservations",
@@ -199,7 +244,9 @@ def test_payment_failed_is_named_and_nothing_recorded(ec2: tuple[Any, Stubber], 
 
 def test_without_yes_off_a_terminal_nothing_is_bought(ec2: tuple[Any, Stubber], world: dict[str, Any]) -> None:
     _, stub = ec2
-    stub.add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering_item()]}, DESCRIBE_OFFERINGS)
+    stub.add_response(
+        "describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering_item()]}, DESCRIBE_OFFERINGS
+    )
     stub.add_response("describe_capacity_reservations", {"CapacityReservations": []}, BY_TYPE)
     result = invoke(*BUY)
     assert result.exit_code == 2
@@ -215,7 +262,7 @@ def test_the_wait_is_bounded(ec2: tuple[Any, Stubber]) -> None:
             {"CapacityReservationIds": [RESERVATION]},
         )
     ticks = iter([0.0, 10.0, 20.0, 30.0])
-    with pytest.raises(buying.TrainctlError, match="still payment-pending after 0.5 min"):
+    with pytest.raises(TrainctlError, match=r"still payment-pending after 0\.5 min"):
         buying.wait_settled(client, RESERVATION, sleep=lambda s: None, clock=lambda: next(ticks), limit_s=30)
 
 
@@ -223,13 +270,17 @@ def test_write_appends_the_block_to_the_fleets_fallback(tmp_path: Path) -> None:
     cdk = tmp_path / "cdk.json"
     own = {"availabilityZone": "us-east-1b"}
     cdk.write_text(json.dumps({"app": "x", "context": {"fleets": {"llm": {"instanceType": TYPE, "fallback": [own]}}}}))
-    entry = {"availabilityZone": "us-east-1a", "capacityReservationId": RESERVATION, "capacityReservationType": "capacity-block"}
-    said = capacity_buy.write_placement(cdk, "llm", entry)
+    entry = {
+        "availabilityZone": "us-east-1a",
+        "capacityReservationId": RESERVATION,
+        "capacityReservationType": "capacity-block",
+    }
+    said = write_placement(cdk, "llm", entry)
     assert json.loads(cdk.read_text()) == {
         "app": "x", "context": {"fleets": {"llm": {"instanceType": TYPE, "fallback": [own, entry]}}}
     }  # fmt: skip
     assert "fleets.llm.fallback[1]" in said and "LlmFallback2" in said
-    again = capacity_buy.write_placement(cdk, "llm", entry)
+    again = write_placement(cdk, "llm", entry)
     assert "unchanged" in again
     assert len(json.loads(cdk.read_text())["context"]["fleets"]["llm"]["fallback"]) == 2
 
@@ -257,10 +308,16 @@ EXTEND = {"CapacityBlockExtensionOfferingId": EXTENSION, "CapacityReservationId"
 def test_extend_dry_runs_then_buys_the_cheapest_and_records_it(ec2: tuple[Any, Stubber], world: dict[str, Any]) -> None:
     _, stub = ec2
     stub.add_response("describe_capacity_block_extension_offerings", extension_offers(), EXTEND_QUERY)
-    stub.add_client_error("purchase_capacity_block_extension", "DryRunOperation", "ok", expected_params={**EXTEND, "DryRun": True})
+    stub.add_client_error(
+        "purchase_capacity_block_extension", "DryRunOperation", "ok", expected_params={**EXTEND, "DryRun": True}
+    )
     stub.add_response(
         "purchase_capacity_block_extension",
-        {"CapacityBlockExtensions": [{"CapacityReservationId": RESERVATION, "CapacityBlockExtensionStatus": "payment-pending"}]},
+        {
+            "CapacityBlockExtensions": [
+                {"CapacityReservationId": RESERVATION, "CapacityBlockExtensionStatus": "payment-pending"}
+            ]
+        },
         EXTEND,
     )
     result = invoke("extend", RESERVATION, "--days", "2", "--team", "llama", "--yes")
@@ -275,23 +332,30 @@ def test_extend_refused_by_the_budget_buys_nothing(ec2: tuple[Any, Stubber], wor
     stub.add_response("describe_capacity_block_extension_offerings", extension_offers(), EXTEND_QUERY)
     result = invoke("extend", RESERVATION, "--hours", "48", "--team", "vision", "--yes")
     assert result.exit_code == 2
-    assert "budget: team vision has $100 of $100 left in January 2027; the fee puts $4,800 of its $4,800" in result.output
+    assert (
+        "budget: team vision has $100 of $100 left in January 2027; the fee puts $4,800 of its $4,800" in result.output
+    )
     assert world["table"].items == {}
 
 
 def test_dry_run_purchase_refused_by_ec2_is_one_line(ec2: tuple[Any, Stubber]) -> None:
     client, stub = ec2
     stub.add_client_error("purchase_capacity_block_extension", "InvalidParameterValue", "offering expired\nmore")
-    with pytest.raises(buying.TrainctlError) as raised:
+    with pytest.raises(TrainctlError) as raised:
         buying.dry_run(client.purchase_capacity_block_extension, EXTEND, "the extension")
-    assert raised.value.message == "EC2 would refuse the extension (InvalidParameterValue: offering expired); nothing bought"
+    assert (
+        raised.value.message
+        == "EC2 would refuse the extension (InvalidParameterValue: offering expired); nothing bought"
+    )
 
 
 def test_a_deployment_without_budgets_is_not_checked(ec2: tuple[Any, Stubber], world: dict[str, Any]) -> None:
     _, stub = ec2
     world["budgets"] = None
     stub.add_response("describe_capacity_block_extension_offerings", extension_offers(), EXTEND_QUERY)
-    stub.add_client_error("purchase_capacity_block_extension", "DryRunOperation", "ok", expected_params={**EXTEND, "DryRun": True})
+    stub.add_client_error(
+        "purchase_capacity_block_extension", "DryRunOperation", "ok", expected_params={**EXTEND, "DryRun": True}
+    )
     result = invoke("extend", RESERVATION, "--days", "2", "--dry-run")
     assert result.exit_code == 0, result.output
     assert "no budgets in this deployment" in result.output

@@ -26,7 +26,6 @@ from budget_ledger.ledger import (
     Budgets,
     Entry,
     dollars,
-    fee_entry,
     money,
     month_bounds,
     month_name,
@@ -123,14 +122,17 @@ def find_offering(
     )
 
 
+def tag_of(resource: Mapping[str, Any], key: str) -> str | None:
+    return next((str(t["Value"]) for t in resource.get("Tags") or [] if t.get("Key") == key), None)
+
+
 def bought_already(ec2: Any, offer: Offer) -> Mapping[str, Any] | None:
     """The reservation an earlier `buy` of this offering made (tagged with its id), if any."""
     request: dict[str, Any] = {"Filters": [{"Name": "instance-type", "Values": [offer.instance_type]}]}
     while True:
         page = ec2.describe_capacity_reservations(**request)
         for reservation in page.get("CapacityReservations", []):
-            tags = {t.get("Key"): t.get("Value") for t in reservation.get("Tags") or []}
-            if tags.get(OFFERING_TAG) == offer.offering_id:
+            if tag_of(reservation, OFFERING_TAG) == offer.offering_id:
                 return dict(reservation)
         if not page.get("NextToken"):
             return None
@@ -151,7 +153,9 @@ def team_of(budgets: Budgets | None, team: str | None) -> str | None:
 def fee_refusal(budgets: Budgets, table: Any, entry: Entry, fee: float, now: int) -> str | None:
     """The one line refusing a fee that one of the months it spans cannot hold; None when it fits."""
     for month in months_touched(entry.spans, now):
-        share = dollars(entry.spans, nodes=entry.nodes, usd_per_hour=entry.usd_per_hour, window=month_bounds(month), now=now)
+        share = dollars(
+            entry.spans, nodes=entry.nodes, usd_per_hour=entry.usd_per_hour, window=month_bounds(month), now=now
+        )
         spend = team_spends(read_entries(table, month), budgets.teams, month=month, now=now)[entry.team]
         if share > spend.remaining + 0.005:
             left = max(spend.remaining, 0.0)

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from budget_ledger.ledger import Budgets, Entry, fee_entry, money
+from budget_ledger.ledger import TEAM_TAG, Budgets, Entry, fee_entry, money
 from trainctl.capacity import buying
 from trainctl.capacity.block_placement import placement_entry, write_placement
 from trainctl.commands.base import note, reports_errors, sleep, state_of
@@ -55,9 +55,11 @@ def _confirm(what: str, fee: float, *, yes: bool) -> None:
 Checked = tuple[Any, Entry | None, str | None]
 
 
-def _check_budget(aws: Any, offer: buying.Offer, team: str | None, key: str, fleet: str | None) -> Checked:
+def _check_budget(
+    aws: Any, offer: buying.Offer, team: str | None, key: str, fleet: str | None, *, check: bool = True
+) -> Checked:
     """The ledger table, the fee's entry and the team once the fee fits the team's budget (no table and no
-    entry without budgets)."""
+    entry without budgets). `check` False: a fee already paid, recorded whatever the remainder."""
     budgets: Budgets | None = load_budgets(aws)
     chosen = buying.team_of(budgets, team)
     if budgets is None or chosen is None:
@@ -76,7 +78,7 @@ def _check_budget(aws: Any, offer: buying.Offer, team: str | None, key: str, fle
         window=offer.window_ms,
     )
     table = ledger_table(aws, budgets)
-    refused = buying.fee_refusal(budgets, table, entry, offer.fee, int(time.time() * 1000))
+    refused = check and buying.fee_refusal(budgets, table, entry, offer.fee, int(time.time() * 1000))
     if refused:
         raise TrainctlError(refused)
     return table, entry, chosen
@@ -115,24 +117,29 @@ def buy(
     offer = buying.find_offering(ec2, offering, instance_type=instance_type, count=nodes, hours=_hours(days, hours))
     what = f"Capacity Block {offer.shape()}"
     reservation = buying.bought_already(ec2, offer)
-    checked: Checked = (None, None, team)
-    if reservation is None:
-        checked = _check_budget(state.aws, offer, team, offering, fleet)
-    table, entry, chosen = checked
-    request = buying.purchase_request(offer, team=chosen, fleet=fleet)
     if reservation is not None:
-        note(f"offering {offering} was bought already: {reservation['CapacityReservationId']}; nothing bought")
-    elif dry_run:
-        buying.dry_run(ec2.purchase_capacity_block, request, "the purchase")
-        typer.echo(f"dry run: EC2 would sell {what} for {money(offer.fee)}; the budget holds it; nothing bought")
-        return
+        # Bought by an earlier `buy` (perhaps one whose wait ran out): its fee is recorded once it is paid.
+        held = str(reservation["CapacityReservationId"])
+        note(f"offering {offering} was bought already: {held} is {reservation.get('State')}; nothing bought")
+        paid_by = buying.tag_of(reservation, TEAM_TAG) or team
+        table, entry, _ = _check_budget(state.aws, offer, paid_by, offering, fleet, check=False)
+        if reservation.get("State") in buying.SETTLED:
+            _record(table, entry, held)
     else:
+        table, entry, chosen = _check_budget(state.aws, offer, team, offering, fleet)
+        request = buying.purchase_request(offer, team=chosen, fleet=fleet)
+        if dry_run:
+            buying.dry_run(ec2.purchase_capacity_block, request, "the purchase")
+            budget = "the budget holds it; " if entry is not None else ""
+            typer.echo(f"dry run: EC2 would sell {what} for {money(offer.fee)}; {budget}nothing bought")
+            return
         _confirm(what, offer.fee, yes=yes)
         buying.dry_run(ec2.purchase_capacity_block, request, "the purchase")
         bought = ec2.purchase_capacity_block(**request)["CapacityReservation"]
         reservation = buying.wait_settled(ec2, str(bought["CapacityReservationId"]), sleep=sleep)
         _record(table, entry, str(reservation["CapacityReservationId"]))
-        typer.echo(f"bought {what} for {money(offer.fee)}: {reservation['CapacityReservationId']} is {reservation['State']}")
+        held = str(reservation["CapacityReservationId"])
+        typer.echo(f"bought {what} for {money(offer.fee)}: {held} is {reservation['State']}")
     if fleet:
         placement = placement_entry(reservation)
         typer.echo(json.dumps(placement))
