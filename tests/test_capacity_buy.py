@@ -253,6 +253,24 @@ def test_without_yes_off_a_terminal_nothing_is_bought(ec2: tuple[Any, Stubber], 
     assert "cannot be cancelled: pass --yes" in result.output
 
 
+def test_a_no_at_the_terminal_buys_nothing(
+    ec2: tuple[Any, Stubber], world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, stub = ec2
+    monkeypatch.setattr(capacity_buy, "_on_terminal", lambda: True)
+    stub.add_response(
+        "describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering_item()]}, DESCRIBE_OFFERINGS
+    )
+    stub.add_response("describe_capacity_reservations", {"CapacityReservations": []}, BY_TYPE)
+    app = typer.Typer()
+    capacity_buy.register(app)
+    state = State(aws=Aws(region="us-east-1", profile=None), json_output=False)
+    result = CliRunner().invoke(app, list(BUY), obj=state, input="n\n")
+    assert "for $7,200? It cannot be cancelled" in result.output
+    assert result.exit_code == 2
+    assert "trainctl: nothing bought" in result.output
+
+
 def test_the_wait_is_bounded(ec2: tuple[Any, Stubber]) -> None:
     client, stub = ec2
     for _ in range(3):
