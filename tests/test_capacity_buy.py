@@ -18,6 +18,7 @@ from botocore.stub import Stubber
 from typer.testing import CliRunner
 
 from budget_ledger import ledger
+from config.placements import PlacementModel
 from trainctl.aws import Aws
 from trainctl.capacity import buying
 from trainctl.capacity.block_placement import write_placement
@@ -157,6 +158,8 @@ def test_buy_dry_runs_then_buys_the_same_request_waits_and_records_the_fee(
         "availabilityZone": "us-east-1a", "instanceType": TYPE, "capacityReservationId": RESERVATION,
         "capacityReservationType": "capacity-block", "start": "2026-12-30T11:30Z", "end": "2027-01-02T11:30Z",
     }  # fmt: skip
+    # The entry is one the app's own placement reader takes as written.
+    PlacementModel.model_validate(placement)
     assert json.loads(cdk.read_text()) == {
         "context": {"fleets": {"llm": {"instanceType": TYPE, "fallback": [placement]}}}
     }
@@ -378,3 +381,18 @@ def test_a_deployment_without_budgets_is_not_checked(ec2: tuple[Any, Stubber], w
     assert result.exit_code == 0, result.output
     assert "no budgets in this deployment" in result.output
     assert "dry run: EC2 would sell" in result.output
+
+
+def test_a_fee_entry_is_closed_and_needs_a_window() -> None:
+    # Closed: the ledger function's reconcile, which closes running entries Batch shows ended, never touches it.
+    entry = ledger.fee_entry(
+        team="llama", key=RESERVATION, name="block", fleet="llm", instance_type=TYPE, count=2, usd=FEE,
+        window=(ms(START), ms(END)),
+    )  # fmt: skip
+    assert not entry.running
+    assert ledger.months_touched(entry.spans, now=0) == ["2026-12", "2027-01"]
+    with pytest.raises(ValueError, match="a fee needs instances and a window"):
+        ledger.fee_entry(
+            team="llama", key=RESERVATION, name="block", fleet="llm", instance_type=TYPE, count=2, usd=FEE,
+            window=(ms(START), ms(START)),
+        )  # fmt: skip
