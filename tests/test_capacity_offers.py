@@ -162,9 +162,12 @@ def test_the_horizon_edge_is_allowed_with_the_frozen_clock() -> None:
     assert search("p5.48xlarge", start_before=NOW + timedelta(weeks=8)).start_before == NOW + timedelta(weeks=8)
 
 
-def test_a_type_outside_the_catalog_is_refused() -> None:
-    with pytest.raises(TrainctlError, match=r"--instance-type m5.large is not in trainctl's catalog"):
-        search("p5.48xlarge", "m5.large")
+@pytest.mark.parametrize("name", ["m5.large", "g6e.48xlarge", "p5.4xlarge"])
+def test_a_type_ec2_sells_no_blocks_of_is_refused(name: str) -> None:
+    with pytest.raises(
+        TrainctlError, match=rf"--instance-type {name}: EC2 sells no Capacity Blocks of it; it does of p4d"
+    ):
+        search("p5.48xlarge", name)
 
 
 # ------------------------------------------------------------------------------------------- the commands

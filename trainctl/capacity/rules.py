@@ -12,9 +12,9 @@ Sources (read 2026-11):
   Capacity Blocks" (same page).
 - Start: up to 8 weeks ahead (issue 55, from the EC2 user guide "Capacity Blocks for ML"; the stored copy of
   the guide read here did not state the figure, so it is kept as the issue gives it).
-- Types: EC2 publishes no machine-readable list of the types it sells blocks of, and none was found to cite.
-  A type is refused only when it is not in this app's catalog (config/catalog.py), so that its accelerator
-  count is known; EC2 itself answers with no offerings for a catalog type it sells no blocks of.
+- Types: the types EC2 sells blocks of are the project's one list, config/placements.CAPACITY_BLOCK_TYPES
+  (EC2 user guide, "Capacity Blocks for ML", Supported instance types and Regions; the synth refuses a block
+  placement of any other type with the same list). A new type EC2 starts selling is added there.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from config.catalog import CATALOG
+from config.placements import CAPACITY_BLOCK_TYPES
 from trainctl.errors import ExitCode, TrainctlError
 
 DAILY_DAYS = tuple(range(1, 15))
@@ -85,9 +85,9 @@ def check_search(
     if not instance_types:
         raise bad("give at least one --instance-type, e.g. --instance-type p5.48xlarge")
     for name in instance_types:
-        if name not in CATALOG:
-            known = ", ".join(sorted(n for n in CATALOG if n.startswith(("p", "trn"))))
-            raise bad(f"--instance-type {name} is not in trainctl's catalog (config/catalog.py); known: {known}")
+        if name not in CAPACITY_BLOCK_TYPES:
+            known = ", ".join(sorted(CAPACITY_BLOCK_TYPES))
+            raise bad(f"--instance-type {name}: EC2 sells no Capacity Blocks of it; it does of {known}")
     if not 1 <= nodes <= MAX_INSTANCES:
         raise bad(f"--nodes {nodes}: a Capacity Block holds 1 to {MAX_INSTANCES} instances")
     length = duration_hours(days=days, hours=hours)
