@@ -317,3 +317,29 @@ def test_list_with_no_blocks_makes_one_call_and_says_so(cli: Any) -> None:
         stub.add_response("describe_capacity_blocks", {"CapacityBlocks": []}, {})
         result = cli("capacity", "list", "-o", "json")
     assert json.loads(result.stdout) == []
+
+
+def test_offers_table_shows_price_per_gpu_and_per_accelerator_hour_cheapest_first(cli: Any) -> None:
+    client = ec2()
+    cli.holder["ec2"] = client
+    p5 = offering("cb-p5", "p5.48xlarge", "us-east-1a", 1, START, 24, "4800.00")  # 25 / GPU-h
+    trn2 = offering("cb-trn2", "trn2.48xlarge", "us-east-1b", 1, START, 24, "3840.00")  # 10 / accelerator-h
+    with Stubber(client) as stub:
+        stub.add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": [p5]})
+        stub.add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": [trn2]})
+        result = cli(
+            "capacity", "offers", "--instance-type", "p5.48xlarge", "--instance-type", "trn2.48xlarge",
+            "--nodes", "1", "--hours", "24",
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stdout.splitlines() if "cb-" in line]
+    assert len(lines) == 2 and "cb-trn2" in lines[0] and "cb-p5" in lines[1]
+    assert "10.0000 /accelerator-h" in lines[0] and "25.0000 /GPU-h" in lines[1]
+    assert "3,840.00 USD" in lines[0] and "2026-12-01 11:30Z" in lines[0] and "2026-12-02 11:30Z" in lines[0]
+
+
+def test_deployment_zones_come_from_placements_of_the_searched_types() -> None:
+    deployment = deployment_using("cr-0123456789abcdef0")
+    assert capacity.deployment_zones(deployment, ("p5.48xlarge",)) == frozenset({"us-east-1a", "us-east-1b"})
+    assert capacity.deployment_zones(deployment, ("trn2.48xlarge",)) is None
+    assert capacity.deployment_zones(None, ("p5.48xlarge",)) is None
