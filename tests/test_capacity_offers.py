@@ -262,18 +262,25 @@ def deployment_using(reservation: str) -> Deployment:
     return Deployment(region="us-east-1", fleets={"llm": fleet}, checkpoint_bucket=None)
 
 
+def reservation(rid: str, count: int, available: int, rtype: str = "capacity-block", **extra: Any) -> dict[str, Any]:
+    return {
+        "CapacityReservationId": rid,
+        "InstanceType": "p5.48xlarge",
+        "TotalInstanceCount": count,
+        "AvailableInstanceCount": available,
+        "ReservationType": rtype,
+        **extra,
+    }
+
+
 def test_list_shows_utilisation_and_the_placement_using_a_block() -> None:
     client = ec2()
-    used, unused = "cr-0123456789abcdef0", "cr-0fedcba9876543210"
+    used, unused, alone = "cr-0123456789abcdef0", "cr-0fedcba9876543210", "cr-0aaaaaaaaaaaaaaa1"
+    later = START + timedelta(days=7)
     with Stubber(client) as stub:
         stub.add_response(
             "describe_capacity_blocks",
-            {
-                "CapacityBlocks": [
-                    block("cb-later", unused, START + timedelta(days=7)),
-                    block("cb-used", used, START, "active"),
-                ]
-            },
+            {"CapacityBlocks": [block("cb-later", unused, later), block("cb-used", used, START, "active")]},
             {},
         )
         stub.add_response(
@@ -290,31 +297,40 @@ def test_list_shows_utilisation_and_the_placement_using_a_block() -> None:
             "describe_capacity_reservations",
             {
                 "CapacityReservations": [
-                    {"CapacityReservationId": unused, "InstanceType": "p5.48xlarge", "TotalInstanceCount": 2},
-                    {"CapacityReservationId": used, "InstanceType": "p5.48xlarge", "TotalInstanceCount": 4},
-                ]
+                    reservation(unused, 2, 2),
+                    reservation(used, 4, 1),
+                    # A capacity-block reservation no block names is a block of its own; an ODCR is not.
+                    reservation(alone, 8, 2, State="scheduled", AvailabilityZone="us-east-1c", StartDate=later),
+                    reservation("cr-0bbbbbbbbbbbbbbb2", 1, 1, "default"),
+                ],
+                "NextToken": "r1",
             },
-            {"CapacityReservationIds": [unused, used]},
+            {},
         )
+        stub.add_response("describe_capacity_reservations", {"CapacityReservations": []}, {"NextToken": "r1"})
         blocks = list_blocks(client, deployment_using(used))
         stub.assert_no_pending_responses()
-    assert [b.block_id for b in blocks] == ["cb-used", "cb-later"]
-    assert blocks[0].used_by == ("llm placement 1",) and blocks[1].used_by == ()
-    assert blocks[0].utilisation == "3/4 (75%)" and blocks[1].utilisation == "0/2 (0%)"
+    # Earliest start first; the same start in id order.
+    assert [b.block_id for b in blocks] == ["cb-used", "cb-later", alone]
+    assert blocks[0].used_by == ("llm placement 1",) and blocks[1].used_by == () and blocks[2].used_by == ()
+    assert [b.utilisation for b in blocks] == ["3/4 (75%)", "0/2 (0%)", "6/8 (75%)"]
     assert (blocks[0].state, blocks[0].instance_type, blocks[0].instance_count) == ("active", "p5.48xlarge", 4)
+    assert (blocks[2].state, blocks[2].availability_zone, blocks[2].instance_count) == ("scheduled", "us-east-1c", 8)
 
 
-def test_list_with_no_blocks_makes_one_call_and_says_so(cli: Any) -> None:
+def test_list_with_no_blocks_says_so(cli: Any) -> None:
     client = ec2()
     cli.holder["ec2"] = client
     with Stubber(client) as stub:
         stub.add_response("describe_capacity_blocks", {"CapacityBlocks": []}, {})
+        stub.add_response("describe_capacity_reservations", {"CapacityReservations": []}, {})
         result = cli("capacity", "list")
         stub.assert_no_pending_responses()
     assert result.exit_code == 0
     assert "no Capacity Blocks in this region" in result.output
     with Stubber(client) as stub:
         stub.add_response("describe_capacity_blocks", {"CapacityBlocks": []}, {})
+        stub.add_response("describe_capacity_reservations", {"CapacityReservations": []}, {})
         result = cli("capacity", "list", "-o", "json")
     assert json.loads(result.stdout) == []
 

@@ -2,6 +2,11 @@
 DescribeCapacityBlockStatus (capacity in use) and DescribeCapacityReservations (type and count, which the
 block calls do not carry), and which fleet placement of the deployment uses each.
 
+The EC2 API reference does not say whether DescribeCapacityBlocks returns instance Capacity Blocks (a
+`cr-` reservation of ReservationType `capacity-block`) or only UltraServer ones (a `cb-` block holding
+reservations). So a `capacity-block` reservation no block names is listed as a block of its own, its
+utilisation from the reservation's total and available instance counts.
+
 A placement names its reservation in its label ("us-west-2c p5.48xlarge cr-... (capacity-block ...)",
 config/settings.py Placement.label), which the jobs stack publishes only for fleets with fallback
 placements (`<Fleet>Placements`, trainctl/deployment.py). A block used by a fleet without fallbacks is
@@ -12,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from trainctl.capacity.rules import as_utc
@@ -81,44 +86,62 @@ def _pages(call: Any, key: str, **request: Any) -> list[dict[str, Any]]:
 def list_blocks(ec2: Any, deployment: Deployment | None) -> list[Block]:
     """The account's blocks in the region, earliest start first."""
     raw = _pages(ec2.describe_capacity_blocks, "CapacityBlocks")
-    if not raw:
-        return []
-    ids = [item["CapacityBlockId"] for item in raw]
-    statuses = {
-        s["CapacityBlockId"]: s
-        for s in _pages(ec2.describe_capacity_block_status, "CapacityBlockStatuses", CapacityBlockIds=ids)
+    statuses = {}
+    if raw:
+        ids = [item["CapacityBlockId"] for item in raw]
+        found = _pages(ec2.describe_capacity_block_status, "CapacityBlockStatuses", CapacityBlockIds=ids)
+        statuses = {s["CapacityBlockId"]: s for s in found}
+    reservations = {
+        r["CapacityReservationId"]: r for r in _pages(ec2.describe_capacity_reservations, "CapacityReservations")
     }
-    reservation_ids = [r for item in raw for r in item.get("CapacityReservationIds", [])]
-    reservations = {}
-    if reservation_ids:
-        found = _pages(
-            ec2.describe_capacity_reservations, "CapacityReservations", CapacityReservationIds=reservation_ids
-        )
-        reservations = {r["CapacityReservationId"]: r for r in found}
     users = placements_by_reservation(deployment)
     blocks = []
+    in_blocks: set[str] = set()
     for item in raw:
         ids_of_block = tuple(item.get("CapacityReservationIds", []))
+        in_blocks.update(ids_of_block)
         mine = [reservations[r] for r in ids_of_block if r in reservations]
-        status = statuses.get(item["CapacityBlockId"])
-        total = status.get("TotalCapacity") if status else None
-        available = status.get("TotalAvailableCapacity") if status else None
+        status = statuses.get(item["CapacityBlockId"], {})
+        total, available = status.get("TotalCapacity"), status.get("TotalAvailableCapacity")
         blocks.append(
             Block(
                 block_id=item["CapacityBlockId"],
                 state=item.get("State", "-"),
                 availability_zone=item.get("AvailabilityZone", "-"),
-                start=as_utc(item["StartDate"]) if "StartDate" in item else None,
-                end=as_utc(item["EndDate"]) if "EndDate" in item else None,
+                start=_utc(item.get("StartDate")),
+                end=_utc(item.get("EndDate")),
                 reservation_ids=ids_of_block,
-                instance_type=", ".join(sorted({r["InstanceType"] for r in mine})) or "-",
+                instance_type=", ".join(sorted({r["InstanceType"] for r in mine if "InstanceType" in r})) or "-",
                 instance_count=sum(r.get("TotalInstanceCount", 0) for r in mine),
                 in_use=total - available if total is not None and available is not None else None,
                 total=total,
                 used_by=tuple(user for r in ids_of_block for user in users.get(r, [])),
             )
         )
-    return sorted(blocks, key=lambda b: (b.start is None, b.start or datetime.min, b.block_id))
+    for rid, r in reservations.items():
+        if r.get("ReservationType") != "capacity-block" or rid in in_blocks:
+            continue
+        total, available = r.get("TotalInstanceCount"), r.get("AvailableInstanceCount")
+        blocks.append(
+            Block(
+                block_id=rid,
+                state=r.get("State", "-"),
+                availability_zone=r.get("AvailabilityZone", "-"),
+                start=_utc(r.get("StartDate")),
+                end=_utc(r.get("EndDate")),
+                reservation_ids=(rid,),
+                instance_type=r.get("InstanceType", "-"),
+                instance_count=total or 0,
+                in_use=total - available if total is not None and available is not None else None,
+                total=total,
+                used_by=tuple(users.get(rid, [])),
+            )
+        )
+    return sorted(blocks, key=lambda b: (b.start is None, b.start or datetime.min.replace(tzinfo=UTC), b.block_id))
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    return as_utc(moment) if moment else None
 
 
 def block_rows(blocks: list[Block]) -> list[list[str]]:
