@@ -84,6 +84,7 @@ COMMAND_ORDER = (
     "fabric",
     "cost",
     "budget",
+    "capacity",
     "rehearse",
 )
 
