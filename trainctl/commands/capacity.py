@@ -14,6 +14,7 @@ from typer.core import TyperGroup
 from trainctl.capacity.blocks import BLOCK_COLUMNS, block_rows, list_blocks
 from trainctl.capacity.offers import OFFERING_COLUMNS, find_offerings, offering_rows
 from trainctl.capacity.rules import check_search
+from trainctl.commands import capacity_buy
 from trainctl.commands.base import GLOBAL_HELP, State, console, human_names, note, reports_errors, state_of
 from trainctl.commands.base import app as root_app
 from trainctl.deployment import Deployment
@@ -33,7 +34,10 @@ class CapacityGroup(TyperGroup):
 app = typer.Typer(
     name="capacity",
     cls=CapacityGroup,
-    help="EC2 Capacity Blocks for ML: find offerings priced per GPU-hour, list the account's blocks.",
+    help=(
+        "EC2 Capacity Blocks for ML: find offerings priced per GPU-hour, buy and extend one within a team's "
+        "budget, list the account's blocks."
+    ),
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -154,3 +158,7 @@ def list_(ctx: typer.Context, output: OutputOption = Output.TABLE) -> None:
     for row in block_rows(blocks):
         table.add_row(*row)
     console().print(table)
+
+
+# `buy` and `extend` live beside (trainctl/commands/capacity_buy.py), after `offers` and `list` in the help.
+capacity_buy.register(app)
