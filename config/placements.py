@@ -160,7 +160,7 @@ def own_window(
     start, end = times
     if not (start or end):
         return None
-    model = PlacementModel(capacityReservationType=kind, start=start, end=end)
+    model = PlacementModel.model_validate({"capacityReservationType": kind, "start": start, "end": end})
     window = _window(model, kind or "odcr", path)
     _check_block(instance, az, model, path)
     return window
