@@ -106,3 +106,24 @@ def test_the_function_may_list_jobs_and_terminate_jobs_only_and_alarms_when_it_f
         a for a in resources(template, "AWS::CloudWatch::Alarm").values() if "CapacityBlockExpiry" in json.dumps(a)
     ]
     assert len(alarms) == 1 and alarms[0]["Properties"]["MetricName"] == "Errors"
+
+
+def test_the_resubmitters_rule_takes_the_jobs_the_expiry_stopped():
+    """The capacity fallback's rule, through moto's EventBridge matcher: a job of the block's queue that ended
+    FAILED with the expiry's reason reaches the resubmitter, as a capacity cancel does; other stops do not."""
+    from moto.events.models import EventPattern
+
+    from config.job_events import TRAINCTL_CANCEL_REASON
+    from tests.test_job_fallback import _sample_event, capacity_fallback
+    from training_constructs.jobs.capacity_block_expiry.stop_jobs import reason_for
+
+    template = synth("three-fleets").templates[STACK]
+    _, rule, _ = capacity_fallback(template)
+    block_queue = QUEUE_ARN.format(queue_ids(template)[3])
+    text = json.dumps(rule["Properties"]["EventPattern"])
+    text = re.sub(
+        r'\{"Fn::GetAtt": \["([A-Za-z0-9]+)", "JobQueueArn"\]\}', lambda m: json.dumps(QUEUE_ARN.format(m[1])), text
+    )
+    matcher = EventPattern.load(text)
+    assert matcher.matches_event(_sample_event(block_queue, statusReason=reason_for("cr-0a1b2c3d4e5f60718", "x")))
+    assert not matcher.matches_event(_sample_event(block_queue, statusReason=TRAINCTL_CANCEL_REASON))
