@@ -26,7 +26,14 @@ from config.context_keys import (
     upper_first,
 )
 from config.key_refusals import fail
-from config.placements import LAMBDA_ENVIRONMENT_BYTES, PlacementError, ended, fallback_placements, routes_bytes
+from config.placements import (
+    LAMBDA_ENVIRONMENT_BYTES,
+    PlacementError,
+    ended,
+    fallback_placements,
+    own_window,
+    routes_bytes,
+)
 from config.settings import FLEET_ID_SUFFIXES, CapacityReservation, FleetSettings, fleet_construct_id
 
 
@@ -71,6 +78,11 @@ def _fleet(
     reservation = model.capacity_reservation_id and CapacityReservation(
         reservation_id=model.capacity_reservation_id, kind=model.capacity_reservation_type
     )
+    try:
+        kind = model.capacity_reservation_type if model.capacity_reservation_id else None
+        window = own_window(instance, az, kind, (model.start, model.end), path)
+    except PlacementError as error:
+        raise fail(error.path, error.value, error.problem, error.allowed) from None
     fleet = FleetSettings(
         name=name,
         instance=instance,
@@ -80,6 +92,7 @@ def _fleet(
         image_uri=model.image,
         capacity_reservation=reservation,
         ami_id=model.ami_id,
+        window=window,
     )
     if not model.fallback:
         return fleet
@@ -94,10 +107,11 @@ def _fleet(
 def refuse_ended_windows(fleets: tuple[FleetSettings, ...], now: datetime) -> None:
     """A Capacity Block placement whose window lies wholly in the past can never take a job."""
     for fleet in fleets:
-        for index, placement in enumerate(fleet.fallback):
+        for number, placement in enumerate(fleet.placements):
             if placement.window and ended(placement.window, now):
-                # Only `fleets` takes fallback placements.
-                path, end = f"fleets.{fleet.name}.fallback[{index}].end", placement.window.end
+                # Only `fleets` takes windows.
+                where = f".fallback[{number - 1}]" if number else ""
+                path, end = f"fleets.{fleet.name}{where}.end", placement.window.end
                 problem = f"the Capacity Block's window ended before this synth ({now:%Y-%m-%dT%H:%MZ})"
                 raise fail(path, end, problem, "a window that has not ended; remove the placement")
 

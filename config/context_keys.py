@@ -105,6 +105,8 @@ Bool = Annotated[bool, BeforeValidator(_bool)]
 Reservation = _pattern(r"^cr-[0-9a-f]{17}$")
 ReservationType = Literal["odcr", "capacity-block"]
 Az = _pattern(r"^[a-z]{2,4}(-[a-z]+)+-\d[a-z]$")
+Time = _pattern(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?Z$")
+_TIME_TEXT = "a UTC time such as 2026-12-01T11:30Z"
 # An image reference as Batch and Docker take it (distribution/reference grammar): an optional
 # registry host (a dot or a port, or localhost), path components of lower-case letters and digits
 # joined by . _ __ or dashes, then an optional tag and an optional sha256 digest. Docker Hub short
@@ -163,6 +165,9 @@ class FleetModel(BaseModel):
     capacity_reservation_type: ReservationType = key(
         "capacityReservationType", "odcr", "odcr or capacity-block", "what capacityReservationId names"
     )
+    # A Capacity Block's window when the fleet's own placement is one (config/placements.py own_window).
+    start: Time = key("start", None, _TIME_TEXT, "Capacity Block's start, with capacityReservationType capacity-block")
+    end: Time = key("end", None, _TIME_TEXT, "Capacity Block's end, with capacityReservationType capacity-block")
     image: Image = key("image", None, _IMAGE_TEXT, "existing image to use instead of building one")
     ami_id: Ami = key("amiId", None, "ami- followed by 8 or 17 hex digits", "fixed Neuron AMI")
     fallback: list[PlacementModel] | None = key(

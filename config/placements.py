@@ -147,6 +147,25 @@ def _placement(
     return placement
 
 
+def own_window(
+    instance: InstanceSpec,
+    az: str | None,
+    kind: str | None,
+    times: tuple[str | None, str | None],
+    path: Callable[[str], str],
+) -> CapacityWindow | None:
+    """The window of a fleet's own placement. A fleet's own block may leave it out (as before fallback
+    placements existed; EC2's expiration warning still stops its jobs); given, it is checked as a fallback
+    block's: both times, end after start, a type EC2 sells blocks of, a named AZ."""
+    start, end = times
+    if not (start or end):
+        return None
+    model = PlacementModel.model_validate({"capacityReservationType": kind, "start": start, "end": end})
+    window = _window(model, kind or "odcr", path)
+    _check_block(instance, az, model, path)
+    return window
+
+
 def _window(model: PlacementModel, kind: str, path: Callable[[str], str]) -> CapacityWindow | None:
     if kind != "capacity-block":
         for field in ("start", "end"):

@@ -157,6 +157,8 @@ class FleetSettings:
     ami_id: str | None
     # Where the fleet's jobs go, in order, when its own place has no capacity (config/placements.py).
     fallback: tuple[Placement, ...] = ()
+    # The window of the fleet's own Capacity Block, when it gives one (config/placements.py own_window).
+    window: CapacityWindow | None = None
 
     @property
     def construct_id(self) -> str:
@@ -168,6 +170,7 @@ class FleetSettings:
             instance=self.instance,
             availability_zone=self.availability_zone,
             capacity_reservation=self.capacity_reservation,
+            window=self.window,
         )
 
     @property

@@ -19,6 +19,7 @@ from training_constructs.common.small_functions import alarm_on_errors
 from training_constructs.compute.training_fleet import TrainingFleet
 from training_constructs.health.boot_breaker import BootCircuitBreaker, BreakerFleet
 from training_constructs.health.fleet_health import FleetHealth
+from training_constructs.jobs.capacity_block_expiry.construct import CapacityBlockExpiry, block_placements
 from training_constructs.jobs.capacity_fallback.construct import CapacityFallback
 from training_constructs.jobs.capacity_fallback.routes import FallbackRoute
 from training_constructs.jobs.job_secrets import JobSecretsAccess
@@ -193,6 +194,12 @@ class JobsStack(Stack):
                 self.capacity_fallback.function,
                 self.alerts.topic,
                 "jobs cancelled for lack of capacity are not sent to their fleet's next placement",
+            )
+        self.block_expiry: CapacityBlockExpiry | None = None
+        blocks = block_placements(fleets, {name: jobs_.placement_queues for name, jobs_ in self.fleets.items()})
+        if blocks:
+            self.block_expiry = CapacityBlockExpiry(
+                self, "CapacityBlockExpiry", blocks=blocks, topic=self.alerts.topic, log_retention=log_retention
             )
         self.resumed_alerts = ResumedJobAlerts(
             self,

@@ -98,9 +98,10 @@ def test_every_fleet_has_a_rule_on_its_own_queue_into_the_job_events_log_group()
     (policy,) = resources(template, "AWS::Logs::ResourcePolicy").values()
     assert "events.amazonaws.com" in json.dumps(policy) and group_id in json.dumps(policy)
     # The functions in this stack: the boot-check circuit breaker's (tests/test_fleet_health.py), the
-    # capacity fallback's resubmitter (llm's placements) and the resumed-job alert's; none for the metrics.
+    # capacity fallback's resubmitter (llm's placements), the Capacity Block expiry's (llm's block) and the
+    # resumed-job alert's; none for the metrics.
     functions = resources(template, "AWS::Lambda::Function")
-    owners = ("BootCircuitBreaker", "CapacityFallback", "ResumedJobAlerts")
+    owners = ("BootCircuitBreaker", "CapacityFallback", "CapacityBlockExpiry", "ResumedJobAlerts")
     assert [k for k in functions if not k.startswith(owners)] == []
     assert not [k for k, r in template["Resources"].items() if r["Type"].startswith("Custom::")]
 

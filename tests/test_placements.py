@@ -140,3 +140,54 @@ def test_routes_over_lambdas_environment_limit_are_refused_at_synth():
         read_settings({"fleets": fleets(4)})
     assert str(error.value).startswith("context key fleets='8 fallback placements': the capacity fallback's routes")
     assert "Lambda's 4 KB environment" in str(error.value)
+
+
+def own(**fleet: Any) -> Any:
+    llm = {"instanceType": "p5e.48xlarge", "availabilityZone": "us-west-2b"} | fleet
+    return read_settings({"fleets": json.dumps({"llm": llm})}, region="us-west-2").fleets[0]
+
+
+def own_refusal(**fleet: Any) -> str:
+    with pytest.raises(ConfigError) as refused:
+        own(**fleet)
+    message = str(refused.value)
+    assert "\n" not in message and len(message) <= MAX_REFUSAL, message
+    return message
+
+
+def test_a_fleets_own_placement_may_be_a_block_with_its_window():
+    fleet = own(**BLOCK, **WINDOW)
+    placement = fleet.placements[0]
+    assert placement.capacity_reservation.kind == "capacity-block"
+    assert (placement.window.start, placement.window.end) == ("2026-12-01T11:30:00Z", "2026-12-08T11:30:00Z")
+    assert (
+        placement.label
+        == "us-west-2b p5e.48xlarge cr-0a1b2c3d4e5f60718 (capacity-block 2026-12-01T11:30Z..2026-12-08T11:30Z)"
+    )
+    # Without a window, as before: the fleet's own block still deploys (and still gets its expiry stop).
+    assert own(**BLOCK).placements[0].window is None
+
+
+def test_a_fleets_own_window_is_checked_as_a_fallback_blocks():
+    assert "fleets.llm.end=None: a capacity block needs its window" in own_refusal(**BLOCK, start=WINDOW["start"])
+    assert "fleets.llm.end='2026-12-01T11:30Z': not after start" in own_refusal(
+        **BLOCK, start=WINDOW["end"], end=WINDOW["start"]
+    )
+    message = own_refusal(capacityReservationId="cr-0a1b2c3d4e5f60718", **WINDOW)
+    assert "fleets.llm.start='2026-12-01T11:30Z': only a capacity block has a window" in message
+    assert "only a capacity block has a window" in own_refusal(**WINDOW)
+    assert "EC2 sells no capacity blocks of this type" in own_refusal(instanceType="g6e.48xlarge", **BLOCK, **WINDOW)
+    assert "fleets.llm.availabilityZone=None: a capacity block lives in one AZ" in own_refusal(
+        availabilityZone=None, **BLOCK, **WINDOW
+    )
+    assert "fleets.llm.start" in own_refusal(**BLOCK, start="2026-12-01 11:30", end=WINDOW["end"])
+
+
+def test_a_fleets_own_block_whose_window_ended_is_refused_at_synth():
+    from datetime import UTC, datetime
+
+    llm = {"instanceType": "p5e.48xlarge", "availabilityZone": "us-west-2b"} | BLOCK | WINDOW
+    context = {"fleets": json.dumps({"llm": llm})}
+    with pytest.raises(ConfigError, match=r"fleets\.llm\.end='2026-12-08T11:30:00Z': the Capacity Block's window"):
+        read_settings(context, region="us-west-2", now=datetime(2026, 12, 8, 11, 30, tzinfo=UTC))
+    assert read_settings(context, region="us-west-2", now=datetime(2026, 12, 8, 11, 29, tzinfo=UTC)).fleets

@@ -24,21 +24,22 @@ from constructs import Construct
 from config.metrics import CAPACITY_CANCELS, FALLBACK_RESUBMITS, FLEET_DIMENSION, NAMESPACE, PLACEMENT_DIMENSION
 from training_constructs.common.nag_names import nag_name
 from training_constructs.common.small_functions import depend_on_policy_only, logging_role
-from training_constructs.jobs.capacity_fallback.resubmit import CAPACITY_CANCEL
+from training_constructs.jobs.capacity_fallback.resubmit import RESUBMITTED_REASONS
 from training_constructs.jobs.capacity_fallback.routes import FallbackRoute, definition_families, routes_document
 
 HANDLER_DIR = Path(__file__).resolve().parent
 
 
 def event_pattern(queue_arns: Sequence[str]) -> events.EventPattern:
-    """Capacity cancels of the given queues: the job itself, not one of its nodes (<id>#<n>)."""
+    """Capacity cancels and Capacity Block expiry stops of the given queues: the job itself, not one of its
+    nodes (<id>#<n>)."""
     return events.EventPattern(
         source=["aws.batch"],
         detail_type=["Batch Job State Change"],
         detail={
             "jobQueue": list(queue_arns),
             "status": ["FAILED"],
-            "statusReason": [{"prefix": CAPACITY_CANCEL}],
+            "statusReason": [{"prefix": prefix} for prefix in RESUBMITTED_REASONS],
             "jobId": [{"anything-but": {"wildcard": "*#*"}}],
         },
     )

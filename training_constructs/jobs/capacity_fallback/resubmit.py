@@ -1,7 +1,8 @@
 """Lambda handler: send a job that its queue cancelled for lack of capacity to the fleet's next placement.
 
 Invoked by an EventBridge rule on "Batch Job State Change" events of a fleet's placement queues with
-status FAILED and the capacity cancel's status reason (see CAPACITY_CANCEL). The job is submitted
+status FAILED and the capacity cancel's status reason (see CAPACITY_CANCEL) or the Capacity Block expiry's
+(BLOCK_EXPIRY: stopped 40 minutes before its block ends, its final checkpoint uploaded). The job is submitted
 again, once, to the next placement's queue whose window (a Capacity Block's, less its last half hour
 and a job's expected start, see BLOCK_EARLY_END) holds the present:
 same job definition, name, parameters, node count, environment and command (as DescribeJobs shows them:
@@ -27,6 +28,12 @@ from typing import Any
 # The statusReason Batch writes when a queue's jobStateTimeLimitActions cancels a job waiting for
 # capacity (Batch user guide, "Jobs stuck in RUNNABLE due to capacity").
 CAPACITY_CANCEL = "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+# The reason the Capacity Block expiry stops a block placement's jobs with, 40 minutes before the block
+# ends (capacity_block_expiry/stop_jobs.py EXPIRY_REASON; a test pins the two): once the job has ended,
+# its final checkpoint uploaded, it goes on at the next placement like a capacity cancel.
+BLOCK_EXPIRY = "trainctl capacity-block:"
+# Each reason this function acts on, and the event name its log lines carry.
+RESUBMITTED_REASONS = {CAPACITY_CANCEL: "capacity-cancel", BLOCK_EXPIRY: "block-expiry"}
 # Set on the cancelled job once its successor exists: a repeated event (EventBridge delivers at
 # least once) finds it and submits nothing.
 SUCCESSOR_TAG = "training:fallback-job"
@@ -152,8 +159,10 @@ def handle(detail: Mapping[str, Any], routes: Mapping[str, Any], batch: Any, now
     if route is None:
         return log(action="ignored", reason="not a placement queue of this deployment", **base)
     base |= {"fleet": route["fleet"], "placement": route["placement"]}
-    if detail.get("status") != "FAILED" or not str(detail.get("statusReason", "")).startswith(CAPACITY_CANCEL):
-        return log(action="ignored", reason=f"not a capacity cancel: {detail.get('statusReason', '')}", **base)
+    status_reason = str(detail.get("statusReason", ""))
+    event = next((name for prefix, name in RESUBMITTED_REASONS.items() if status_reason.startswith(prefix)), None)
+    if detail.get("status") != "FAILED" or event is None:
+        return log(action="ignored", reason=f"not a capacity cancel or block expiry: {status_reason}", **base)
     # The event's detail is the job as it was cancelled; its tags as Batch holds them now tell
     # whether a repeated event already made its successor.
     jobs = batch.describe_jobs(jobs=[job_id]).get("jobs", [])
@@ -164,7 +173,7 @@ def handle(detail: Mapping[str, Any], routes: Mapping[str, Any], batch: Any, now
     target = next_placement(route, now)
     if target is None:
         reason = "no further placement" if not route.get("next") else "no later placement's window is open now"
-        return log(action="capacity-exhausted", event="capacity-cancel", reason=f"{reason}: the job ends here", **base)
+        return log(action="capacity-exhausted", event=event, reason=f"{reason}: the job ends here", **base)
     try:
         submitted = batch.submit_job(**resubmission(job, target))
     except Exception as error:
@@ -175,7 +184,7 @@ def handle(detail: Mapping[str, Any], routes: Mapping[str, Any], batch: Any, now
         if not code or code in RETRIED_CODES:
             raise
         reason = f"SubmitJob to placement {target['placement']} refused: {error}"
-        return log(action="resubmit-failed", event="capacity-cancel", reason=reason, **base)
+        return log(action="resubmit-failed", event=event, reason=reason, **base)
     new_id = str(submitted["jobId"])
     try:
         batch.tag_resource(resourceArn=str(job.get("jobArn", "")), tags={SUCCESSOR_TAG: new_id})
@@ -185,7 +194,7 @@ def handle(detail: Mapping[str, Any], routes: Mapping[str, Any], batch: Any, now
         base = {**base, "tag_error": str(error)[:300]}
     return log(
         action="resubmitted",
-        event="capacity-cancel",
+        event=event,
         successor=new_id,
         to_placement=target["placement"],
         to=target["label"],
