@@ -529,13 +529,14 @@ def function_key(template):
     ("variant", "prefixes"),
     [
         ("default", ("BootCircuitBreaker", "ResumedJobAlerts")),
-        ("three-fleets", ("BootCircuitBreaker", "CapacityFallback", "ResumedJobAlerts")),
+        # three-fleets' llm fleet has a Capacity Block fallback: its expiry function too.
+        ("three-fleets", ("BootCircuitBreaker", "CapacityFallback", "ResumedJobAlerts", "CapacityBlockExpiry")),
     ],
 )
 def test_the_breaker_the_resubmitter_and_the_resumed_job_alert_page_when_they_fail(variant, prefixes):
     """Each acts on AWS's events with nobody watching: a failed invocation of any (Lambda's Errors
-    metric of that function) alarms to the job-alert topic, and only a deployment with fallback
-    placements has the resubmitter."""
+    metric of that function) alarms to the job-alert topic; only a deployment with fallback placements
+    has the resubmitter, and only one with a Capacity Block placement the block expiry."""
     template = synth(variant).templates[STACK]
     functions = [k for k in resources(template, "AWS::Lambda::Function") if k.startswith(prefixes)]
     errors = alarms(template, "Errors")
