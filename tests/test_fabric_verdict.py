@@ -254,6 +254,7 @@ def test_gpu_initiated_networking_is_refused_where_the_plugin_cannot_do_it(insta
     assert (line is not None) is refused
     if line is not None:
         assert line.startswith(f"NCCL_GIN_TYPE={value}: ") and instance_type in line and "\n" not in line
+        assert len(f"trainctl: {line}") <= 200
         assert "gin-getting-started.md" in line
 
 
