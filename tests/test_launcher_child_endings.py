@@ -129,3 +129,23 @@ def test_a_childs_failure_ends_a_main_node_whose_trainer_ignores_the_stop_within
     assert seconds < 4 + 20
     # The default gives torchrun's own stop of its workers time: a third of "within a minute".
     assert run_node.STOP_KILL_SECONDS == 20
+
+
+def test_a_stopped_child_stops_telling_a_main_node_that_is_gone(tmp_path):
+    """The main node ended first (its store went with it, so the child's trainer failed) and nobody listens
+    any more; Batch then stops the child. Its word can change nothing now, and every second spent on it is
+    taken from the stop's last upload: it gives up within STOPPED_REPORT_SECONDS of the stop, not after
+    NODE_REPORT_SECONDS (60 by default)."""
+    failed = tmp_path / "child-failed"
+    _, child_env = nodes(tmp_path, "exit 0", f"touch {failed}\n{ECHO}")
+    child = subprocess.Popen([str(LAUNCHER), "t.py"], env=child_env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(failed)
+        time.sleep(1.0)  # the launcher is now telling a main node nobody plays
+        child.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        _, err = child.communicate(timeout=90)
+        seconds = time.monotonic() - stopped
+    finally:
+        child.kill()
+    assert seconds < 5 + 10, f"the child took {seconds:.0f} s to end after its stop:\n{err}"

@@ -15,12 +15,16 @@ from typing import Any
 from ending import ChildView, NodeEnd, Report
 from failure_text import Failure
 from node_settings import Settings
-from node_tools import hostname, run_helper, say
+from node_tools import hostname, run_helper, run_helper_until, say
 from stop_signals import StopSignals
 
 RELAY_DRAIN_SECONDS = 5.0
 # How long a child whose trainer succeeded tries to tell the main node (its hang watch stops counting it).
 SUCCESS_REPORT_SECONDS = 5
+# How much longer a child's word gets once this node is stopped. A stop comes when the main node has ended
+# (Batch stops the others) or the whole job is cancelled or timed out: no word can change that ending, and
+# time spent on it is time taken from the stop's last checkpoint upload. One connection attempt (5 s).
+STOPPED_REPORT_SECONDS = 5.0
 # After the trainer exits, how long its output relays get to write the stream's last bytes.
 RELAY_TAIL_SECONDS = 2.0
 
@@ -72,7 +76,8 @@ class NodeState:
 
     def tell_main(self, code: int, text: str, failure: Failure | None = None, *, wait: bool = True) -> None:
         """A child tells the main node, once, how it ended (retrying for NODE_REPORT_SECONDS); without
-        `wait`, trying for SUCCESS_REPORT_SECONDS only (a success: the main node may be gone already)."""
+        `wait`, trying for SUCCESS_REPORT_SECONDS only (a success: the main node may be gone already). A stop
+        cuts it to STOPPED_REPORT_SECONDS from the stop."""
         batch = self.settings.batch
         self.told_main = True
         if batch is None or batch.report_to is None:
@@ -83,8 +88,15 @@ class NodeState:
         args += ["--when", said.when, "--error", said.error]
         args += ["--rank", str(said.rank)] if said.rank is not None else []
         within = batch.report_seconds if wait else SUCCESS_REPORT_SECONDS
-        run_helper(
-            self.settings.python.stdlib, "node_fault.py", "report", *args, "--within", str(within), to_stderr=True
+        run_helper_until(
+            self.settings.python.stdlib,
+            "node_fault.py",
+            "report",
+            *args,
+            "--within",
+            str(within),
+            stop=lambda: self.signals.stop_requested,
+            grace=STOPPED_REPORT_SECONDS,
         )
 
     def trainer_tail(self) -> list[str]:

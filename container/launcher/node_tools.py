@@ -12,7 +12,8 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from checkpoint_commit import process_tree
@@ -76,6 +77,28 @@ def run_helper(
     except OSError as error:
         say(f"cannot run {name} with {python}: {error}")
         return subprocess.CompletedProcess(helper(python, name, *args), 127, "", "")
+
+
+def run_helper_until(python: str, name: str, *args: str, stop: Callable[[], bool], grace: float) -> int:
+    """Runs a helper (its output to this stderr) to its end, or until `grace` seconds after `stop()` first
+    holds, whichever comes first; its exit status (-SIGTERM when it was cut short)."""
+    try:
+        process = subprocess.Popen(helper(python, name, *args), stdout=sys.stderr)
+    except OSError as error:
+        say(f"cannot run {name} with {python}: {error}")
+        return 127
+    deadline: float | None = None
+    while process.poll() is None:
+        if deadline is None and stop():
+            deadline = time.monotonic() + grace
+        if deadline is not None and time.monotonic() >= deadline:
+            process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return process.wait(5)
+            process.kill()
+            return process.wait()
+        time.sleep(0.1)
+    return process.returncode
 
 
 def kill_tree(root: int) -> None:
