@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,8 @@ COPIER_PYTHON = os.environ.get("CHECKPOINT_TEST_PYTHON", sys.executable)
 #   put:NAME:TEXT   write NAME in place          swap:NAME:TEXT  write NAME.tmp, rename it to NAME
 #   touch:PATH      create PATH (a milestone)    wait:PATH       wait until PATH exists
 #   slow:NAME       keep writing NAME in place, a chunk every 20 ms, until killed
+#   inplace:NAME    save NAME in place every 0.15 s, as torch.save does (same inode), until killed: "epoch N
+#                   begin", 50 ms, "epoch N end"
 #   exit:N          exit with status N (default: 0 after the last step)
 TRAINER = """#!{python}
 import os, sys, time
@@ -49,7 +52,7 @@ for step in filter(None, os.environ.get("TRAIN_PLAN", "").split(";")):
     verb, _, rest = step.partition(":")
     name, _, text = rest.partition(":")
     target = os.path.join(directory, name)
-    if verb in ("put", "swap", "slow"):
+    if verb in ("put", "swap", "slow", "inplace"):
         os.makedirs(os.path.dirname(target), exist_ok=True)
     if verb == "put":
         with open(target, "w") as f:
@@ -69,6 +72,16 @@ for step in filter(None, os.environ.get("TRAIN_PLAN", "").split(";")):
                 f.write("x" * 1000)
                 f.flush()
                 time.sleep(0.02)
+    elif verb == "inplace":
+        epoch = 0
+        while True:
+            epoch += 1
+            with open(target, "w") as f:
+                f.write("epoch %d begin\\n" % epoch)
+                f.flush()
+                time.sleep(0.05)
+                f.write("epoch %d end\\n" % epoch)
+            time.sleep(0.1)
     elif verb == "exit":
         sys.exit(int(name))
 """
@@ -218,6 +231,30 @@ def test_sigterm_while_a_file_is_half_written_restores_the_previous_checkpoint(s
     third = run_node({**env, "CHECKPOINT_PYTHON": str(chatty)})
     assert third.returncode == 0, third.stderr
     assert have(third) == {"model_1.pt"} and "--resume" not in third.stdout
+
+
+def test_a_file_rewritten_in_place_reaches_s3_while_training_and_a_stop_leaves_a_whole_copy(
+    s3_endpoint, s3, trainer, tmp_path
+):
+    """PyTorch's DDP tutorial saves snapshot.pt in place every epoch: with the default 30 s settle it is
+    never unchanged long enough, and its copy taken at a close is what reaches S3 (checkpoint_snapshots.py).
+    The stop kills the writer mid-save as often as not: the kernel's close of a torn file is not trusted."""
+    env = node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN="inplace:snapshot.pt")
+    node = start_node({**env, "CHECKPOINT_SETTLE_SECONDS": "30", "CHECKPOINT_SYNC_SECONDS": "1"})
+    until(lambda: "snapshot.pt" in manifest(s3), node, "upload of snapshot.pt while it is rewritten")
+    uploaded = body(s3, f"{JOB}/node-0/snapshot.pt").decode()
+    assert re.fullmatch(r"epoch (\d+) begin\nepoch \1 end\n", uploaded), uploaded
+    time.sleep(1.0)
+    node.send_signal(signal.SIGTERM)
+    _, stderr = node.communicate(timeout=60)
+    assert node.returncode == 128 + signal.SIGTERM, stderr
+
+    retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2"))
+    assert retry.returncode == 0, retry.stderr
+    restored = (tmp_path / "a2/checkpoints/snapshot.pt").read_text()
+    whole = re.fullmatch(r"epoch (\d+) begin\nepoch \1 end\n", restored)
+    assert whole, restored
+    assert int(whole.group(1)) >= int(uploaded.split()[1])  # the stop's upload is not older than the first
 
 
 def test_resume_names_the_run_folder_of_the_newest_model(s3_endpoint, s3, trainer, tmp_path):

@@ -21,8 +21,10 @@ from pathlib import Path
 # <linux/inotify.h>, inotify(7): events name the file inside the watched directory; watches are not
 # recursive, so every directory gets its own.
 IN_CLOSE_WRITE = 0x00000008
+IN_MOVED_FROM = 0x00000040
 IN_MOVED_TO = 0x00000080
 IN_CREATE = 0x00000100
+IN_DELETE = 0x00000200
 IN_Q_OVERFLOW = 0x00004000
 IN_ISDIR = 0x40000000
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then `len` bytes of name
@@ -99,13 +101,18 @@ def open_for_writing(pids: set[int], directory: Path) -> set[Path]:
 
 class ArrivalWatch:
     """Files renamed or moved into the directory tree (inotify IN_MOVED_TO), remembered with the
-    identity they arrived with, and whether a file was closed after writing (IN_CLOSE_WRITE), so
-    that the caller can look again once it has settled. Without inotify (or after its queue
-    overflowed) nothing is remembered: every file waits for the settle time and the next poll."""
+    identity they arrived with, and the files closed after writing (IN_CLOSE_WRITE, in `closed`) and
+    moved away or removed (in `gone`) since the caller last took them (take), so that the caller can
+    look again once a file has settled or copy a file rewritten in place (checkpoint_snapshots.py).
+    Without inotify (or after its queue overflowed) nothing is remembered: every file waits for the
+    settle time and the next poll."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.arrived: dict[Path, Identity] = {}
+        self.closed: list[Path] = []
+        self.gone: list[Path] = []
+        self.overflowed = False  # events were lost since the caller last looked
         self._dirs: dict[int, Path] = {}
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._fd: int = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -119,7 +126,8 @@ class ArrivalWatch:
         return self._fd >= 0
 
     def _watch(self, path: Path) -> None:
-        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), IN_MOVED_TO | IN_CREATE | IN_CLOSE_WRITE)
+        mask = IN_MOVED_TO | IN_CREATE | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_DELETE
+        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), mask)
         if wd >= 0:
             self._dirs[wd] = path
 
@@ -152,6 +160,7 @@ class ArrivalWatch:
                 parent = self._dirs.get(wd)
                 if mask & IN_Q_OVERFLOW:
                     self.arrived.clear()  # events were lost: trust only the settle time
+                    self.overflowed = True
                 if parent is None or not raw:
                     continue
                 path = parent / os.fsdecode(raw.rstrip(b"\0"))
@@ -159,10 +168,19 @@ class ArrivalWatch:
                     self._arrived(path)
                     arrived += 1
                 elif mask & IN_CLOSE_WRITE:
+                    self.closed.append(path)
                     closed += 1
+                elif mask & (IN_MOVED_FROM | IN_DELETE) and not mask & IN_ISDIR:
+                    self.gone.append(path)
                 elif mask & IN_CREATE and mask & IN_ISDIR:
                     self._watch(path)
         return arrived, closed
+
+    def take(self) -> tuple[list[Path], list[Path]]:
+        """The files closed after writing, and those moved away or removed, since the last call."""
+        taken = self.closed, self.gone
+        self.closed, self.gone = [], []
+        return taken
 
     def appeared_whole(self, path: Path, stat: os.stat_result) -> bool:
         return self.arrived.get(path) == Identity.of(stat)

@@ -54,6 +54,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 from checkpoint_commit import PARTIAL_SUFFIX, ArrivalWatch, Rule, open_for_writing, process_tree
+from checkpoint_snapshots import SNAPSHOTS, Snapshots
 
 MANIFEST_FORMAT = 1
 # boto3's transfers wrap refusals in their own errors (S3UploadFailedError, RetriesExceededError).
@@ -216,6 +217,7 @@ class Watcher:
             restored = {}
         self.restored: Manifest = entries(restored, str(state_dir / RESTORED))
         self.arrivals = ArrivalWatch(self.directory)
+        self.snapshots = Snapshots(self.directory, state_dir / SNAPSHOTS)
         self.stopped_at: float | None = None
         self.settles_at: float | None = None  # when the next closed file settles
         self.unwritten = False  # `own` has changed since the manifest was last written
@@ -246,15 +248,22 @@ class Watcher:
                     stat = path.stat()
                 except FileNotFoundError:
                     continue
+                if path not in writing:  # seen closed: a later close on this inode is a rewrite in place
+                    self.snapshots.remember(path, stat.st_ino)
                 if any(known.matches(stat) for known in (self.own.get(name), self.restored.get(name)) if known):
                     continue
                 whole = self.arrivals.appeared_whole(path, stat)
+                source = path
                 if not rule.complete(stat, open_now=path in writing, whole=whole, now=now):
                     if path not in writing:  # closed, not settled yet: look again when it is
                         settles = stat.st_mtime_ns / 1e9 + self.settle_seconds
                         self.settles_at = min(self.settles_at or settles, settles)
-                    continue
-                entry = self.store.upload(path, name)
+                    # Rewritten in place: the copy taken at its last close (checkpoint_snapshots.py).
+                    snapshot = self.snapshots.for_file(name, stat)
+                    if snapshot is None or self.has(name, snapshot.identity.size, snapshot.identity.mtime_ns):
+                        continue
+                    source = snapshot.copy
+                entry = self.store.upload(source, name)
                 if entry:
                     self.own[name] = entry
                     uploaded += 1
@@ -262,11 +271,31 @@ class Watcher:
             for name in [name for name in self.own if name not in seen]:
                 del self.own[name]  # deleted here; its object versions stay in S3
                 self.unwritten = True
+            self.snapshots.forget_missing(seen)
         finally:
             if self.unwritten:  # also after an upload failed: what did get there is kept
                 self.store.write_manifest(self.own)
                 self.unwritten = False
         return uploaded
+
+    def has(self, name: str, size: int, mtime_ns: int) -> bool:
+        """Whether this node's manifest, or what restore brought back, already holds that state of `name`."""
+        known = (self.own.get(name), self.restored.get(name))
+        return any(entry is not None and (entry.size, entry.mtime_ns) == (size, mtime_ns) for entry in known)
+
+    def look(self) -> int:
+        """The copier's tick for the files rewritten in place; the number of new trusted copies."""
+        closed, gone = self.arrivals.take()
+        if self.arrivals.overflowed:  # events were lost: no path's inode is known any more
+            self.arrivals.overflowed = False
+            self.snapshots.inodes.clear()
+        return self.snapshots.after_events(
+            closed,
+            gone,
+            tree=lambda: process_tree(self.pid),
+            writing=lambda: open_for_writing(process_tree(self.pid), self.directory),
+            now=time.monotonic(),
+        )
 
     def read_state(self, name: str) -> float | None:
         try:
@@ -282,7 +311,7 @@ class Watcher:
         stop_synced = False
         while True:
             arrived, closed = self.arrivals.drain()
-            if arrived:
+            if self.look() or arrived:  # a copy of a rewrite is as whole as a file renamed into place
                 next_sync = time.monotonic()
             elif closed:  # look again once the file has settled
                 next_sync = min(next_sync, time.monotonic() + self.settle_seconds)
