@@ -1,5 +1,6 @@
 """The fault catalog: every way a node or a service can fail a multi-node job, with the ending users need
-and what must hold, each rehearsed on the reference script (examples/rehearsal/). `make faults` runs every
+and what must hold, each rehearsed on the reference script (examples/rehearsal/train.py) or, for the ways
+frameworks write checkpoints, on another script there (Entry.command). `make faults` runs every
 entry and prints one line per entry; docs/reference/fault-catalog.md is generated from this table.
 
 An entry states the ending users need, whether or not today's code reaches it: an entry that fails says
@@ -44,6 +45,7 @@ from trainctl.rehearsal.catalog_checks import (
     no_host_taken_out,
     resubmitted,
     resumed_from_newest,
+    resumed_from_snapshot_epoch,
     s3_throttled,
     why_says,
 )
@@ -70,6 +72,7 @@ class Entry:
     # The script's DistributedDataParallel and torch.optim (True), or the same step by hand (the script's
     # --gradients allreduce): DDP's first construction costs each rank about 3 s of CPU, on every attempt.
     ddp: bool = False
+    command: tuple[str, ...] = ()  # another script's whole command, in place of the reference script's
 
 
 STEPS = 60
@@ -133,6 +136,14 @@ CATALOG: tuple[Entry, ...] = (
           "job FAILED 45 s late", ("batch-lag=45@start", "lose-host:1@checkpoint:1"), "succeeded",
           (fault_ended_within("lose-host:1@checkpoint:1", CHILD_FAILURE_SECONDS), main_line_names(1), attempts(2),
            resumed_from_newest(1))),
+    # Checkpoints as frameworks write them (docs/checkpoints.md).
+    Entry("in-place-file", "the main node saves snapshot.pt in place every epoch (torch.save on one path, as "
+          "PyTorch's DDP tutorial does; the default 30 s settle time, which such a file never reaches) and a "
+          "child's container is SIGKILLed once a copy is in S3", ("kill-child@checkpoint:1",), "succeeded",
+          (main_line_names(1), attempts(2), resumed_from_snapshot_epoch(1)),
+          {"CHECKPOINT_SETTLE_SECONDS": "30"},
+          command=("examples/rehearsal/snapshot_in_place.py", "--snapshot_path", "${CHECKPOINT_DIR}/snapshot.pt",
+                   "--total_epochs", "24", "--seconds_per_batch", "0.1")),
     Entry("attempt-timeout", "the attempt runs past its 60 s timeout", (), "failed",
           (attempts(1), last_save_uploaded(), why_says("never retries a timed-out job")),
           steps=100_000, timeout=60),
@@ -157,7 +168,7 @@ def entry(name: str) -> Entry:
 
 def run_entry(item: Entry, *, assembly: Path) -> Report:
     task = load_task(checkout() / TASK)
-    update: dict[str, Any] = {"fleet": item.fleet, "env": {**task.env, **item.env}, "command": [
+    update: dict[str, Any] = {"fleet": item.fleet, "env": {**task.env, **item.env}, "command": list(item.command) or [
         "examples/rehearsal/train.py", "--steps", str(item.steps), "--checkpoint-every", str(CHECKPOINT_EVERY),
         "--step-seconds", "0.1", "--gradients", "ddp" if item.ddp else "allreduce", *item.args]}  # fmt: skip
     if item.timeout is not None:

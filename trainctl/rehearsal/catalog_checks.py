@@ -53,6 +53,17 @@ def resumed_from_newest(at_least: int) -> Check:
     return Check(f"the last attempt resumed from the newest checkpoint (at least checkpoint {at_least})", test)
 
 
+def resumed_from_snapshot_epoch(at_least: int) -> Check:
+    """The last attempt's script said it resumed from its snapshot at epoch `at_least` or later (the DDP
+    tutorial's line, examples/rehearsal/snapshot_in_place.py), not from the start."""
+
+    def test(report: Report) -> bool:
+        match = re.search(r"Resuming training from snapshot at Epoch (\d+)", _attempts(report)[-1]["resumed"])
+        return match is not None and int(match.group(1)) >= at_least
+
+    return Check(f"the last attempt resumed from its snapshot at epoch {at_least} or later", test)
+
+
 def ended_within(seconds: float) -> Check:
     return Check(
         f"the fault ended its attempt within {seconds:.0f} s",

@@ -14,10 +14,12 @@ from trainctl.rehearsal.nodes import NodeRun
 from trainctl.rehearsal.progress import plural
 from trainctl.rehearsal.records import Attempt, JobRun, Rehearsal, epoch_milliseconds
 
-# The launcher's own lines, the checkpoint copier's restore line and the reference script's resume line.
+# The launcher's own lines, the checkpoint copier's restore line and the example scripts' resume lines (the
+# reference script's, and the one PyTorch's DDP tutorial prints, which examples/rehearsal/snapshot_in_place.py
+# keeps).
 LAUNCHER_LINE = re.compile(r"^distributed_run\.sh: (.*)$")
 RESTORED_LINE = re.compile(r"checkpoint_sync: restored (\d+) files")
-RESUMED_LINE = re.compile(r"(resumed from \S+.*|no checkpoint on any node.*)$")
+RESUMED_LINE = re.compile(r"(resumed from \S+.*|no checkpoint on any node.*|Resuming training from snapshot at .*)$")
 # The reference script's line for a checkpoint file renamed into place (examples/rehearsal/train.py).
 SAVED_LINE = re.compile(r"\bsaved (checkpoint-\d+\.pt)$")
 LOG_GROUP = "rehearsal"
