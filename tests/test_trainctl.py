@@ -357,13 +357,14 @@ def test_cancel_terminates_a_queued_job(world: World, trainctl: Any) -> None:
 
 # ----------------------------------------------------------------------------------------------- checkpoints
 def _checkpoint_sync() -> Any:
-    """container/launcher/checkpoint_sync.py, which writes the layout trainctl reads (it imports its neighbour)."""
+    """container/launcher/checkpoint_store.py, the copier's S3 side, which writes the layout trainctl reads (it
+    imports its neighbour)."""
     sys.path.insert(0, str(Path(__file__).parents[1] / "container" / "launcher"))
     try:
-        import checkpoint_sync
+        import checkpoint_store
     finally:
         sys.path.pop(0)
-    return checkpoint_sync
+    return checkpoint_store
 
 
 def test_checkpoints_list_and_download_what_each_nodes_manifest_names(
@@ -378,7 +379,7 @@ def test_checkpoints_list_and_download_what_each_nodes_manifest_names(
     written = {0: {"model_100.pt": b"weights", "params/agent.yaml": b"lr: 0.001"}, 1: {"model_100.pt": b"node one"}}
     mtimes: dict[tuple[int, str], int] = {}
     for node, files in written.items():
-        # The way checkpoint_sync.py's watcher uploads: each file, then the node's manifest.
+        # The way checkpoint_sync.py's watcher uploads (checkpoint_store.py): each file, then the node's manifest.
         store = sync.NodeStore(s3, uri, node)
         manifest = {}
         for name, body in files.items():

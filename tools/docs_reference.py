@@ -253,7 +253,7 @@ def fault_catalog_page() -> str:
         "",
         "Every entry is rehearsed by `make faults` (CI runs it after `make test`) on the reference script",
         "(`examples/rehearsal/train.py`; the checkpoint patterns' entries on the other scripts there), two nodes,",
-        "with the real launcher: the ending is the one users need, and every line of \"what must hold\" is checked",
+        'with the real launcher: the ending is the one users need, and every line of "what must hold" is checked',
         "on the rehearsal's report. How to read and run it:",
         "[Rehearsal](../rehearsal.md).",
         "",
