@@ -38,12 +38,13 @@ COPIER_PYTHON = os.environ.get("CHECKPOINT_TEST_PYTHON", sys.executable)
 # TRAIN_PLAN, steps separated by ";":
 #   put:NAME:TEXT   write NAME in place          swap:NAME:TEXT  write NAME.tmp, rename it to NAME
 #   touch:PATH      create PATH (a milestone)    wait:PATH       wait until PATH exists
+#   rm:NAME         remove NAME (a file, or a folder and what is in it)
 #   slow:NAME       keep writing NAME in place, a chunk every 20 ms, until killed
 #   inplace:NAME    save NAME in place every 0.15 s, as torch.save does (same inode), until killed: "epoch N
 #                   begin", 50 ms, "epoch N end"
 #   exit:N          exit with status N (default: 0 after the last step)
 TRAINER = """#!{python}
-import os, sys, time
+import os, shutil, sys, time
 print("ARGS:", " ".join(sys.argv[1:]), flush=True)
 directory = os.environ["CHECKPOINT_DIR"]
 for name in sorted(os.listdir(directory)):
@@ -63,6 +64,11 @@ for step in filter(None, os.environ.get("TRAIN_PLAN", "").split(";")):
         os.replace(target + ".tmp", target)
     elif verb == "touch":
         open(name, "w").close()
+    elif verb == "rm":
+        if os.path.isdir(target):
+            shutil.rmtree(target)
+        else:
+            os.remove(target)
     elif verb == "wait":
         while not os.path.exists(name):
             time.sleep(0.02)
@@ -255,6 +261,51 @@ def test_a_file_rewritten_in_place_reaches_s3_while_training_and_a_stop_leaves_a
     whole = re.fullmatch(r"epoch (\d+) begin\nepoch \1 end\n", restored)
     assert whole, restored
     assert int(whole.group(1)) >= int(uploaded.split()[1])  # the stop's upload is not older than the first
+
+
+def test_a_checkpoint_rotated_away_stays_restorable_until_the_next_one_is_committed(s3_endpoint, s3, trainer, tmp_path):
+    """Trainer's save_total_limit=1: the new folder is written in place and, once it is saved, the old one is
+    removed. Until every file of the new one is committed, the manifest keeps the old one, so a node lost in
+    that window still has a checkpoint to resume from; once it is, the old one leaves the manifest."""
+    go, hold = tmp_path / "go", tmp_path / "hold"
+    plan = (
+        f"put:checkpoint-1/model.safetensors:m1;put:checkpoint-1/trainer_state.json:s1;wait:{go};"
+        f"put:checkpoint-2/model.safetensors:m2;put:checkpoint-2/trainer_state.json:s2;rm:checkpoint-1;wait:{hold}"
+    )
+    env = node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN=plan, CHECKPOINT_SETTLE_SECONDS="3")
+    node = start_node(env)
+    first = {"checkpoint-1/model.safetensors", "checkpoint-1/trainer_state.json"}
+    until(lambda: set(manifest(s3)) == first, node, "the first checkpoint's upload")
+    go.touch()
+    until(lambda: not (tmp_path / "a1/checkpoints/checkpoint-1").exists(), node, "the rotation")
+    time.sleep(1.0)  # syncs every 0.2 s; checkpoint-2 settles 3 s after its writes
+    assert set(manifest(s3)) == first  # the old one is still the restorable one
+    second = {"checkpoint-2/model.safetensors", "checkpoint-2/trainer_state.json"}
+    until(lambda: set(manifest(s3)) == second, node, "the second checkpoint, and the first one gone")
+    hold.touch()
+    _, stderr = node.communicate(timeout=60)
+    assert node.returncode == 0, stderr
+
+
+def test_a_node_lost_between_a_rotation_and_the_next_commit_resumes_from_the_rotated_checkpoint(
+    s3_endpoint, s3, trainer, tmp_path
+):
+    go = tmp_path / "go"
+    plan = (
+        f"put:checkpoint-1/model.pt:m1;wait:{go};put:checkpoint-2/model.pt:m2;rm:checkpoint-1;"
+        f"touch:{tmp_path / 'rotated'};wait:{tmp_path / 'never'}"
+    )
+    env = node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN=plan, CHECKPOINT_SETTLE_SECONDS="5")
+    node = start_node(env)
+    until(lambda: "checkpoint-1/model.pt" in manifest(s3), node, "the first checkpoint's upload")
+    go.touch()
+    until(lambda: (tmp_path / "rotated").exists(), node, "the rotation")
+    time.sleep(1.0)  # a few syncs (every 0.2 s), all before checkpoint-2 settles
+    os.killpg(node.pid, signal.SIGKILL)  # the host is lost
+    node.communicate(timeout=60)
+    retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2"))
+    assert retry.returncode == 0, retry.stderr
+    assert (tmp_path / "a2/checkpoints/checkpoint-1/model.pt").read_text() == "m1"
 
 
 def test_resume_names_the_run_folder_of_the_newest_model(s3_endpoint, s3, trainer, tmp_path):

@@ -13,7 +13,8 @@ file that was still being written or an upload that a kill cut short. Every node
 node's set (what rank-0-only savers write and every rank loads), then its own on top; it uploads
 only what differs from both. Restored files get the mtime they had when uploaded, so an unchanged
 file is never uploaded again. Nothing in S3 is ever deleted: a file deleted locally only leaves the
-node's next manifest (its object versions stay in the versioned bucket).
+node's manifest (its object versions stay in the versioned bucket), at the first sync that commits every
+closed file, so that a checkpoint removed once the next one is saved stays restorable until that one is.
 
 `watch` polls DIR every --sync-seconds, at once when a file was renamed into place, and once a file
 closed after writing has settled (inotify); it uploads new or changed complete files
@@ -126,6 +127,7 @@ class Watcher:
         now = time.time()
         seen: set[str] = set()
         uploaded = 0
+        unsettled = False  # a closed file whose state this sync cannot commit (settling, or changed mid-upload)
         try:
             for path in self.files():
                 name = path.relative_to(self.directory).as_posix()
@@ -146,7 +148,10 @@ class Watcher:
                         self.settles_at = min(self.settles_at or settles, settles)
                     # Rewritten in place: the copy taken at its last close (checkpoint_snapshots.py).
                     snapshot = self.snapshots.for_file(name, stat)
-                    if snapshot is None or self.has(name, snapshot.identity.size, snapshot.identity.mtime_ns):
+                    if snapshot is None:
+                        unsettled = unsettled or path not in writing
+                        continue
+                    if self.has(name, snapshot.identity.size, snapshot.identity.mtime_ns):
                         continue
                     source = snapshot.copy
                 entry = self.store.upload(source, name)
@@ -154,9 +159,15 @@ class Watcher:
                     self.own[name] = entry
                     uploaded += 1
                     self.unwritten = True
-            for name in [name for name in self.own if name not in seen]:
-                del self.own[name]  # deleted here; its object versions stay in S3
-                self.unwritten = True
+                else:
+                    unsettled = True
+            # A file removed here leaves the manifest (its object versions stay in S3) only with a sync that
+            # commits every closed file: a rotation that removes the last checkpoint once the next is saved
+            # (Trainer's save_total_limit) must not leave a window where neither is restorable.
+            if not unsettled:
+                for name in [name for name in self.own if name not in seen]:
+                    del self.own[name]
+                    self.unwritten = True
             self.snapshots.forget_missing(seen)
         finally:
             if self.unwritten:  # also after an upload failed: what did get there is kept
