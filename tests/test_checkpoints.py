@@ -39,6 +39,7 @@ COPIER_PYTHON = os.environ.get("CHECKPOINT_TEST_PYTHON", sys.executable)
 #   put:NAME:TEXT   write NAME in place          swap:NAME:TEXT  write NAME.tmp, rename it to NAME
 #   touch:PATH      create PATH (a milestone)    wait:PATH       wait until PATH exists
 #   rm:NAME         remove NAME (a file, or a folder and what is in it)
+#   nap:SECONDS     sleep (the time a save takes between two files)
 #   slow:NAME       keep writing NAME in place, a chunk every 20 ms, until killed
 #   inplace:NAME    save NAME in place every 0.15 s, as torch.save does (same inode), until killed: "epoch N
 #                   begin", 50 ms, "epoch N end"
@@ -64,6 +65,8 @@ for step in filter(None, os.environ.get("TRAIN_PLAN", "").split(";")):
         os.replace(target + ".tmp", target)
     elif verb == "touch":
         open(name, "w").close()
+    elif verb == "nap":
+        time.sleep(float(name))
     elif verb == "rm":
         if os.path.isdir(target):
             shutil.rmtree(target)
@@ -308,6 +311,30 @@ def test_a_node_lost_between_a_rotation_and_the_next_commit_resumes_from_the_rot
     assert (tmp_path / "a2/checkpoints/checkpoint-1/model.pt").read_text() == "m1"
 
 
+def test_a_folder_a_lost_host_left_half_written_is_never_restored(s3_endpoint, s3, trainer, tmp_path):
+    """Trainer's checkpoint-N/: the weights are written and settle while the optimizer state is still being
+    written; the host is lost then. The retry gets the last whole folder, not the weights alone."""
+    go = tmp_path / "go"
+    plan = (
+        f"put:checkpoint-1/model.safetensors:m1;put:checkpoint-1/trainer_state.json:s1;wait:{go};"
+        "put:checkpoint-2/model.safetensors:m2;nap:0.5;slow:checkpoint-2/optimizer.pt"
+    )
+    env = node_env(s3_endpoint, trainer, tmp_path / "a1", TRAIN_PLAN=plan, CHECKPOINT_SETTLE_SECONDS="1")
+    node = start_node(env)
+    first = {"checkpoint-1/model.safetensors", "checkpoint-1/trainer_state.json"}
+    until(lambda: set(manifest(s3)) == first, node, "the first checkpoint's upload")
+    go.touch()
+    until(lambda: (tmp_path / "a1/checkpoints/checkpoint-2/optimizer.pt").exists(), node, "the second save")
+    time.sleep(3.0)  # the weights settled 1 s after they were written; syncs every 0.2 s
+    assert set(manifest(s3)) == first
+    os.killpg(node.pid, signal.SIGKILL)  # the host is lost mid-save
+    node.communicate(timeout=60)
+    retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2"))
+    assert retry.returncode == 0, retry.stderr
+    restored = tmp_path / "a2/checkpoints"
+    assert sorted(p.relative_to(restored).as_posix() for p in restored.rglob("*") if p.is_file()) == sorted(first)
+
+
 def test_resume_names_the_run_folder_of_the_newest_model(s3_endpoint, s3, trainer, tmp_path):
     # As Isaac Lab writes them: every rank a run folder of its own (named by the second it started),
     # the model only in rank 0's. The newest folder by name holds no model.
@@ -361,7 +388,7 @@ def test_after_a_crash_renamed_files_count_and_fresh_in_place_writes_do_not(s3_e
     assert f"{JOB}/node-0/inplace.pt" not in keys(s3)
 
 
-def test_each_node_uploads_and_restores_its_own_files(s3_endpoint, s3, trainer, tmp_path):
+def test_each_node_uploads_its_own_files_and_restores_every_nodes(s3_endpoint, s3, trainer, tmp_path):
     child_env = {"AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "127.0.0.1"}
 
     def attempt(name: str, plan: str = "") -> list[subprocess.Popen]:
@@ -374,28 +401,29 @@ def test_each_node_uploads_and_restores_its_own_files(s3_endpoint, s3, trainer, 
             ),
         ]
 
-    first = attempt("a1", "put:shard_{i}.pt:rank {i};put:model_{i}.pt:model")
+    first = attempt("a1", "put:shard_{i}.pt:rank {i};put:model_{i}.pt:model;put:snapshot.pt:node {i}")
     for node in first:
         node.communicate(timeout=60)
         assert node.returncode == 0
-    assert set(manifest(s3, 0)) == {"shard_0.pt", "model_0.pt"}
-    assert set(manifest(s3, 1)) == {"shard_1.pt", "model_1.pt"}
+    assert set(manifest(s3, 0)) == {"shard_0.pt", "model_0.pt", "snapshot.pt"}
+    assert set(manifest(s3, 1)) == {"shard_1.pt", "model_1.pt", "snapshot.pt"}
     assert body(s3, f"{JOB}/node-1/shard_1.pt") == b"rank 1"
 
     main, child = attempt("a2")
     main_out, _ = main.communicate(timeout=60)
     child_out, _ = child.communicate(timeout=60)
     assert main.returncode == 0 and child.returncode == 0
-    assert {line for line in main_out.splitlines() if line.startswith("HAVE")} == {
-        "HAVE: model_0.pt",
-        "HAVE: shard_0.pt",
-    }
-    # A child gets its own files back, and the main node's (what rank-0-only savers write).
-    assert {line for line in child_out.splitlines() if line.startswith("HAVE")} == {
-        f"HAVE: {name}" for name in ("model_0.pt", "shard_0.pt", "model_1.pt", "shard_1.pt")
-    }
-    assert (tmp_path / "a2-1/checkpoints/shard_1.pt").read_text() == "rank 1"
-    assert set(manifest(s3, 1)) == {"shard_1.pt", "model_1.pt"}  # main's files not copied to node 1
+    # Every node gets every node's files back: ranks join the rendezvous in any order, so rank 0's files (what
+    # rank-0-only savers write) may be on a child, and a rank may read another rank's shard.
+    everything = {f"HAVE: {name}" for name in ("model_0.pt", "shard_0.pt", "model_1.pt", "shard_1.pt", "snapshot.pt")}
+    assert {line for line in main_out.splitlines() if line.startswith("HAVE")} == everything
+    assert {line for line in child_out.splitlines() if line.startswith("HAVE")} == everything
+    assert (tmp_path / "a2-0/checkpoints/shard_1.pt").read_text() == "rank 1"
+    # A name every node saved (each node's local rank 0): each node gets its own version.
+    assert (tmp_path / "a2-0/checkpoints/snapshot.pt").read_text() == "node 0"
+    assert (tmp_path / "a2-1/checkpoints/snapshot.pt").read_text() == "node 1"
+    assert set(manifest(s3, 1)) == {"shard_1.pt", "model_1.pt", "snapshot.pt"}  # others' files not copied
+    assert set(manifest(s3, 0)) == {"shard_0.pt", "model_0.pt", "snapshot.pt"}
 
 
 def test_a_resubmitted_job_resumes_its_lineage_under_a_new_job_id(s3_endpoint, s3, trainer, tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +113,7 @@ class ArrivalWatch:
         self.arrived: dict[Path, Identity] = {}
         self.closed: list[Path] = []
         self.gone: list[Path] = []
+        self.created: dict[Path, float] = {}  # when each file was created (IN_CREATE), epoch seconds
         self.overflowed = False  # events were lost since the caller last looked
         self._dirs: dict[int, Path] = {}
         self._libc = ctypes.CDLL(None, use_errno=True)
@@ -144,6 +146,15 @@ class ArrivalWatch:
         except OSError:
             pass  # gone again: nothing to remember
 
+    def _created_folder(self, path: Path) -> None:
+        """Watch a new folder and what is in it already: files created there before the watch was added
+        (a save writes its first file right after its mkdir) count as created now."""
+        now = time.time()
+        for root, _, names in os.walk(path):
+            self._watch(Path(root))
+            for name in names:
+                self.created.setdefault(Path(root, name), now)
+
     def drain(self) -> tuple[int, int]:
         """Read every event queued since the last call: (files arrived, files closed after writing)."""
         arrived = closed = 0
@@ -172,8 +183,11 @@ class ArrivalWatch:
                     closed += 1
                 elif mask & (IN_MOVED_FROM | IN_DELETE) and not mask & IN_ISDIR:
                     self.gone.append(path)
+                    self.created.pop(path, None)
                 elif mask & IN_CREATE and mask & IN_ISDIR:
-                    self._watch(path)
+                    self._created_folder(path)
+                elif mask & IN_CREATE:
+                    self.created[path] = time.time()
         return arrived, closed
 
     def take(self) -> tuple[list[Path], list[Path]]:

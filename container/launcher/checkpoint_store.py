@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -118,9 +119,25 @@ class NodeStore:
         return Entry(after.st_size, after.st_mtime_ns, head.get("VersionId"))
 
 
-def node_stores(client: Any, uri: str, node: int, main: int) -> tuple[NodeStore, NodeStore | None]:
-    """This node's store, and the main node's where this node is a child."""
-    return NodeStore(client, uri, node), (NodeStore(client, uri, main) if main != node else None)
+MANIFEST_KEY = re.compile(r"node-(\d+)\.manifest\.json")
+
+
+def restore_order(client: Any, uri: str, node: int, main: int) -> list[NodeStore]:
+    """Every node's store that has a manifest under `uri`, in the order a restore applies them, a name found
+    in a later one replacing the earlier: the other nodes (the lowest index last), the main node, this node.
+    Training ranks land on nodes in the order they join the rendezvous, so rank 0's files (what rank-0-only
+    savers write) may be on any node, and a rank may read another rank's files."""
+    parsed = urlparse(uri)
+    base = parsed.path.strip("/")
+    base = f"{base}/" if base else ""
+    found: set[int] = set()
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=parsed.netloc, Prefix=base, Delimiter="/"):
+        for item in page.get("Contents", []):
+            match = MANIFEST_KEY.fullmatch(str(item["Key"])[len(base) :])
+            if match:
+                found.add(int(match.group(1)))
+    order = [*sorted(found - {node, main}, reverse=True), *dict.fromkeys((main, node))]
+    return [NodeStore(client, uri, index) for index in order]
 
 
 def local_path(directory: Path, name: str) -> Path:

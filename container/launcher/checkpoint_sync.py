@@ -6,15 +6,16 @@ last complete checkpoints. Called by distributed_run.sh.
     checkpoint_sync.py watch --uri s3://bucket/prefix/JOB --node I --main M --pid PID \
         --state-dir STATE [--sync-seconds 60] [--settle-seconds 30] [--final-seconds 120] DIR
 
-Layout under the job's URI: node I keeps its files under `node-I/` and, written after them, the
-manifest `node-I.manifest.json`: every complete file with its size, mtime and S3 version id. A
-restore reads only manifests, and fetches exactly the versions they name, so it never brings back a
-file that was still being written or an upload that a kill cut short. Every node restores the main
-node's set (what rank-0-only savers write and every rank loads), then its own on top; it uploads
-only what differs from both. Restored files get the mtime they had when uploaded, so an unchanged
-file is never uploaded again. Nothing in S3 is ever deleted: a file deleted locally only leaves the
-node's manifest (its object versions stay in the versioned bucket), at the first sync that commits every
-closed file, so that a checkpoint removed once the next one is saved stays restorable until that one is.
+Layout under the job's URI: node I keeps its files under `node-I/` and, written after them, the manifest
+`node-I.manifest.json`: every complete file with its size, mtime and S3 version id. A restore reads only
+manifests, and fetches exactly the versions they name, so it never brings back a file that was still
+being written or an upload that a kill cut short. Every node restores every node's files (ranks land on
+nodes in rendezvous order, so rank 0's files may be on any node and a rank may read another's), a name
+on several nodes from its own, else the main node's, else the lowest other index; it uploads only what
+differs from what it restored. Restored files get the mtime they had when uploaded, so an unchanged file
+is never uploaded again. Nothing in S3 is ever deleted: a file deleted locally only leaves the node's
+manifest (its object versions stay in the versioned bucket), at the first sync that commits every closed
+file, so that a checkpoint removed once the next one is saved stays restorable until that one is.
 
 `watch` polls DIR every --sync-seconds, at once when a file was renamed into place, and once a file
 closed after writing has settled (inotify); it uploads new or changed complete files
@@ -48,7 +49,8 @@ import boto3
 from aws_region import region
 from checkpoint_commit import PARTIAL_SUFFIX, ArrivalWatch, Rule, open_for_writing, process_tree
 from checkpoint_snapshots import SNAPSHOTS, Snapshots
-from checkpoint_store import ERRORS, Manifest, NodeStore, entries, local_path, node_stores, transient
+from checkpoint_store import ERRORS, Entry, Manifest, NodeStore, entries, local_path, restore_order, transient
+from folder_commit import LOG_LIKE_FLOOR_SECONDS, FolderCommits
 
 TICK_SECONDS = 0.1
 FINAL_BACKOFF_CAP_SECONDS = 10.0
@@ -58,16 +60,16 @@ RESTORED = "restored.json"  # in the state directory: what restore brought back,
 
 
 def restore(client: Any, uri: str, node: int, main: int, directory: Path, state_dir: Path) -> int:
-    own, main_store = node_stores(client, uri, node, main)
+    """Every node's files, each name once: this node's own version, else the main node's, else another's."""
+    chosen: dict[str, tuple[NodeStore, Entry]] = {}
+    for store in restore_order(client, uri, node, main):
+        chosen.update((name, (store, entry)) for name, entry in store.read_manifest().items())
     restored: Manifest = {}
-    for store in (main_store, own):
-        if store is None:
-            continue
-        for name, entry in store.read_manifest().items():
-            target = local_path(directory, name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            store.download(name, entry, target)
-            restored[name] = entry
+    for name, (store, entry) in sorted(chosen.items()):
+        target = local_path(directory, name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        store.download(name, entry, target)
+        restored[name] = entry
     (state_dir / RESTORED).write_text(json.dumps({name: asdict(e) for name, e in restored.items()}))
     return len(restored)
 
@@ -105,6 +107,7 @@ class Watcher:
         self.restored: Manifest = entries(restored, str(state_dir / RESTORED))
         self.arrivals = ArrivalWatch(self.directory)
         self.snapshots = Snapshots(self.directory, state_dir / SNAPSHOTS)
+        self.folders: FolderCommits[Entry] = FolderCommits(max(LOG_LIKE_FLOOR_SECONDS, 10 * settle_seconds))
         self.stopped_at: float | None = None
         self.settles_at: float | None = None  # when the next closed file settles
         self.unwritten = False  # `own` has changed since the manifest was last written
@@ -120,14 +123,16 @@ class Watcher:
         return sorted(found)
 
     def sync(self, rule: Rule) -> int:
-        """Upload every new or changed complete file, then the manifest. Returns the files uploaded."""
+        """Upload every new or changed complete file and list it in the manifest with the rest of its folder
+        (folder_commit.py says when a folder's files may be listed). Returns the files uploaded."""
         self.arrivals.drain()
         self.settles_at = None
+        self.folders.begin()
         writing = open_for_writing(process_tree(self.pid), self.directory)
         now = time.time()
         seen: set[str] = set()
+        ready: dict[str, Entry] = {}  # uploaded, now or before: listed once their folder may be
         uploaded = 0
-        unsettled = False  # a closed file whose state this sync cannot commit (settling, or changed mid-upload)
         try:
             for path in self.files():
                 name = path.relative_to(self.directory).as_posix()
@@ -138,7 +143,13 @@ class Watcher:
                     continue
                 if path not in writing:  # seen closed: a later close on this inode is a rewrite in place
                     self.snapshots.remember(path, stat.st_ino)
+                self.folders.saw(name, self.arrivals.created.get(path, now))
                 if any(known.matches(stat) for known in (self.own.get(name), self.restored.get(name)) if known):
+                    self.folders.committable(name)
+                    continue
+                staged = self.folders.staged.get(name)
+                if staged is not None and staged.matches(stat):
+                    ready[name] = staged
                     continue
                 whole = self.arrivals.appeared_whole(path, stat)
                 source = path
@@ -149,22 +160,30 @@ class Watcher:
                     # Rewritten in place: the copy taken at its last close (checkpoint_snapshots.py).
                     snapshot = self.snapshots.for_file(name, stat)
                     if snapshot is None:
-                        unsettled = unsettled or path not in writing
+                        if path in writing:
+                            self.folders.writing(name)
+                        else:
+                            self.folders.unsettled(name, now)
                         continue
+                    self.folders.committable(name)
                     if self.has(name, snapshot.identity.size, snapshot.identity.mtime_ns):
                         continue
                     source = snapshot.copy
                 entry = self.store.upload(source, name)
                 if entry:
-                    self.own[name] = entry
+                    ready[name] = entry
                     uploaded += 1
-                    self.unwritten = True
+                    self.folders.committable(name)
                 else:
-                    unsettled = True
+                    self.folders.unsettled(name, now)
+            blocked = self.folders.any_blocked(now)
+            listed = self.folders.listable(ready, seen, now)
+            self.own.update(listed)
+            self.unwritten = self.unwritten or bool(listed)
             # A file removed here leaves the manifest (its object versions stay in S3) only with a sync that
             # commits every closed file: a rotation that removes the last checkpoint once the next is saved
             # (Trainer's save_total_limit) must not leave a window where neither is restorable.
-            if not unsettled:
+            if not blocked:
                 for name in [name for name in self.own if name not in seen]:
                     del self.own[name]
                     self.unwritten = True

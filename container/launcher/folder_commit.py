@@ -1,0 +1,97 @@
+"""When checkpoint_sync.py may list a folder's files in the node's manifest.
+
+Most frameworks save a checkpoint as a folder: Hugging Face's Trainer writes `checkpoint-N/` (weights,
+optimizer, scheduler, RNG states, `trainer_state.json` last), Accelerate `checkpoint_N/`, PyTorch
+Distributed Checkpoint `step-N/` (every rank's `.distcp` files, the coordinator's `.metadata`). Each file is
+written in place and becomes complete by the settle rule at its own time, so listing files one by one would
+let a manifest name half a folder, and a retry that resumes from the newest folder, as Trainer does, would
+load it torn. So the unit is the folder a file is in: a sync lists the files it uploaded only for folders
+where no other file is closed but not committable (written, still settling, or changed during its upload).
+Those uploads are kept (`staged`) and listed by the first sync that finds their folder settled, without
+uploading them again while they are unchanged. A file directly in CHECKPOINT_DIR is a unit of its own:
+scripts that save there (`checkpoint-<step>.pt`, `snapshot.pt`) save one file per checkpoint, beside files
+that have nothing to do with it.
+
+A file open for writing holds its folder back only when it was created after the oldest file waiting to be
+listed there (a save still writing its next file, however long that takes): TensorBoard keeps its event file
+open for the whole run in Isaac Lab's run folder, created before any `model_N.pt` beside it. Creation is
+when inotify saw the file created (IN_CREATE), else when a sync first saw it. A file that has stayed closed
+and uncommittable for `log_like_seconds` holds nothing back either (a log appended through short-lived
+writers never settles; a save is long done by then). The closed, unsettled files also hold back the
+removals (checkpoint_sync.py). Python 3.10, stdlib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+# A file closed but never committable for this long is a log, not part of a save (10 settle times when that
+# is longer).
+LOG_LIKE_FLOOR_SECONDS = 300.0
+
+Entry = TypeVar("Entry")
+
+
+def unit_of(name: str) -> str:
+    """The unit a manifest name is committed with: its folder, or the file itself directly in CHECKPOINT_DIR."""
+    return name.rpartition("/")[0] or name
+
+
+@dataclass
+class FolderCommits(Generic[Entry]):
+    log_like_seconds: float
+    staged: dict[str, Entry] = field(default_factory=dict)  # uploaded, waiting for their folder
+    since: dict[str, float] = field(default_factory=dict)  # closed and uncommittable since, without a break
+    created: dict[str, float] = field(default_factory=dict)  # when each file was created, or first seen
+    _unsettled: set[str] = field(default_factory=set)  # this sync's
+    _open: set[str] = field(default_factory=set)  # this sync's files open for writing
+
+    def begin(self) -> None:
+        """A sync starts: nothing is unsettled or open in it yet."""
+        self._unsettled, self._open = set(), set()
+
+    def saw(self, name: str, created: float) -> None:
+        """A file this sync found, created then (the first time told is kept)."""
+        self.created.setdefault(name, created)
+
+    def writing(self, name: str) -> None:
+        """`name` is open for writing now."""
+        self.since.pop(name, None)
+        self._open.add(name)
+
+    def unsettled(self, name: str, now: float) -> None:
+        """`name` is closed and this sync cannot commit it."""
+        self.since.setdefault(name, now)
+        self._unsettled.add(name)
+
+    def committable(self, name: str) -> None:
+        """`name` is committed, uploaded, stood in for by a copy, or open for writing."""
+        self.since.pop(name, None)
+
+    def blocking(self, now: float) -> set[str]:
+        """This sync's unsettled files that hold their folders and the removals back."""
+        return {name for name in self._unsettled if now - self.since.get(name, now) < self.log_like_seconds}
+
+    def any_blocked(self, now: float) -> bool:
+        return bool(self.blocking(now))
+
+    def listable(self, ready: Mapping[str, Entry], seen: set[str], now: float) -> dict[str, Entry]:
+        """Of the files uploaded and unchanged (`ready`), those whose folder holds nothing back; the rest
+        stay staged. `seen`: every file this sync found (what is gone is forgotten)."""
+        held = {unit_of(name) for name in self.blocking(now)}
+        oldest: dict[str, float] = {}
+        for name in ready:
+            at = self.created.get(name, now)
+            oldest[unit_of(name)] = min(oldest.get(unit_of(name), at), at)
+        held |= {
+            unit_of(name)
+            for name in self._open
+            if unit_of(name) in oldest and self.created.get(name, now) > oldest[unit_of(name)]
+        }
+        listed = {name: entry for name, entry in ready.items() if unit_of(name) not in held}
+        self.staged = {name: entry for name, entry in ready.items() if name not in listed}
+        self.since = {name: at for name, at in self.since.items() if name in seen}
+        self.created = {name: at for name, at in self.created.items() if name in seen}
+        return listed
