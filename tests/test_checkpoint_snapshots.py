@@ -14,7 +14,7 @@ import pytest
 from tests.harness import ROOT
 
 sys.path.insert(0, str(ROOT / "container" / "launcher"))
-from checkpoint_snapshots import Snapshots, start_time
+from checkpoint_snapshots import Snapshots, process_state
 
 
 class Replay:
@@ -25,8 +25,14 @@ class Replay:
         self.folder = tmp_path / "checkpoints"
         self.folder.mkdir()
         self.processes = {10: "100", 11: "101"}
+        self.zombies: set[int] = set()
         self.writing: set[Path] = set()
-        self.snapshots = Snapshots(self.folder, tmp_path / "state" / "snapshots", started=self.processes.get)
+        self.snapshots = Snapshots(self.folder, tmp_path / "state" / "snapshots", state=self.state)
+
+    def state(self, pid: int) -> tuple[str, str] | None:
+        if pid not in self.processes:
+            return None
+        return ("Z" if pid in self.zombies else "S"), self.processes[pid]
 
     def write(self, name: str, text: str) -> Path:
         """A save in place: the same inode, truncated and written (the close is for the look to read)."""
@@ -186,6 +192,41 @@ def test_a_copy_keeps_the_mtime_the_file_was_closed_with(replay):
     assert copy.stat().st_mtime_ns == 1_700_000_000_000_000_000
 
 
-def test_start_time_reads_a_live_process_and_not_a_missing_one():
-    assert start_time(os.getpid()) is not None
-    assert start_time(2**22 + 12345) is None
+def test_a_close_read_while_a_process_of_the_trainer_is_a_zombie_is_never_trusted(replay):
+    """SIGKILL mid-save: the thread-group leader shows as a zombie at once, and its last thread closes the
+    checkpoint's fd seconds later, after the GPU's device files."""
+    path = replay.write("snapshot.pt", "epoch 1")
+    replay.look((path,))
+    replay.write("snapshot.pt", "epoch 2")
+    replay.look((path,))
+    replay.look()
+    replay.look()
+    assert replay.trusted("snapshot.pt") == "epoch 2"
+    replay.zombies.add(11)
+    for _ in range(5):
+        replay.look()
+    replay.write("snapshot.pt", "epo")  # torn: the kernel closes it now
+    replay.look((path,))
+    for _ in range(3):
+        replay.look()
+    assert replay.trusted("snapshot.pt") == "epoch 2"
+    del replay.processes[11]  # reaped at last
+    replay.look()
+    assert replay.trusted("snapshot.pt") == "epoch 2"
+
+
+def test_no_copy_is_taken_once_the_trainer_was_told_to_stop(replay):
+    path = replay.write("snapshot.pt", "epoch 1")
+    replay.look((path,))
+    replay.snapshots.stopped = True
+    replay.write("snapshot.pt", "epoch 2")
+    replay.look((path,))
+    replay.look()
+    replay.look()
+    assert replay.copies() == [] and replay.trusted("snapshot.pt") is None
+
+
+def test_process_state_reads_a_live_process_and_not_a_missing_one():
+    state = process_state(os.getpid())
+    assert state is not None and state[0] in "RS"
+    assert process_state(2**22 + 12345) is None

@@ -20,22 +20,22 @@ def sync(
     unsettled: tuple[str, ...] = (),
     committable: tuple[str, ...] = (),
     writing: tuple[str, ...] = (),
-    created: dict[str, float] | None = None,
+    created: dict[str, int] | None = None,
 ) -> tuple[dict[str, str], bool]:
     """One sync as checkpoint_sync.py runs it: (what it lists, whether removals are held back). Files not
-    in `created` were created when this sync first saw them."""
+    in `created` count as created together when this sync first saw them."""
     folders.begin()
     seen = set(ready) | set(unsettled) | set(committable) | set(writing) | set(folders.staged)
     for name in sorted(seen):
-        folders.saw(name, (created or {}).get(name, now))
+        folders.saw(name, (created or {}).get(name, int(now)))
     for name in unsettled:
         folders.unsettled(name, now)
     for name in writing:
-        folders.writing(name)
+        folders.writing(name, now)
     for name in (*committable, *ready):
         folders.committable(name)
-    blocked = folders.any_blocked(now)
-    return folders.listable(ready, seen, now), blocked
+    listed = folders.listable(ready, seen, now)
+    return listed, folders.any_blocked(now)
 
 
 def test_a_trainer_folder_is_listed_only_once_its_last_file_has_settled():
@@ -65,10 +65,28 @@ def test_an_event_file_open_for_the_whole_run_never_holds_its_run_folder():
     folders: FolderCommits[str] = FolderCommits(300)
     events, model = "rsl_rl/run/events.out.tfevents.1", "rsl_rl/run/model_50.pt"
     listed, blocked = sync(folders, 100, ready={model: "m"}, writing=(events,), created={events: 0, model: 90})
-    assert listed == {model: "m"} and not blocked
-    # Both first seen by the same sync (inotify missed their creation): the event file still holds nothing.
-    listed, _ = sync(FolderCommits(300), 100, ready={model: "m"}, writing=(events,))
+    assert listed == {model: "m"} and blocked is False
+
+
+def test_files_first_seen_together_hold_their_folder_until_the_open_one_has_been_open_for_the_log_time():
+    """Without inotify's order (both first seen by one sync), an open file might be the save's next file."""
+    folders: FolderCommits[str] = FolderCommits(300)
+    events, model = "rsl_rl/run/events.out.tfevents.1", "rsl_rl/run/model_50.pt"
+    for now in (100, 250, 399):
+        listed, _ = sync(folders, now, ready={model: "m"}, writing=(events,), created={events: 7, model: 7})
+        assert listed == {}
+    listed, _ = sync(folders, 401, ready={model: "m"}, writing=(events,), created={events: 7, model: 7})
     assert listed == {model: "m"}
+
+
+def test_a_folder_inside_a_checkpoint_folder_holds_it_while_it_is_held():
+    """DeepSpeed under Trainer: checkpoint-N/global_stepN/ holds the shards, checkpoint-N/ the state."""
+    folders: FolderCommits[str] = FolderCommits(300)
+    state, shard = "checkpoint-7/trainer_state.json", "checkpoint-7/global_step7/mp_rank_00_model_states.pt"
+    listed, blocked = sync(folders, 100, ready={state: "s"}, unsettled=(shard,))
+    assert listed == {} and blocked
+    listed, _ = sync(folders, 101, ready={state: "s", shard: "m"})
+    assert listed == {state: "s", shard: "m"}
 
 
 def test_a_save_still_writing_its_next_file_holds_the_folder_however_long_it_takes():
@@ -77,11 +95,11 @@ def test_a_save_still_writing_its_next_file_holds_the_folder_however_long_it_tak
     folders: FolderCommits[str] = FolderCommits(300)
     weights, optimizer = "checkpoint-500/model.safetensors", "checkpoint-500/optimizer.pt"
     created = {weights: 10, optimizer: 20}
-    for now in (50, 200, 400):
-        listed, _ = sync(folders, now, ready={weights: "w"}, writing=(optimizer,), created=created)
-        assert listed == {}
-    listed, _ = sync(folders, 401, ready={weights: "w"}, unsettled=(optimizer,), created=created)
-    assert listed == {}
+    for now in (50, 200, 340):
+        listed, blocked = sync(folders, now, ready={weights: "w"}, writing=(optimizer,), created=created)
+        assert listed == {} and blocked  # the staged weights also hold back removals
+    listed, blocked = sync(folders, 401, ready={weights: "w"}, unsettled=(optimizer,), created=created)
+    assert listed == {} and blocked
     listed, _ = sync(folders, 431, ready={weights: "w", optimizer: "o"}, created=created)
     assert listed == {weights: "w", optimizer: "o"}
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,7 +112,10 @@ class ArrivalWatch:
         self.arrived: dict[Path, Identity] = {}
         self.closed: list[Path] = []
         self.gone: list[Path] = []
-        self.created: dict[Path, float] = {}  # when each file was created (IN_CREATE), epoch seconds
+        # The order in which files were created (IN_CREATE), as a counter: events are read in batches, so
+        # the time they were read would make files created close together look simultaneous.
+        self.created: dict[Path, int] = {}
+        self.sequence = 0
         self.overflowed = False  # events were lost since the caller last looked
         self._dirs: dict[int, Path] = {}
         self._libc = ctypes.CDLL(None, use_errno=True)
@@ -146,10 +148,14 @@ class ArrivalWatch:
         except OSError:
             pass  # gone again: nothing to remember
 
+    def next_sequence(self) -> int:
+        self.sequence += 1
+        return self.sequence
+
     def _created_folder(self, path: Path) -> None:
         """Watch a new folder and what is in it already: files created there before the watch was added
-        (a save writes its first file right after its mkdir) count as created now."""
-        now = time.time()
+        (a save writes its first file right after its mkdir) count as created together, now."""
+        now = self.next_sequence()
         for root, _, names in os.walk(path):
             self._watch(Path(root))
             for name in names:
@@ -187,7 +193,7 @@ class ArrivalWatch:
                 elif mask & IN_CREATE and mask & IN_ISDIR:
                     self._created_folder(path)
                 elif mask & IN_CREATE:
-                    self.created[path] = time.time()
+                    self.created[path] = self.next_sequence()
         return arrived, closed
 
     def take(self) -> tuple[list[Path], list[Path]]:

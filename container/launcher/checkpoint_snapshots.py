@@ -9,16 +9,21 @@ trainer's tree holds it open for writing, this module copies it aside at once an
 change while copied. The copier uploads that copy under the file's name whenever the live file is not
 complete itself.
 
-A close is not always a save's end: a process that dies mid-write has its files closed by the kernel
-(exit_files(), just before the process becomes a zombie), and that close says nothing about the content.
-So every look (the copier's tick, 0.1 s) also notes whether a process of the trainer's tree ended since
-the last: the copy of a close stays pending for two more looks, and is dropped if a process was seen to
-end in the look before the one that read the close, in that look, or in the next; else it becomes the
-file's trusted snapshot. The processes known are re-read each look (a stat file each); the whole of /proc
-is walked for new ones only once a second and on a look with closes. A writer process that exits right
-after its last close (a save in a subprocess) loses its snapshots by the same rule and is left to the
-settle rule. Only the newest trusted snapshot and one pending copy are kept per file: at most two copies
-of each rewritten file on the node's disk. Python 3.10, stdlib.
+A close is not always a save's end: a process that dies mid-write has its files closed by the kernel, and
+that close says nothing about the content. The kernel may close that file seconds after the process began
+to die: the thread-group leader shows as a zombie first, and the last thread closes the file table in fd
+order (a GPU's device files first, which takes time). So every look (the copier's tick, 0.1 s) notes
+whether a process of the trainer's tree ended since the last, or is a zombie still; the copy of a close
+stays pending for two more looks, and is dropped if such a look is the one before the close was read, the
+one that read it, or the next; else it becomes the file's trusted snapshot. No copy is taken in a look
+like that, nor once the trainer was told to stop (its processes end next). The processes known are
+re-read each look (a stat file each); the whole of /proc is walked for new ones once a second and on a
+look with closes, so a writer that starts and dies between two walks is not seen (a limit). A save done
+by a process that exits right after its last close (a subprocess), or made right after another process
+of the trainer ended (a data loader's workers at an epoch's end, unless `persistent_workers`), is not
+trusted by this rule and is left to the settle rule. Only the newest trusted snapshot and one pending
+copy are kept per file: at most two copies of each rewritten file on the node's disk. Python 3.10,
+stdlib.
 """
 
 from __future__ import annotations
@@ -42,15 +47,18 @@ class Snapshot:
     look: int  # the look (Snapshots.look) that read the close
 
 
-def start_time(pid: int) -> str | None:
-    """A live process's start time (with its pid, it names one process for good); None for one gone or a
-    zombie."""
+def process_state(pid: int) -> tuple[str, str] | None:
+    """(state, start time) of a process (with its pid, the start time names one process for good); None
+    for one gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     # proc(5): field 3 is the state and field 22 the start time (index 0 and 19 after the comm).
-    return None if fields[0] in ("Z", "X") else fields[19]
+    return fields[0], fields[19]
+
+
+DYING = ("Z", "X")  # proc(5): zombie, dead
 
 
 @dataclass
@@ -66,7 +74,8 @@ class Snapshots:
     look: int = 0
     ended_in: set[int] = field(default_factory=set)  # looks that saw a process of the trainer end
     scanned_at: float | None = None
-    started: Callable[[int], str | None] = start_time  # the tests replay recorded processes through it
+    stopped: bool = False  # the trainer was told to stop, or crashed: no new copies
+    state: Callable[[int], tuple[str, str] | None] = process_state  # the tests replay recorded processes
 
     def remember(self, path: Path, inode: int) -> None:
         """A file seen with `inode` (the copier's walk): a later close on it is a rewrite in place."""
@@ -87,20 +96,29 @@ class Snapshots:
         closed = list(dict.fromkeys(closed))
         for path in gone:  # the next file at that path is a new one, whatever inode it gets
             self.inodes.pop(path, None)
-        ended = [pid for pid, started in self.processes.items() if self.started(pid) != started]
-        for pid in ended:
-            del self.processes[pid]
-        if ended:
+        ending = False
+        for pid, started in list(self.processes.items()):
+            seen = self.state(pid)
+            if seen is None or seen[1] != started:
+                del self.processes[pid]
+                ending = True
+            elif seen[0] in DYING:  # kept while it is one: its files may still be closing
+                ending = True
+        if ending:
             self.ended_in.add(self.look)
         if closed or self.pending or self.scanned_at is None or now - self.scanned_at >= RESCAN_SECONDS:
             self.scanned_at = now
             for pid in tree():
-                if pid not in self.processes and (started := self.started(pid)) is not None:
-                    self.processes[pid] = started
-        if closed:
+                seen = self.state(pid)
+                if pid not in self.processes and seen is not None and seen[0] not in DYING:
+                    self.processes[pid] = seen[1]
+        if closed and not self.stopped and not {self.look - 1, self.look} & self.ended_in:
             open_now = writing()
             for path in closed:
                 self._copy(path, open_now)
+        else:
+            for path in closed:  # a close not worth a copy still says which inode the path has
+                self._remember_close(path)
         promoted = 0
         for name, snapshot in list(self.pending.items()):
             if {snapshot.look - 1, snapshot.look, snapshot.look + 1} & self.ended_in:
@@ -114,15 +132,20 @@ class Snapshots:
         self.ended_in = {n for n in self.ended_in if n >= self.look - 3}
         return promoted
 
-    def _copy(self, path: Path, writing: set[Path]) -> None:
+    def _remember_close(self, path: Path) -> os.stat_result | None:
+        """The closed file's stat, its inode remembered; None when it is gone."""
         try:
             stat = path.stat()
         except OSError:
             self.inodes.pop(path, None)
-            return
-        rewritten = self.inodes.get(path) == stat.st_ino
+            return None
         self.inodes[path] = stat.st_ino
-        if not rewritten or path in writing:
+        return stat
+
+    def _copy(self, path: Path, writing: set[Path]) -> None:
+        rewritten_inode = self.inodes.get(path)
+        stat = self._remember_close(path)
+        if stat is None or rewritten_inode != stat.st_ino or path in writing:
             return
         name = path.relative_to(self.folder).as_posix()
         copy = self.store / f"{name}.{self.look}"

@@ -128,6 +128,7 @@ class Watcher:
         self.arrivals.drain()
         self.settles_at = None
         self.folders.begin()
+        first_seen = self.arrivals.next_sequence()  # files this walk sees first count as created together
         writing = open_for_writing(process_tree(self.pid), self.directory)
         now = time.time()
         seen: set[str] = set()
@@ -143,7 +144,7 @@ class Watcher:
                     continue
                 if path not in writing:  # seen closed: a later close on this inode is a rewrite in place
                     self.snapshots.remember(path, stat.st_ino)
-                self.folders.saw(name, self.arrivals.created.get(path, now))
+                self.folders.saw(name, self.arrivals.created.get(path, first_seen))
                 if any(known.matches(stat) for known in (self.own.get(name), self.restored.get(name)) if known):
                     self.folders.committable(name)
                     continue
@@ -161,12 +162,16 @@ class Watcher:
                     snapshot = self.snapshots.for_file(name, stat)
                     if snapshot is None:
                         if path in writing:
-                            self.folders.writing(name)
+                            self.folders.writing(name, now)
                         else:
                             self.folders.unsettled(name, now)
                         continue
                     self.folders.committable(name)
-                    if self.has(name, snapshot.identity.size, snapshot.identity.mtime_ns):
+                    state = (snapshot.identity.size, snapshot.identity.mtime_ns)
+                    if self.has(name, *state):
+                        continue
+                    if staged is not None and (staged.size, staged.mtime_ns) == state:
+                        ready[name] = staged  # uploaded already, waiting for its folder
                         continue
                     source = snapshot.copy
                 entry = self.store.upload(source, name)
@@ -176,14 +181,14 @@ class Watcher:
                     self.folders.committable(name)
                 else:
                     self.folders.unsettled(name, now)
-            blocked = self.folders.any_blocked(now)
             listed = self.folders.listable(ready, seen, now)
             self.own.update(listed)
             self.unwritten = self.unwritten or bool(listed)
             # A file removed here leaves the manifest (its object versions stay in S3) only with a sync that
-            # commits every closed file: a rotation that removes the last checkpoint once the next is saved
-            # (Trainer's save_total_limit) must not leave a window where neither is restorable.
-            if not blocked:
+            # commits every closed file and holds no folder back: a rotation that removes the last checkpoint
+            # once the next is saved (Trainer's save_total_limit) must not leave a window where neither is
+            # restorable.
+            if not self.folders.any_blocked(now):
                 for name in [name for name in self.own if name not in seen]:
                     del self.own[name]
                     self.unwritten = True
@@ -224,11 +229,18 @@ class Watcher:
             signal.signal(signum, self.on_signal)
         launcher = os.getppid()
         next_sync = time.monotonic()  # a first look at once
+        last_sync = float("-inf")
         stop_synced = False
         while True:
             arrived, closed = self.arrivals.drain()
-            if self.look() or arrived:  # a copy of a rewrite is as whole as a file renamed into place
+            if self.stopped_at is None:
+                self.stopped_at = self.read_state("stopping")
+            self.snapshots.stopped = self.stopped_at is not None
+            promoted = self.look()
+            if arrived:
                 next_sync = time.monotonic()
+            elif promoted:  # goes up like a renamed file, but a file saved every step gets no sync per tick
+                next_sync = min(next_sync, last_sync + max(1.0, self.sync_seconds / 10))
             elif closed:  # look again once the file has settled
                 next_sync = min(next_sync, time.monotonic() + self.settle_seconds)
             status = self.read_state("status")
@@ -237,8 +249,6 @@ class Watcher:
             if os.getppid() != launcher:
                 print("checkpoint_sync: the launcher is gone; final upload", file=sys.stderr)
                 break
-            if self.stopped_at is None:
-                self.stopped_at = self.read_state("stopping")
             if self.stopped_at is not None and not stop_synced:
                 stop_synced = True
                 self.report("stop", lambda: self.sync(Rule(self.settle_seconds, stopped_at=self.stopped_at)))
@@ -246,7 +256,8 @@ class Watcher:
                 time.monotonic() >= next_sync or (self.settles_at is not None and time.time() >= self.settles_at)
             ):
                 self.report("periodic", lambda: self.sync(Rule(self.settle_seconds)))
-                next_sync = time.monotonic() + self.sync_seconds
+                last_sync = time.monotonic()
+                next_sync = last_sync + self.sync_seconds
             time.sleep(TICK_SECONDS)
         if self.stopped_at is None:
             self.stopped_at = self.read_state("stopping")

@@ -12,12 +12,15 @@ uploading them again while they are unchanged. A file directly in CHECKPOINT_DIR
 scripts that save there (`checkpoint-<step>.pt`, `snapshot.pt`) save one file per checkpoint, beside files
 that have nothing to do with it.
 
-A file open for writing holds its folder back only when it was created after the oldest file waiting to be
-listed there (a save still writing its next file, however long that takes): TensorBoard keeps its event file
-open for the whole run in Isaac Lab's run folder, created before any `model_N.pt` beside it. Creation is
-when inotify saw the file created (IN_CREATE), else when a sync first saw it. A file that has stayed closed
-and uncommittable for `log_like_seconds` holds nothing back either (a log appended through short-lived
-writers never settles; a save is long done by then). The closed, unsettled files also hold back the
+A file open for writing holds its folder back when it was created no earlier than the oldest file waiting to
+be listed there (a save still writing its next file, however long that takes), but not when it was created
+before: TensorBoard keeps its event file open for the whole run in Isaac Lab's run folder, created before
+any `model_N.pt` beside it. Creation is the order in which inotify saw files created (IN_CREATE), else the
+sync that first saw them (files it first saw together count as created together, which holds). Neither an
+open file nor a closed one that never becomes committable holds anything back once it has done so for
+`log_like_seconds` (a log appended through short-lived writers never settles; a save is long done by then).
+A folder inside another holds that one too, while it is held itself (DeepSpeed's `checkpoint-N/global_stepN/`,
+FSDP's `checkpoint-N/optimizer_0/`). The closed, unsettled files and the staged ones also hold back the
 removals (checkpoint_sync.py). Python 3.10, stdlib.
 """
 
@@ -39,12 +42,19 @@ def unit_of(name: str) -> str:
     return name.rpartition("/")[0] or name
 
 
+def ancestors(unit: str) -> list[str]:
+    """The folders a unit's folder is in ("a/b/c": "a/b", "a"); none for a file directly in CHECKPOINT_DIR."""
+    parts = unit.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
 @dataclass
 class FolderCommits(Generic[Entry]):
     log_like_seconds: float
     staged: dict[str, Entry] = field(default_factory=dict)  # uploaded, waiting for their folder
     since: dict[str, float] = field(default_factory=dict)  # closed and uncommittable since, without a break
-    created: dict[str, float] = field(default_factory=dict)  # when each file was created, or first seen
+    created: dict[str, int] = field(default_factory=dict)  # the order files were created in, or first seen
+    open_since: dict[str, float] = field(default_factory=dict)  # open for writing since, without a break
     _unsettled: set[str] = field(default_factory=set)  # this sync's
     _open: set[str] = field(default_factory=set)  # this sync's files open for writing
 
@@ -52,13 +62,14 @@ class FolderCommits(Generic[Entry]):
         """A sync starts: nothing is unsettled or open in it yet."""
         self._unsettled, self._open = set(), set()
 
-    def saw(self, name: str, created: float) -> None:
-        """A file this sync found, created then (the first time told is kept)."""
+    def saw(self, name: str, created: int) -> None:
+        """A file this sync found, and its place in the order of creation (the first one told is kept)."""
         self.created.setdefault(name, created)
 
-    def writing(self, name: str) -> None:
+    def writing(self, name: str, now: float) -> None:
         """`name` is open for writing now."""
         self.since.pop(name, None)
+        self.open_since.setdefault(name, now)
         self._open.add(name)
 
     def unsettled(self, name: str, now: float) -> None:
@@ -75,23 +86,28 @@ class FolderCommits(Generic[Entry]):
         return {name for name in self._unsettled if now - self.since.get(name, now) < self.log_like_seconds}
 
     def any_blocked(self, now: float) -> bool:
-        return bool(self.blocking(now))
+        """Whether removals wait: a closed file this sync cannot commit, or uploads staged for a folder."""
+        return bool(self.blocking(now)) or bool(self.staged)
 
     def listable(self, ready: Mapping[str, Entry], seen: set[str], now: float) -> dict[str, Entry]:
         """Of the files uploaded and unchanged (`ready`), those whose folder holds nothing back; the rest
         stay staged. `seen`: every file this sync found (what is gone is forgotten)."""
         held = {unit_of(name) for name in self.blocking(now)}
-        oldest: dict[str, float] = {}
+        oldest: dict[str, int] = {}
         for name in ready:
-            at = self.created.get(name, now)
-            oldest[unit_of(name)] = min(oldest.get(unit_of(name), at), at)
+            order = self.created.get(name, 0)
+            oldest[unit_of(name)] = min(oldest.get(unit_of(name), order), order)
         held |= {
             unit_of(name)
             for name in self._open
-            if unit_of(name) in oldest and self.created.get(name, now) > oldest[unit_of(name)]
+            if unit_of(name) in oldest
+            and self.created.get(name, 0) >= oldest[unit_of(name)]
+            and now - self.open_since.get(name, now) < self.log_like_seconds
         }
+        held |= {folder for unit in held for folder in ancestors(unit)}
         listed = {name: entry for name, entry in ready.items() if unit_of(name) not in held}
         self.staged = {name: entry for name, entry in ready.items() if name not in listed}
         self.since = {name: at for name, at in self.since.items() if name in seen}
-        self.created = {name: at for name, at in self.created.items() if name in seen}
+        self.open_since = {name: at for name, at in self.open_since.items() if name in self._open}
+        self.created = {name: order for name, order in self.created.items() if name in seen}
         return listed
