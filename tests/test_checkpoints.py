@@ -203,6 +203,18 @@ def until(condition, process: subprocess.Popen, what: str, limit: float = 30) ->
         time.sleep(0.05)
 
 
+def lose_host(node: subprocess.Popen, tmp_path: Path) -> None:
+    """SIGKILL all of a node, as a lost host ends it: its process group, and the stand-in trainer, which the
+    launcher starts in a session of its own (found by its path under `tmp_path`)."""
+    os.killpg(node.pid, signal.SIGKILL)
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(tmp_path).encode() in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+
+
 def have(result) -> set[str]:
     return {line.split(" ", 1)[1] for line in result.stdout.splitlines() if line.startswith("HAVE: ")}
 
@@ -304,7 +316,7 @@ def test_a_node_lost_between_a_rotation_and_the_next_commit_resumes_from_the_rot
     go.touch()
     until(lambda: (tmp_path / "rotated").exists(), node, "the rotation")
     time.sleep(1.0)  # a few syncs (every 0.2 s), all before checkpoint-2 settles
-    os.killpg(node.pid, signal.SIGKILL)  # the host is lost
+    lose_host(node, tmp_path)
     node.communicate(timeout=60)
     retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2"))
     assert retry.returncode == 0, retry.stderr
@@ -327,7 +339,7 @@ def test_a_folder_a_lost_host_left_half_written_is_never_restored(s3_endpoint, s
     until(lambda: (tmp_path / "a1/checkpoints/checkpoint-2/optimizer.pt").exists(), node, "the second save")
     time.sleep(3.0)  # the weights settled 1 s after they were written; syncs every 0.2 s
     assert set(manifest(s3)) == first
-    os.killpg(node.pid, signal.SIGKILL)  # the host is lost mid-save
+    lose_host(node, tmp_path)  # mid-save
     node.communicate(timeout=60)
     retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2"))
     assert retry.returncode == 0, retry.stderr
