@@ -557,6 +557,24 @@ def test_a_file_renamed_into_place_appeared_whole_and_one_written_in_place_did_n
     assert not watch.appeared_whole(tmp_path / "run/model.pt", (tmp_path / "run/model.pt").stat())
 
 
+def test_the_watch_orders_files_by_creation_and_forgets_what_left(tmp_path):
+    watch = ArrivalWatch(tmp_path)
+    (tmp_path / "checkpoint-5").mkdir()
+    (tmp_path / "checkpoint-5" / "model.safetensors").write_text("w")  # before the folder's watch exists
+    watch.drain()
+    (tmp_path / "checkpoint-5" / "optimizer.pt").write_text("o")
+    (tmp_path / "log.txt").write_text("l")
+    watch.drain()
+    created = watch.created
+    model, optimizer = tmp_path / "checkpoint-5/model.safetensors", tmp_path / "checkpoint-5/optimizer.pt"
+    assert created[model] < created[optimizer] < created[tmp_path / "log.txt"]
+    (tmp_path / "log.txt").unlink()
+    (tmp_path / "checkpoint-5").rename(tmp_path.parent / f"{tmp_path.name}-elsewhere")  # moved away whole
+    watch.drain()
+    assert watch.created == {}
+    assert watch.take()[1] == [tmp_path / "log.txt"]
+
+
 def test_the_settle_time_counts_back_from_the_stop(tmp_path):
     path = tmp_path / "f"
     path.write_text("x")

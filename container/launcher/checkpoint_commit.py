@@ -187,7 +187,10 @@ class ArrivalWatch:
                 elif mask & IN_CLOSE_WRITE:
                     self.closed.append(path)
                     closed += 1
-                elif mask & (IN_MOVED_FROM | IN_DELETE) and not mask & IN_ISDIR:
+                elif mask & (IN_MOVED_FROM | IN_DELETE) and mask & IN_ISDIR:
+                    # A folder moved away says nothing of its files one by one.
+                    self.created = {file: n for file, n in self.created.items() if path not in file.parents}
+                elif mask & (IN_MOVED_FROM | IN_DELETE):
                     self.gone.append(path)
                     self.created.pop(path, None)
                 elif mask & IN_CREATE and mask & IN_ISDIR:

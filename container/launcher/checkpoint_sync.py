@@ -15,12 +15,14 @@ on several nodes from its own, else the main node's, else the lowest other index
 differs from what it restored. Restored files get the mtime they had when uploaded, so an unchanged file
 is never uploaded again. Nothing in S3 is ever deleted: a file deleted locally only leaves the node's
 manifest (its object versions stay in the versioned bucket), at the first sync that commits every closed
-file, so that a checkpoint removed once the next one is saved stays restorable until that one is.
+file and holds no folder back, so that a checkpoint removed once the next one is saved stays restorable
+until that one is.
 
 `watch` polls DIR every --sync-seconds, at once when a file was renamed into place, and once a file
 closed after writing has settled (inotify); it uploads new or changed complete files
 (checkpoint_commit.py says which); a file rewritten in place goes up as the copy taken at its last close
-(checkpoint_snapshots.py). The S3 side is checkpoint_store.py. The launcher talks to it through files in
+(checkpoint_snapshots.py), and a folder's files enter the manifest together (folder_commit.py). The S3
+side is checkpoint_store.py. The launcher talks to it through files in
 STATE, checked every 0.1 s (files, not signals: a signal that came before the interpreter had started
 would kill it): `stopping` (the epoch time the trainer was told to stop, or crashed; SIGTERM or SIGINT
 to this process count the same): upload at once what is complete; `status` (the trainer's exit status):
