@@ -42,6 +42,14 @@ class Replay:
             f.write(text)
         return path
 
+    def save(self, name: str, text: str, *, looks: int = 2) -> Path:
+        """A save in place, the look that reads its close, and `looks` more."""
+        path = self.write(name, text)
+        self.look((path,))
+        for _ in range(looks):
+            self.look()
+        return path
+
     def look(self, closed: tuple[Path, ...] = (), gone: tuple[Path, ...] = ()) -> int:
         return self.snapshots.after_events(
             closed, gone, tree=lambda: set(self.processes), writing=lambda: set(self.writing), now=0.0
@@ -85,24 +93,17 @@ def test_a_rewrite_in_place_is_trusted_two_looks_after_its_close_and_keeps_that_
 def test_a_file_seen_closed_by_the_walk_is_copied_at_its_first_close_after(replay):
     path = replay.write("snapshot.pt", "restored")
     replay.snapshots.remember(path, path.stat().st_ino)  # the copier's walk saw it closed
-    replay.write("snapshot.pt", "epoch 7")
-    replay.look((path,))
-    replay.look()
-    replay.look()
+    replay.save("snapshot.pt", "epoch 7")
     assert replay.trusted("snapshot.pt") == "epoch 7"
 
 
 @pytest.mark.parametrize("ends_at", [-1, 0, 1], ids=["the look before", "the same look", "the look after"])
 def test_a_close_beside_a_process_end_is_never_trusted(replay, ends_at):
     """A process that dies mid-write has its files closed by the kernel: that close is no save's end."""
-    path = replay.write("snapshot.pt", "epoch 1")
-    replay.look((path,))
+    path = replay.save("snapshot.pt", "epoch 1", looks=0)
     for _ in range(2):
         replay.look()
-    replay.write("snapshot.pt", "epoch 2")
-    replay.look((path,))
-    replay.look()
-    replay.look()
+    replay.save("snapshot.pt", "epoch 2")
     assert replay.trusted("snapshot.pt") == "epoch 2"
 
     replay.write("snapshot.pt", "epo")  # torn: its writer died mid-write
@@ -118,21 +119,16 @@ def test_a_close_beside_a_process_end_is_never_trusted(replay, ends_at):
 
 
 def test_a_process_end_two_looks_before_the_close_does_not_count_against_it(replay):
-    path = replay.write("snapshot.pt", "epoch 1")
-    replay.look((path,))
+    replay.save("snapshot.pt", "epoch 1", looks=0)
     del replay.processes[11]  # a data loader's worker, at the end of the epoch
     replay.look()
     replay.look()
-    replay.write("snapshot.pt", "epoch 2")
-    replay.look((path,))
-    replay.look()
-    replay.look()
+    replay.save("snapshot.pt", "epoch 2")
     assert replay.trusted("snapshot.pt") == "epoch 2"
 
 
 def test_a_process_restarted_under_the_same_pid_counts_as_ended(replay):
-    path = replay.write("snapshot.pt", "epoch 1")
-    replay.look((path,))
+    path = replay.save("snapshot.pt", "epoch 1", looks=0)
     replay.write("snapshot.pt", "epoch 2")
     replay.processes[11] = "999"  # pid 11 is another process now
     replay.look((path,))
@@ -154,8 +150,7 @@ def test_a_file_written_aside_and_renamed_is_never_copied(replay):
 
 
 def test_a_close_while_another_writer_holds_the_file_is_not_copied(replay):
-    path = replay.write("snapshot.pt", "epoch 1")
-    replay.look((path,))
+    path = replay.save("snapshot.pt", "epoch 1", looks=0)
     replay.write("snapshot.pt", "epoch 2")
     replay.writing = {path}  # a second handle, still writing
     replay.look((path,))
@@ -165,12 +160,8 @@ def test_a_close_while_another_writer_holds_the_file_is_not_copied(replay):
 
 
 def test_a_file_replaced_by_a_rename_is_a_new_file_and_a_removed_one_loses_its_copies(replay):
-    path = replay.write("snapshot.pt", "epoch 1")
-    replay.look((path,))
-    replay.write("snapshot.pt", "epoch 2")
-    replay.look((path,))
-    replay.look()
-    replay.look()
+    path = replay.save("snapshot.pt", "epoch 1", looks=0)
+    replay.save("snapshot.pt", "epoch 2")
     assert replay.snapshots.for_file("snapshot.pt", path.stat()) is not None
     (replay.folder / "other").write_text("epoch 3")
     (replay.folder / "other").replace(path)
@@ -181,8 +172,7 @@ def test_a_file_replaced_by_a_rename_is_a_new_file_and_a_removed_one_loses_its_c
 
 
 def test_a_copy_keeps_the_mtime_the_file_was_closed_with(replay):
-    path = replay.write("snapshot.pt", "epoch 1")
-    replay.look((path,))
+    path = replay.save("snapshot.pt", "epoch 1", looks=0)
     replay.write("snapshot.pt", "epoch 2")
     os.utime(path, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
     replay.look((path,))
@@ -195,12 +185,8 @@ def test_a_copy_keeps_the_mtime_the_file_was_closed_with(replay):
 def test_a_close_read_while_a_process_of_the_trainer_is_a_zombie_is_never_trusted(replay):
     """SIGKILL mid-save: the thread-group leader shows as a zombie at once, and its last thread closes the
     checkpoint's fd seconds later, after the GPU's device files."""
-    path = replay.write("snapshot.pt", "epoch 1")
-    replay.look((path,))
-    replay.write("snapshot.pt", "epoch 2")
-    replay.look((path,))
-    replay.look()
-    replay.look()
+    path = replay.save("snapshot.pt", "epoch 1", looks=0)
+    replay.save("snapshot.pt", "epoch 2")
     assert replay.trusted("snapshot.pt") == "epoch 2"
     replay.zombies.add(11)
     for _ in range(5):
@@ -216,13 +202,9 @@ def test_a_close_read_while_a_process_of_the_trainer_is_a_zombie_is_never_truste
 
 
 def test_no_copy_is_taken_once_the_trainer_was_told_to_stop(replay):
-    path = replay.write("snapshot.pt", "epoch 1")
-    replay.look((path,))
+    replay.save("snapshot.pt", "epoch 1", looks=0)
     replay.snapshots.stopped = True
-    replay.write("snapshot.pt", "epoch 2")
-    replay.look((path,))
-    replay.look()
-    replay.look()
+    replay.save("snapshot.pt", "epoch 2")
     assert replay.copies() == [] and replay.trusted("snapshot.pt") is None
 
 
