@@ -327,6 +327,22 @@ def test_job_role_reads_the_workdirs_trainctl_uploads(action):
     )
 
 
+def test_job_role_may_list_the_checkpoint_bucket():
+    """A restore lists the lineage's node manifests (ListObjectsV2, container/launcher/checkpoint_store.py
+    restore_order), and reads a manifest that may not exist yet: both need s3:ListBucket on the bucket itself
+    (S3 API reference, ListObjectsV2 "Permissions"; GetObject: without s3:ListBucket a missing key answers 403
+    Access Denied, not 404, and the first attempt would stop)."""
+    buckets = set()
+    for statement in job_policy_statements("default"):
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if statement.get("Effect", "Allow") != "Allow" or not any(allows(a, "s3:ListBucket") for a in actions):
+            continue
+        for resource in statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]:
+            if isinstance(resource, dict) and "Fn::ImportValue" in resource:
+                buckets.add(resource["Fn::ImportValue"])
+    assert "TrainingData-CheckpointBucketArn" in buckets, buckets
+
+
 def test_job_role_can_never_delete_a_checkpoint_version():
     statements = job_policy_statements("default")
     for statement in statements:

@@ -126,7 +126,8 @@ def restore_order(client: Any, uri: str, node: int, main: int) -> list[NodeStore
     """Every node's store that has a manifest under `uri`, in the order a restore applies them, a name found
     in a later one replacing the earlier: the other nodes (the lowest index last), the main node, this node.
     Training ranks land on nodes in the order they join the rendezvous, so rank 0's files (what rank-0-only
-    savers write) may be on any node, and a rank may read another rank's files."""
+    savers write) may be on any node, and a rank may read another rank's files. Listing needs s3:ListBucket on
+    the bucket (S3 API reference, ListObjectsV2), which the job role has (tests/test_job_queues.py)."""
     parsed = urlparse(uri)
     base = parsed.path.strip("/")
     base = f"{base}/" if base else ""
