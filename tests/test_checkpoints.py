@@ -134,7 +134,9 @@ def keys(s3) -> set[str]:
 
 
 def versions(s3) -> list[tuple[str, str]]:
-    return sorted((v["Key"], v["VersionId"]) for v in s3.list_object_versions(Bucket=BUCKET).get("Versions", []))
+    """Every version of every checkpoint file (not of the manifests, which every sync writes with its time)."""
+    found = s3.list_object_versions(Bucket=BUCKET).get("Versions", [])
+    return sorted((v["Key"], v["VersionId"]) for v in found if not v["Key"].endswith(".manifest.json"))
 
 
 def manifest(s3, node: int = 0) -> dict:
@@ -231,7 +233,7 @@ def test_sigterm_while_a_file_is_half_written_restores_the_previous_checkpoint(s
     assert node.returncode == 128 + signal.SIGTERM, stderr  # the trainer's status: killed by the TERM
     assert set(manifest(s3)) == {"model_1.pt"}
     assert f"{JOB}/node-0/model_2.pt" not in keys(s3)  # torn: never uploaded
-    before = versions(s3)
+    before, listed = versions(s3), manifest(s3)
 
     # The retry (same job id, empty container) gets the last complete checkpoint.
     retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2", RESUME_ARGS="--resume", RESUME_GLOB="model_*.pt"))
@@ -241,7 +243,8 @@ def test_sigterm_while_a_file_is_half_written_restores_the_previous_checkpoint(s
     assert restored.read_text() == "weights 1"
     # Its mtime is the one it was uploaded with, so the retry's syncs found nothing to upload.
     assert restored.stat().st_mtime_ns == (tmp_path / "a1/checkpoints/model_1.pt").stat().st_mtime_ns
-    assert versions(s3) == before  # no new object versions, not even of the manifest
+    assert versions(s3) == before, retry.stderr  # nothing uploaded again
+    assert manifest(s3) == listed  # the same versions listed, with the times they were first listed
 
     # Through an interpreter wrapper that prints first (Isaac Sim's python.sh can), and with a
     # RESUME_GLOB that no restored file matches: the files come back, the script does not resume.
@@ -458,7 +461,7 @@ def test_a_resubmitted_job_resumes_its_lineage_under_a_new_job_id(s3_endpoint, s
     # It keeps writing the lineage's manifest: one new file, the restored one not uploaded again.
     assert set(manifest(s3)) == {"model_1.pt", "model_2.pt"}
     added = sorted(set(versions(s3)) - set(before))
-    assert {key for key, _ in added} == {f"{JOB}/node-0.manifest.json", f"{JOB}/node-0/model_2.pt"}
+    assert [key for key, _ in added] == [f"{JOB}/node-0/model_2.pt"]
 
 
 @pytest.mark.parametrize("lineage", ["job42/../other", "a b", "x" * 129, "job42\nnext"])
@@ -636,5 +639,24 @@ def test_a_final_upload_that_s3_throttles_is_tried_again_until_it_lands(trainer,
         assert "S3 asked to retry; final upload again in 1 s" in stderr and local.throttled > 0
         assert "final upload: 1 files" in stderr
         assert local.manifest_files(BUCKET, "rl/job42/") == ["model_1.pt"]
+    finally:
+        local.stop()
+
+
+def test_the_rehearsal_counts_a_checkpoint_folder_once_whichever_nodes_list_its_files():
+    """`checkpoint:K` counts checkpoints, not files: a DCP step every rank writes a file of is one."""
+    from trainctl.rehearsal.local_s3 import LocalS3
+
+    local = LocalS3()
+    local.start()
+    try:
+        local.create_bucket(BUCKET)
+        for node, files in (
+            (0, ["step-10/.metadata", "step-10/__0_0.distcp", "snapshot.pt"]),
+            (1, ["step-10/__1_0.distcp"]),
+        ):
+            document = {"format": 1, "files": {name: {"size": 1, "mtime_ns": 1, "version_id": None} for name in files}}
+            local.client().put_object(Bucket=BUCKET, Key=f"{JOB}/node-{node}.manifest.json", Body=json.dumps(document))
+        assert local.manifest_files(BUCKET, f"{JOB}/") == ["snapshot.pt", "step-10/"]
     finally:
         local.stop()

@@ -21,6 +21,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 from checkpoint_commit import PARTIAL_SUFFIX
+from checkpoint_sets import NodeWord
 
 MANIFEST_FORMAT = 1
 # boto3's transfers wrap refusals in their own errors (S3UploadFailedError, RetriesExceededError).
@@ -49,6 +50,7 @@ class Entry:
     size: int
     mtime_ns: int
     version_id: str | None  # None where the bucket is not versioned
+    listed_at: float | None = None  # when this node's manifest first listed this state of the file
 
     def matches(self, stat: os.stat_result) -> bool:
         return self.size == stat.st_size and self.mtime_ns == stat.st_mtime_ns
@@ -66,10 +68,25 @@ def entries(files: object, where: str) -> Manifest:
         raise ValueError(f"{where}: not a list of files this release can read ({error})") from error
 
 
+def word_of(document: dict[str, Any], where: str) -> NodeWord:
+    """What a manifest says besides its files (checkpoint_sets.py); ValueError naming where it came from."""
+    try:
+        written_at = document.get("written_at")
+        return NodeWord(
+            None if written_at is None else float(written_at),
+            frozenset(str(unit) for unit in document.get("pending", [])),
+            tuple((float(start), float(end)) for start, end in document.get("blind", [])),
+            {str(unit): float(at) for unit, at in document.get("unfinished", {}).items()},
+        )
+    except (AttributeError, TypeError, ValueError) as error:
+        raise ValueError(f"{where}: not a node's word this release can read ({error})") from error
+
+
 class NodeStore:
     """One node's files and manifest under a job's URI."""
 
     def __init__(self, client: Any, uri: str, node: int) -> None:
+        self.node = node
         parsed = urlparse(uri)
         if parsed.scheme != "s3" or not parsed.netloc:
             raise ValueError(f"{uri!r} is not an s3://bucket/prefix URI")
@@ -81,19 +98,31 @@ class NodeStore:
         self.manifest_key = f"{base}node-{node}.manifest.json"
 
     def read_manifest(self) -> Manifest:
+        return self.read_document()[0]
+
+    def read_document(self) -> tuple[Manifest, NodeWord | None]:
+        """The node's files and its word; None for the word where it has written no manifest."""
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=self.manifest_key)["Body"].read()
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                return {}
+                return {}, None
             raise
         document = json.loads(body)
         if not isinstance(document, dict) or document.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"{self.manifest_key}: not a format-{MANIFEST_FORMAT} manifest")
-        return entries(document.get("files"), self.manifest_key)
+        return entries(document.get("files"), self.manifest_key), word_of(document, self.manifest_key)
 
-    def write_manifest(self, manifest: Manifest) -> None:
-        document = {"format": MANIFEST_FORMAT, "files": {name: asdict(e) for name, e in sorted(manifest.items())}}
+    def write_manifest(self, manifest: Manifest, word: NodeWord | None = None) -> None:
+        document: dict[str, Any] = {
+            "format": MANIFEST_FORMAT,
+            "files": {name: asdict(e) for name, e in sorted(manifest.items())},
+        }
+        if word is not None and word.written_at is not None:
+            document["written_at"] = word.written_at
+            document["pending"] = sorted(word.pending)
+            document["blind"] = [list(span) for span in word.blind]
+            document["unfinished"] = dict(sorted(word.unfinished.items()))
         self.client.put_object(Bucket=self.bucket, Key=self.manifest_key, Body=json.dumps(document, indent=1).encode())
 
     def download(self, name: str, entry: Entry, target: Path) -> None:

@@ -42,7 +42,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -50,6 +50,7 @@ from typing import Any
 import boto3
 from aws_region import region
 from checkpoint_commit import PARTIAL_SUFFIX, ArrivalWatch, Rule, open_for_writing, process_tree
+from checkpoint_sets import NodeWord, carried, incomplete_sets, set_of
 from checkpoint_snapshots import SNAPSHOTS, Snapshots
 from checkpoint_store import ERRORS, Entry, Manifest, NodeStore, entries, local_path, restore_order, transient
 from folder_commit import LOG_LIKE_FLOOR_SECONDS, FolderCommits
@@ -62,10 +63,19 @@ RESTORED = "restored.json"  # in the state directory: what restore brought back,
 
 
 def restore(client: Any, uri: str, node: int, main: int, directory: Path, state_dir: Path) -> int:
-    """Every node's files, each name once: this node's own version, else the main node's, else another's."""
+    """Every node's files, each name once: this node's own version, else the main node's, else another's; a
+    folder checkpoint only when it is complete on every node that wrote to it (checkpoint_sets.py)."""
+    stores = restore_order(client, uri, node, main)
+    documents = {store.node: store.read_document() for store in stores}
+    words = {index: word for index, (_, word) in documents.items() if word is not None}
+    listed = {index: {name: e.listed_at for name, e in files.items()} for index, (files, _) in documents.items()}
+    left_out = incomplete_sets(listed, words)
+    for unit, reason in left_out.items():
+        print(f"checkpoint_sync: not restoring {unit}/: {reason}", file=sys.stderr)
     chosen: dict[str, tuple[NodeStore, Entry]] = {}
-    for store in restore_order(client, uri, node, main):
-        chosen.update((name, (store, entry)) for name, entry in store.read_manifest().items())
+    for store in stores:
+        files = documents[store.node][0]
+        chosen.update((name, (store, e)) for name, e in files.items() if set_of(name) not in left_out)
     restored: Manifest = {}
     for name, (store, entry) in sorted(chosen.items()):
         target = local_path(directory, name)
@@ -99,7 +109,10 @@ class Watcher:
         self.state_dir = state_dir
         self.sync_seconds = sync_seconds
         self.settle_seconds = settle_seconds
-        self.own = self.store.read_manifest()
+        self.own, previous = self.store.read_document()
+        # The last attempt's word: the span until this attempt's first sync is blind (checkpoint_sets.py).
+        self.previous = previous or NodeWord()
+        self.word: NodeWord | None = None
         # What restore brought back (the main node's files on a child, too) is not uploaded again
         # while it is unchanged.
         try:
@@ -112,7 +125,6 @@ class Watcher:
         self.folders: FolderCommits[Entry] = FolderCommits(max(LOG_LIKE_FLOOR_SECONDS, 10 * settle_seconds))
         self.stopped_at: float | None = None
         self.settles_at: float | None = None  # when the next closed file settles
-        self.unwritten = False  # `own` has changed since the manifest was last written
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.stopped_at is None:
@@ -130,6 +142,8 @@ class Watcher:
         self.arrivals.drain()
         self.settles_at = None
         self.folders.begin()
+        walked_at = time.time()  # what this sync says it saw: everything written before its walk began
+        base = self.word or carried(self.previous, walked_at)
         first_seen = self.arrivals.next_sequence()  # files this walk sees first count as created together
         writing = open_for_writing(process_tree(self.pid), self.directory)
         now = time.time()
@@ -183,9 +197,9 @@ class Watcher:
                     self.folders.committable(name)
                 else:
                     self.folders.unsettled(name, now)
+            listed_at = time.time()
             listed = self.folders.listable(ready, seen, now)
-            self.own.update(listed)
-            self.unwritten = self.unwritten or bool(listed)
+            self.own.update((name, replace(e, listed_at=listed_at)) for name, e in listed.items())
             # A file removed here leaves the manifest (its object versions stay in S3) only with a sync that
             # commits every closed file and holds no folder back: a rotation that removes the last checkpoint
             # once the next is saved (Trainer's save_total_limit) must not leave a window where neither is
@@ -193,12 +207,14 @@ class Watcher:
             if not self.folders.any_blocked(now):
                 for name in [name for name in self.own if name not in seen]:
                     del self.own[name]
-                    self.unwritten = True
             self.snapshots.forget_missing(seen)
+            pending = {set_of(name) for name in self.folders.in_progress(now)}
+            self.word = NodeWord(walked_at, frozenset(u for u in pending if u), base.blind, base.unfinished)
         finally:
-            if self.unwritten:  # also after an upload failed: what did get there is kept
-                self.store.write_manifest(self.own)
-                self.unwritten = False
+            # Every sync, also after an upload failed (what did get there is kept): the word's time says up to
+            # when this node saw its folder, which other nodes' folder checkpoints need (checkpoint_sets.py).
+            # A sync cut short says no more than the last one did, or, before any, that it saw nothing.
+            self.store.write_manifest(self.own, self.word or replace(base, written_at=0.0))
         return uploaded
 
     def has(self, name: str, size: int, mtime_ns: int) -> bool:

@@ -89,6 +89,22 @@ class FolderCommits(Generic[Entry]):
         """Whether removals wait: a closed file this sync cannot commit, or uploads staged for a folder."""
         return bool(self.blocking(now)) or bool(self.staged)
 
+    def in_progress(self, now: float) -> set[str]:
+        """Files of a save still under way, after `listable`: closed ones this sync could not commit, staged
+        uploads, and files open for writing that were created no earlier than every closed file beside them
+        (the event file a run folder keeps open is not a save)."""
+        closed: dict[str, int] = {}
+        for name, order in self.created.items():
+            if name not in self._open:
+                closed[unit_of(name)] = min(closed.get(unit_of(name), order), order)
+        opened = {
+            name
+            for name in self._open
+            if now - self.open_since.get(name, now) < self.log_like_seconds
+            and self.created.get(name, 0) >= closed.get(unit_of(name), self.created.get(name, 0))
+        }
+        return self.blocking(now) | set(self.staged) | opened
+
     def listable(self, ready: Mapping[str, Entry], seen: set[str], now: float) -> dict[str, Entry]:
         """Of the files uploaded and unchanged (`ready`), those whose folder holds nothing back; the rest
         stay staged. `seen`: every file this sync found (what is gone is forgotten)."""

@@ -44,6 +44,7 @@ from trainctl.rehearsal.catalog_checks import (
     main_line_names,
     no_host_taken_out,
     resubmitted,
+    resumed_dcp_step,
     resumed_from_newest,
     resumed_from_snapshot_epoch,
     s3_throttled,
@@ -144,6 +145,12 @@ CATALOG: tuple[Entry, ...] = (
           {"CHECKPOINT_SETTLE_SECONDS": "30"},
           command=("examples/rehearsal/snapshot_in_place.py", "--snapshot_path", "${CHECKPOINT_DIR}/snapshot.pt",
                    "--total_epochs", "24", "--seconds_per_batch", "0.1")),
+    Entry("dcp-steps", "every rank saves its part of a PyTorch Distributed Checkpoint into step-N/ (the "
+          "coordinator's .metadata last, as TorchTitan does) and a child's container is SIGKILLed while saves go "
+          "on; on load ranks read each other's files, wherever the rendezvous put them", ("kill-child@checkpoint:3",),
+          "succeeded", (main_line_names(1), attempts(2), resumed_dcp_step(10)), {"CHECKPOINT_SETTLE_SECONDS": "5"},
+          command=("examples/rehearsal/dcp_steps.py", "--checkpoint_folder", "${CHECKPOINT_DIR}", "--steps", "100",
+                   "--save_every", "10", "--seconds_per_step", "0.25")),
     Entry("attempt-timeout", "the attempt runs past its 60 s timeout", (), "failed",
           (attempts(1), last_save_uploaded(), why_says("never retries a timed-out job")),
           steps=100_000, timeout=60),

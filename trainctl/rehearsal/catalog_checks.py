@@ -64,6 +64,17 @@ def resumed_from_snapshot_epoch(at_least: int) -> Check:
     return Check(f"the last attempt resumed from its snapshot at epoch {at_least} or later", test)
 
 
+def resumed_dcp_step(at_least: int) -> Check:
+    """The last attempt's ranks all resumed from one `step-N/` (N at least `at_least`), as
+    examples/rehearsal/dcp_steps.py's rank 0 says once every rank loaded it."""
+
+    def test(report: Report) -> bool:
+        match = re.search(r"resumed from step-(\d+) on all \d+ ranks", _attempts(report)[-1]["resumed"])
+        return match is not None and int(match.group(1)) >= at_least
+
+    return Check(f"every rank of the last attempt resumed from one step-N/, N at least {at_least}", test)
+
+
 def ended_within(seconds: float) -> Check:
     return Check(
         f"the fault ended its attempt within {seconds:.0f} s",

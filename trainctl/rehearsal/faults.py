@@ -1,8 +1,9 @@
 """What a rehearsal can break, and when: `--fault KIND[:NODE][=VALUE][@TRIGGER]`.
 
 Triggers: `start` (attempt 1 starts; the default), `attempt:K` (attempt K starts), `seconds:S` (S seconds
-after the job's first attempt started), `checkpoint:K` (K checkpoint files of the job's lineage are complete in
-the local S3, whichever node saved them). Each fault happens once.
+after the job's first attempt started), `checkpoint:K` (K checkpoints of the job's lineage are listed in the
+local S3, whichever node saved them: a file directly in the checkpoint folder by its name, a folder there
+once). Each fault happens once.
 """
 
 from __future__ import annotations

@@ -136,8 +136,10 @@ class LocalS3:
             return []
 
     def manifest_files(self, bucket: str, prefix: str) -> list[str]:
-        """The files the checkpoint manifests under `prefix` list (container/launcher/checkpoint_sync.py's layout:
-        `node-<i>.manifest.json` beside `node-<i>/`), by name; empty when there are none."""
+        """The checkpoints the manifests under `prefix` list (container/launcher/checkpoint_sync.py's layout:
+        `node-<i>.manifest.json` beside `node-<i>/`): each file directly in the checkpoint folder by name, and
+        each folder there once, as `NAME/`, however many files of it any node listed; empty when there are
+        none."""
         client = self.client()
         names: set[str] = set()
         try:
@@ -146,7 +148,8 @@ class LocalS3:
                 if str(item["Key"]).endswith(".manifest.json"):
                     body = client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
                     files = json.loads(body).get("files", {})
-                    names.update(files if isinstance(files, dict) else {})
+                    listed_names = files if isinstance(files, dict) else {}
+                    names.update(name.partition("/")[0] + "/" if "/" in name else name for name in listed_names)
         except Exception:  # a 503 a fault asked for, a manifest being replaced: ask again next time
             return []
         return sorted(names)
