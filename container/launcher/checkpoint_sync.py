@@ -6,11 +6,13 @@ last complete checkpoints. Called by distributed_run.sh.
     checkpoint_sync.py watch --uri s3://bucket/prefix/JOB --node I --main M --pid PID \
         --state-dir STATE [--sync-seconds 60] [--settle-seconds 30] [--final-seconds 120] DIR
 
-Layout under the job's URI: node I keeps its files under `node-I/` and, written after them, the manifest
-`node-I.manifest.json`: every complete file with its size, mtime and S3 version id. A restore reads only
-manifests, and fetches exactly the versions they name, so it never brings back a file that was still
-being written or an upload that a kill cut short. Every node restores every node's files (ranks land on
-nodes in rendezvous order, so rank 0's files may be on any node and a rank may read another's), a name
+Layout under the job's URI: node I keeps its files under `node-I/` and, written after them at every sync,
+the manifest `node-I.manifest.json`: every complete file with its size, mtime, S3 version id and when it
+was listed, and the node's word (when its look began, the folders it is still writing: checkpoint_sets.py).
+A restore reads only manifests, and fetches exactly the versions they name, so it never brings back a file
+that was still being written or an upload that a kill cut short. Every node restores every node's files
+(ranks land on nodes in rendezvous order, so rank 0's files may be on any node and a rank may read
+another's), a folder directly in DIR only when it is complete on every node (checkpoint_sets.py), a name
 on several nodes from its own, else the main node's, else the lowest other index; it uploads only what
 differs from what it restored. Restored files get the mtime they had when uploaded, so an unchanged file
 is never uploaded again. Nothing in S3 is ever deleted: a file deleted locally only leaves the node's
