@@ -9,6 +9,9 @@
 - a file rewritten in place (checkpoint_snapshots.py): the copier's look with nothing closed (what
   every 0.1 s tick costs), and the time from a --copy-mib file's close to its trusted copy (the
   copy, then the two looks that must see no process of the trainer end).
+- a folder written from two nodes (folder_set_bench.py): --set-mib MiB in 8 files, 4 per node, from the
+  last close to restorable (both manifests list it and checkpoint_sets.py finds it complete) with
+  --set-settle seconds of settle time, and the copier's rate beside boto3's transfer manager.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ sys.path.insert(0, str(ROOT / "container" / "launcher"))
 from checkpoint_commit import Rule, open_for_writing, process_tree  # noqa: E402
 from checkpoint_snapshots import Snapshots  # noqa: E402
 from checkpoint_sync import NodeStore, Watcher  # noqa: E402
+from folder_set_bench import FILES_PER_NODE, NODES  # noqa: E402
+from folder_set_bench import run as folder_set  # noqa: E402
 
 BUCKET = "checkpoints"
 
@@ -41,6 +46,8 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--polls", type=int, default=5)
     parser.add_argument("--copy-mib", type=int, default=256)
+    parser.add_argument("--set-mib", type=int, default=1024)
+    parser.add_argument("--set-settle", type=float, default=30.0, help="the copier's settle time (its default: 30)")
     args = parser.parse_args()
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
@@ -126,6 +133,8 @@ def main() -> None:
             promoted = look([in_place]) + look([]) + look([])
             copy_seconds = time.perf_counter() - start
             assert promoted == 1, "the rewrite's copy was not trusted"
+            per_file = args.set_mib // (NODES * FILES_PER_NODE)
+            figures = folder_set(client, BUCKET, Path(work, "set"), mib_per_file=per_file, settle=args.set_settle)
     finally:
         server.stop()
 
@@ -141,6 +150,12 @@ def main() -> None:
     print(
         f"a {args.copy_mib} MiB file rewritten in place: copied and judged in {copy_seconds:.2f} s "
         f"({args.copy_mib / copy_seconds:.0f} MiB/s), trusted two 0.1 s ticks after its close; then uploaded"
+    )
+    print(
+        f"a {figures.total_mib} MiB folder of {NODES * FILES_PER_NODE} files on {NODES} nodes: restorable "
+        f"{figures.restorable_seconds:.1f} s after its last close (settle time {figures.settle_seconds:g} s); "
+        f"the copier sent it at {figures.copier_mib_s:.0f} MiB/s, boto3's transfer manager at "
+        f"{figures.transfer_manager_mib_s:.0f} MiB/s (one thread per node, the same server)"
     )
 
 

@@ -140,11 +140,16 @@ def versions(s3) -> list[tuple[str, str]]:
 
 
 def manifest(s3, node: int = 0) -> dict:
+    return document(s3, node).get("files", {})
+
+
+def document(s3, node: int = 0) -> dict:
+    """A node's whole manifest: its files and its word (checkpoint_sets.py)."""
     try:
         body = s3.get_object(Bucket=BUCKET, Key=f"{JOB}/node-{node}.manifest.json")["Body"].read()
     except s3.exceptions.NoSuchKey:
         return {}
-    return json.loads(body)["files"]
+    return json.loads(body)
 
 
 def body(s3, key: str) -> bytes:
@@ -344,10 +349,19 @@ def test_a_folder_a_lost_host_left_half_written_is_never_restored(s3_endpoint, s
     assert set(manifest(s3)) == first
     lose_host(node, tmp_path)  # mid-save
     node.communicate(timeout=60)
+    # Its last word says it was still writing checkpoint-2/, and when it last looked.
+    lost = document(s3)
+    assert lost["pending"] == ["checkpoint-2"] and 0 < time.time() - lost["written_at"] < 5
     retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2"))
     assert retry.returncode == 0, retry.stderr
     restored = tmp_path / "a2/checkpoints"
     assert sorted(p.relative_to(restored).as_posix() for p in restored.rglob("*") if p.is_file()) == sorted(first)
+    # The retry's word: nothing in progress, the span from that last word to its own first sync unseen, and
+    # checkpoint-2/ unfinished until then.
+    after = document(s3)
+    began = after["blind"][0][1]
+    assert after["pending"] == [] and after["blind"] == [[lost["written_at"], began]]
+    assert after["unfinished"] == {"checkpoint-2": began} and lost["written_at"] < began <= after["written_at"]
 
 
 def test_resume_names_the_run_folder_of_the_newest_model(s3_endpoint, s3, trainer, tmp_path):

@@ -17,6 +17,7 @@ import argparse
 import os
 import re
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -36,7 +37,7 @@ def newest_step(folder: str) -> int | None:
     return max(steps, default=None)
 
 
-def state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, own: torch.Tensor) -> dict:
+def state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, own: torch.Tensor) -> dict[str, Any]:
     model_state, optimizer_state = get_state_dict(model, optimizer)
     rank = dist.get_rank()
     return {"model": model_state, "optim": optimizer_state, "step": torch.tensor(step), f"rank_{rank}": own}
