@@ -17,7 +17,7 @@ import pytest
 
 from tests.harness import ROOT
 from trainctl.errors import TrainctlError
-from trainctl.rehearsal import batch_rules, hosts
+from trainctl.rehearsal import batch_rules, container_paths, hosts
 from trainctl.rehearsal.definition import RetryRule, job_spec
 from trainctl.rehearsal.faults import fault_node, parse_fault
 from trainctl.rehearsal.nodes import container_processes
@@ -337,3 +337,29 @@ def test_ctrl_c_leaves_nothing_running(tmp_path):
     assert cli.returncode == 130 and "every node was stopped" in err
     assert not any(container_processes(t) for t in tokens)
     assert os.listdir(records)  # the stand-ins ran
+
+
+@pytest.mark.skipif(container_paths.unavailable() is not None, reason="this machine makes no mount namespaces")
+def test_every_node_has_its_own_folder_at_the_containers_checkpoint_path(tmp_path):
+    """Scripts that write to the documented default /tmp/checkpoints (or ${CHECKPOINT_DIR}) write to their
+    node's folder, as in a container, though the nodes share this machine's /tmp."""
+    container = container_paths.CONTAINER_CHECKPOINT_DIR
+    # The launcher's default on Batch, where the job sets no CHECKPOINT_DIR.
+    assert f'DEFAULT_DIR = "{container}"' in (ROOT / "container/launcher/restore_phase.py").read_text()
+    run(tmp_path, STUB_SLEEP_0="3", STUB_SLEEP_1="1")
+    for node in (0, 1):
+        assert env_of(tmp_path, node)["CHECKPOINT_DIR"] == container
+        # Written at the start by each node, listed at its end: node 0 listed after node 1 wrote.
+        assert record(tmp_path, node, what="checkpoints").split() == [f"written-by-{node}"]
+    assert not list(Path(container).glob("written-by-*"))  # nothing reached this machine's /tmp
+
+
+def test_where_namespaces_are_refused_each_node_gets_another_folder_and_the_report_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(container_paths, "unavailable", lambda: "unshare --mount failed: Operation not permitted")
+    report = run(tmp_path, STUB_SLEEP_0="2")
+    folders = {env_of(tmp_path, node)["CHECKPOINT_DIR"] for node in (0, 1)}
+    assert len(folders) == 2 and container_paths.CONTAINER_CHECKPOINT_DIR not in folders
+    assert report["not_rehearsed"]["checkpoint path"] == (
+        f"each node's own folder, not {container_paths.CONTAINER_CHECKPOINT_DIR} (unshare --mount failed: "
+        "Operation not permitted)"
+    )

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from trainctl.rehearsal import batch_rules
+from trainctl.rehearsal import batch_rules, container_paths
+from trainctl.rehearsal.container_paths import CONTAINER_CHECKPOINT_DIR
 from trainctl.rehearsal.definition import JobSpec
 from trainctl.rehearsal.hosts import Devices
 from trainctl.rehearsal.local_s3 import CREDENTIALS, LocalS3
@@ -94,6 +95,11 @@ class Runtime:
         if environment.get("NPROC_PER_NODE", str(self.procs)) != str(self.procs):
             self.left_out["NPROC_PER_NODE"] = environment["NPROC_PER_NODE"]
         self.left_out["socket interface"] = f"{SOCKET_INTERFACE} for every node (the launcher picks eth0 on Batch)"
+        why_not = container_paths.unavailable()
+        if why_not:
+            self.left_out["checkpoint path"] = f"each node's own folder, not {CONTAINER_CHECKPOINT_DIR} ({why_not})"
+        if environment.get("CHECKPOINT_DIR", CONTAINER_CHECKPOINT_DIR) != CONTAINER_CHECKPOINT_DIR:
+            self.left_out["CHECKPOINT_DIR"] = f"{environment['CHECKPOINT_DIR']} (each node's own folder instead)"
         buckets = {v for k, v in environment.items() if k.endswith("_BUCKET") and v}
         buckets |= {urlparse(v).netloc for v in environment.values() if v.startswith("s3://")}
         for bucket in sorted(b for b in buckets if b):
@@ -128,8 +134,11 @@ class Runtime:
                 env[name] = os.environ[name]
         (run.folder / "tmp").mkdir(parents=True, exist_ok=True)
         env.update(spec.environment)
-        # A container's file system is new on every attempt: so is this folder.
-        env["CHECKPOINT_DIR"] = str(run.folder / "checkpoints")
+        # A container's file system is new on every attempt: so is this folder, which the node sees at the
+        # container's path where this machine can (container_paths.py).
+        own_folder = run.folder / "checkpoints"
+        bound = container_paths.unavailable() is None
+        env["CHECKPOINT_DIR"] = CONTAINER_CHECKPOINT_DIR if bound else str(own_folder)
         env["WORKDIR_DIR"] = str(run.folder / "workdir")
         # The hang watch's heartbeat and output marks: each container's own /tmp on Batch, and here each
         # node's own folder (the nodes of a rehearsal, and rehearsals side by side, share this machine's /tmp).
@@ -161,7 +170,8 @@ class Runtime:
                 environment_name=f"rehearsal-{spec.fleet}-{job.placement}",
             )
         )
-        return [self._map(a, relative=URI_ENV not in spec.environment) for a in spec.command], env
+        command = [self._map(a, relative=URI_ENV not in spec.environment) for a in spec.command]
+        return (container_paths.in_own_folder(command, own_folder) if bound else command), env
 
     def lineage(self, job: Any) -> str:
         """The S3 prefix the launcher keeps this job's checkpoints under (container/launcher/restore_phase.py):
