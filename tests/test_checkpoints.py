@@ -674,3 +674,37 @@ def test_the_rehearsal_counts_a_checkpoint_folder_once_whichever_nodes_list_its_
         assert local.manifest_files(BUCKET, f"{JOB}/") == ["snapshot.pt", "step-10/"]
     finally:
         local.stop()
+
+
+def test_the_rehearsal_counts_each_save_of_a_file_saved_again_in_place(tmp_path):
+    """`checkpoint:K` on a file saved in place (PyTorch's DDP tutorial) fires at its K-th save in S3."""
+    from types import SimpleNamespace
+
+    from trainctl.rehearsal.local_s3 import LocalS3
+    from trainctl.rehearsal.runtime import Runtime
+
+    local = LocalS3()
+    local.start()
+    try:
+        local.create_bucket(BUCKET)
+        runtime = Runtime(checkout=tmp_path, s3=local, python=sys.executable, procs=1)
+        job = SimpleNamespace(
+            spec=SimpleNamespace(environment={"CHECKPOINT_URI": URI}), job_id="job43", checkpoint_saves={}
+        )
+
+        def save(mtime_ns: int) -> list[str]:
+            files = {
+                "snapshot.pt": {"size": 1, "mtime_ns": mtime_ns, "version_id": None},
+                "step-1/a": {"size": 1, "mtime_ns": mtime_ns, "version_id": None},
+            }
+            body = json.dumps({"format": 1, "files": files})
+            # Moto's buckets outlive a server in this process: a lineage no other test writes.
+            local.client().put_object(Bucket=BUCKET, Key="rl/job43/node-0.manifest.json", Body=body)
+            return runtime.checkpoints(job)
+
+        assert save(100) == ["snapshot.pt", "step-1/"]
+        assert save(100) == ["snapshot.pt", "step-1/"]  # the same save, looked at again
+        assert save(200) == ["snapshot.pt", "snapshot.pt (save 2)", "step-1/"]
+        assert save(300)[:3] == ["snapshot.pt", "snapshot.pt (save 2)", "snapshot.pt (save 3)"]
+    finally:
+        local.stop()

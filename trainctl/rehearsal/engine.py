@@ -155,6 +155,7 @@ class Engine:
         )
         # One lineage (CHECKPOINT_LINEAGE): the checkpoints already in S3 are the predecessor's, not new ones.
         successor.checkpoint_seen = dict(job.checkpoint_seen)
+        successor.checkpoint_saves = {name: list(saves) for name, saves in job.checkpoint_saves.items()}
         job.successor = successor
         self._event(
             None, f"capacity fallback: resubmitted as job {successor.job_id} to placement {successor.placement}"

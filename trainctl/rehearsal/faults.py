@@ -2,8 +2,8 @@
 
 Triggers: `start` (attempt 1 starts; the default), `attempt:K` (attempt K starts), `seconds:S` (S seconds
 after the job's first attempt started), `checkpoint:K` (K checkpoints of the job's lineage are listed in the
-local S3, whichever node saved them: a file directly in the checkpoint folder by its name, a folder there
-once). Each fault happens once.
+local S3, whichever node saved them: a file directly in the checkpoint folder once per save of it, a
+folder there once). Each fault happens once.
 """
 
 from __future__ import annotations

@@ -140,16 +140,25 @@ class LocalS3:
         `node-<i>.manifest.json` beside `node-<i>/`): each file directly in the checkpoint folder by name, and
         each folder there once, as `NAME/`, however many files of it any node listed; empty when there are
         none."""
+        return sorted(self.manifest_saves(bucket, prefix))
+
+    def manifest_saves(self, bucket: str, prefix: str) -> dict[str, int | None]:
+        """manifest_files, each with the save it lists: a file's mtime (a file saved again in place lists a
+        new one), None for a folder."""
         client = self.client()
-        names: set[str] = set()
+        saves: dict[str, int | None] = {}
         try:
             listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix, Delimiter="/").get("Contents", [])
             for item in listed:
                 if str(item["Key"]).endswith(".manifest.json"):
                     body = client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
                     files = json.loads(body).get("files", {})
-                    listed_names = files if isinstance(files, dict) else {}
-                    names.update(name.partition("/")[0] + "/" if "/" in name else name for name in listed_names)
+                    for name, entry in (files if isinstance(files, dict) else {}).items():
+                        if "/" in name:
+                            saves[name.partition("/")[0] + "/"] = None
+                        else:  # several nodes may list one name: the newest save counts
+                            mtime = int(entry.get("mtime_ns", 0)) if isinstance(entry, dict) else 0
+                            saves[name] = max(saves.get(name) or 0, mtime)
         except Exception:  # a 503 a fault asked for, a manifest being replaced: ask again next time
-            return []
-        return sorted(names)
+            return {}
+        return saves

@@ -46,6 +46,9 @@ class JobRun:
     resubmitted_from: str | None = None
     # Each checkpoint file of the job's lineage and when the rehearsal first saw it complete in S3.
     checkpoint_seen: dict[str, float] = field(default_factory=dict)
+    # Each file directly in the checkpoint folder: the saves of it seen (mtimes), oldest first; a file saved
+    # again in place counts once per save (runtime.py names the second `NAME (save 2)`).
+    checkpoint_saves: dict[str, list[int]] = field(default_factory=dict)
     # What the launcher uploaded beside the checkpoints when it caught a hang (S3 keys).
     evidence: list[str] = field(default_factory=list)
     # TerminateJob's reason, once a cancel or a budget stop ended the job.

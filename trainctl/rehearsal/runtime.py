@@ -182,13 +182,23 @@ class Runtime:
         return f"{uri.rstrip('/')}/{lineage}/" if uri else ""
 
     def checkpoints(self, job: Any) -> list[str]:
-        """The checkpoint files every node's newest manifest lists in the local S3 (rank 0, which saves in
-        most scripts, may run on any node), by name."""
+        """The checkpoints every node's newest manifest lists in the local S3 (rank 0, which saves in most
+        scripts, may run on any node): a folder once (`NAME/`), a file once per save of it seen (`NAME`, then
+        `NAME (save 2)` and on, for a file saved again in place), so that `checkpoint:K` counts saves."""
         prefix = self.lineage(job)
         if not prefix:
             return []
         parsed = urlparse(prefix)
-        return self.s3.manifest_files(parsed.netloc, parsed.path.lstrip("/"))
+        names: list[str] = []
+        for name, save in self.s3.manifest_saves(parsed.netloc, parsed.path.lstrip("/")).items():
+            if save is None:
+                names.append(name)
+                continue
+            seen = job.checkpoint_saves.setdefault(name, [])
+            if save not in seen:
+                seen.append(save)
+            names += [name if k == 1 else f"{name} (save {k})" for k in range(1, len(seen) + 1)]
+        return sorted(names)
 
     def evidence(self, job: Any) -> list[str]:
         """What the launcher uploaded under the lineage's evidence/ prefix (stacks of a hang)."""
