@@ -1,0 +1,130 @@
+"""The per-step timing the launcher installs in training processes (container/launcher/step_timing.py,
+inject/sitecustomize.py): a step runs from its first forward to its first gradient collective; a hook the
+script registers is wrapped and still called; nothing is timed without the folder; and under torchrun a
+plain DDP script with no line about timing reports the rank whose forward is slower."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from tests.harness import ROOT
+
+sys.path.insert(0, str(ROOT / "container" / "launcher"))
+import step_timing
+from step_timing import StepClock, install, patch
+
+PLAIN_DDP = ROOT / "tests" / "fixtures" / "ddp_plain.py"
+
+
+class Ticks:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_step_runs_from_its_first_forward_to_its_first_collective_and_a_window_is_one_line(tmp_path):
+    ticks = Ticks()
+    clock = StepClock(str(tmp_path / "rank-0.txt"), 60.0, clock=ticks)
+    for _ in range(3):
+        clock.forward()
+        clock.forward()  # a second micro-batch does not restart the step
+        clock.collective()
+        clock.collective()  # the step's later buckets add nothing
+    assert len(clock.samples) == 3 and not (tmp_path / "rank-0.txt").exists()
+    ticks.now = 60.0
+    clock.forward()
+    clock.collective()
+    _, middle, count, _ = (tmp_path / "rank-0.txt").read_text().split()
+    assert count == "4" and float(middle) >= 0 and clock.samples == []
+
+
+class FakeDDP:
+    """What patch() relies on in torch's DistributedDataParallel."""
+
+    def __init__(self) -> None:
+        self.process_group = "group"
+        self.hooks: list[tuple[Any, Any]] = []
+
+    def register_comm_hook(self, state: Any, hook: Any) -> None:
+        if self.hooks:
+            raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be called once")
+        self.hooks.append((state, hook))
+
+    def _register_builtin_comm_hook(self, comm_hook_type: Any) -> None:
+        self.hooks.append((None, comm_hook_type))  # straight to the C++ reducer, as torch does
+
+    def forward(self, value: int) -> int:
+        return value + 1
+
+
+def fake_torch(tmp_path: Path) -> tuple[type[FakeDDP], StepClock]:
+    module = types.ModuleType("fake_distributed")
+    module.DistributedDataParallel = type("DDP", (FakeDDP,), {})  # type: ignore[attr-defined]
+    module.torch = types.SimpleNamespace(is_grad_enabled=lambda: True)  # type: ignore[attr-defined]
+    clock = StepClock(str(tmp_path / "rank-0.txt"), 60.0)
+    patch(module, clock)
+    return module.DistributedDataParallel, clock  # type: ignore[attr-defined]
+
+
+def test_a_hook_the_script_registers_is_wrapped_and_still_called(tmp_path):
+    ddp_class, clock = fake_torch(tmp_path)
+    model = ddp_class()
+    called: list[Any] = []
+
+    def own(state: Any, bucket: Any) -> str:
+        called.append((state, bucket))
+        return "future"
+
+    model.register_comm_hook("mine", own)
+    assert model.forward(1) == 2 and len(model.hooks) == 1  # no second hook at the first forward
+    state, hook = model.hooks[0]
+    assert hook.__name__ == "own" and hook(state, "bucket") == "future" and called == [("mine", "bucket")]
+    assert len(clock.samples) == 1
+
+
+def test_a_model_without_a_hook_gets_the_default_all_reduce_and_a_builtin_hook_is_left_untimed(tmp_path, monkeypatch):
+    defaults = types.ModuleType("torch.distributed.algorithms.ddp_comm_hooks.default_hooks")
+    defaults.allreduce_hook = lambda group, bucket: ("all-reduced", group, bucket)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, defaults.__name__, defaults)
+    ddp_class, clock = fake_torch(tmp_path)
+    plain = ddp_class()
+    plain.forward(1)
+    state, hook = plain.hooks[0]
+    assert hook(state, "bucket") == ("all-reduced", "group", "bucket") and len(clock.samples) == 1
+    builtin = ddp_class()
+    builtin._register_builtin_comm_hook("FP16_COMPRESS")
+    builtin.forward(1)
+    assert builtin.hooks == [(None, "FP16_COMPRESS")]
+
+
+def test_nothing_is_timed_without_the_folder():
+    before = list(sys.meta_path)
+    assert install({}) is False and sys.meta_path == before
+
+
+def test_a_plain_ddp_script_reports_the_rank_whose_forward_is_slower(tmp_path):
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "container" / "launcher" / "inject"),
+        "STRAGGLER_TIMING_DIR": str(tmp_path),
+        "STRAGGLER_WINDOW_SECONDS": "0.5",
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(PLAIN_DDP)]
+    done = subprocess.run([*command, "--delay", "0.05", "--steps", "20"], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    medians = {}
+    for rank in (0, 1):
+        lines = [line.split() for line in (tmp_path / f"rank-{rank}.txt").read_text().splitlines()]
+        assert sum(int(count) for _, _, count, _ in lines) == 20  # every step, evaluations not counted
+        medians[rank] = sorted(float(middle) for _, middle, _, _ in lines)[len(lines) // 2]
+    assert medians[1] - medians[0] >= 0.04, medians
+    assert step_timing.TARGET == "torch.nn.parallel.distributed"
