@@ -351,7 +351,13 @@ def test_a_folder_a_lost_host_left_half_written_is_never_restored(s3_endpoint, s
     node.communicate(timeout=60)
     # Its last word says it was still writing checkpoint-2/, and when it last looked.
     lost = document(s3)
-    assert lost["pending"] == ["checkpoint-2"] and 0 < time.time() - lost["written_at"] < 5
+    assert list(lost["pending"]) == ["checkpoint-2"] and 0 < time.time() - lost["written_at"] < 5
+    # Since when: the earliest write of its files still in progress (the weights, written before the optimizer).
+    weights = (tmp_path / "a1/checkpoints/checkpoint-2/model.safetensors").stat().st_mtime
+    assert lost["pending"]["checkpoint-2"] == pytest.approx(weights, abs=0.01) and lost["final"] is False
+    # Each file keeps the fields a format-1 reader of an older release knows; when it was listed sits beside.
+    assert all(set(entry) == {"size", "mtime_ns", "version_id"} for entry in lost["files"].values())
+    assert set(lost["listed"]) == set(first)
     retry = run_node(node_env(s3_endpoint, trainer, tmp_path / "a2"))
     assert retry.returncode == 0, retry.stderr
     restored = tmp_path / "a2/checkpoints"
@@ -360,8 +366,10 @@ def test_a_folder_a_lost_host_left_half_written_is_never_restored(s3_endpoint, s
     # checkpoint-2/ unfinished until then.
     after = document(s3)
     began = after["blind"][0][1]
-    assert after["pending"] == [] and after["blind"] == [[lost["written_at"], began]]
-    assert after["unfinished"] == {"checkpoint-2": began} and lost["written_at"] < began <= after["written_at"]
+    assert after["pending"] == {} and after["blind"] == [[lost["written_at"], began]]
+    assert after["unfinished"] == [["checkpoint-2", lost["pending"]["checkpoint-2"], began]]
+    assert lost["written_at"] < began <= after["written_at"]
+    assert after["final"] is True  # its trainer had ended when the last walk began: no blind span follows
 
 
 def test_resume_names_the_run_folder_of_the_newest_model(s3_endpoint, s3, trainer, tmp_path):

@@ -1,28 +1,34 @@
-"""Which folder checkpoints a restore may bring back, from what every node's manifest says (checkpoint_sync.py).
+"""Which files of folder checkpoints a restore may bring back, from what every node's manifest says
+(checkpoint_sync.py).
 
 A checkpoint saved as a folder may be written from several nodes at once: PyTorch Distributed Checkpoint
 writes each rank's `__<rank>_0.distcp` into `step-N/` wherever that rank runs, and the coordinator's
-`.metadata` once every rank is done; DeepSpeed writes each rank's optimizer shard into `checkpoint-N/`. Each
-node lists its own files of a folder together once they are all complete (folder_commit.py), but a node lost
-before it listed its part leaves, in S3, no trace of that part. So the set a restore judges is a folder
-directly in CHECKPOINT_DIR, across nodes, and a set is restorable when each node either
+`.metadata` once every rank is done; DeepSpeed writes each rank's optimizer shard into
+`checkpoint-N/global_stepN/`. Each node lists its own files of a folder together once they are all complete
+(folder_commit.py), but a node lost before it listed its part leaves, in S3, no trace of that part. So each
+node's manifest also carries its word: when its last look at its folder began (`written_at`), the folders
+it was still writing then and since when (`pending`, from the files' own times), whether its trainer had
+already ended (`final`: it writes nothing more), the spans it did not watch (`blind`: between an attempt's
+last word and the next attempt's first sync) and the folders it left unfinished when an attempt ended.
 
-- lists files of it and was not still writing it at its last word (the only node that lists a set may be
-  writing a newer state of it: its list is one consistent state of its own folder), or
-- spoke after the set was first listed anywhere without naming it, so it wrote nothing to it.
+A file in a folder, listed by node A at time t, is unsafe when another node B was still writing that folder
+at t, or did not watch its own folder at t (it may have written a part of the same save and been lost
+before listing it). For each folder (the unit folder_commit.py commits: a file's own folder), the restore
+then leaves out the save that file belongs to: every file of the folder last written no earlier than
+`SAVE_SPREAD_SECONDS` before the unsafe file was (the ranks of a collective save close their files within
+seconds of each other), and every file its node listed with it or after. A folder that holds many saves (an
+RSL-RL run folder, Lightning's `checkpoints/`) so loses only its newest ones, not the saves before. A folder
+inside a checkpoint folder (DeepSpeed's `global_stepN/`) has its parent's files of the same save left out
+with it.
 
-"Spoke" means a manifest it wrote (every sync writes one, with the time its walk began), not counting the time
-between an attempt's end and the next attempt's first sync (`blind`), and a set it was still writing when an
-attempt ended counts as written-and-unfinished until the next attempt began (`unfinished`).
-
-This leans on one fact about how frameworks save: a set's files exist on every node before any node lists the
-set, since a node lists a folder only once its files have been closed and unchanged for the settle time (30 s)
-and savers are collective (DCP's coordinator writes `.metadata` after every rank's write; Trainer and
-Accelerate wait on a barrier). A node that starts writing into a set after another node listed it is not seen.
-The times compared come from different hosts' clocks, so they need to agree only to well within that settle
-time (Amazon Linux's chrony keeps them on the Amazon Time Sync Service: EC2 user guide, "Set the time for
-your Linux instance"). A file directly in CHECKPOINT_DIR is a set of its own, judged by its node alone. Python 3.10,
-stdlib.
+This leans on one fact about how frameworks save: a save's files exist on every node before any node lists
+it, since a node lists a folder only once its files have been closed and unchanged for the settle time
+(30 s) and savers are collective (DCP's coordinator writes `.metadata` after every rank's write; Trainer and
+Accelerate wait on a barrier). A node that starts writing into a folder after another node listed its part
+of the same save is not seen. The times compared come from different hosts' clocks, so they need to agree to
+well within that settle time (Amazon Linux's chrony keeps them on the Amazon Time Sync Service: EC2 user
+guide, "Set the time for your Linux instance"). A file directly in CHECKPOINT_DIR is judged by its node
+alone. Python 3.10, stdlib.
 """
 
 from __future__ import annotations
@@ -30,15 +36,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-# A node's manifest keeps this many spans it did not watch (one per attempt) and sets it left unfinished.
+from folder_commit import ancestors, unit_of
+
+# How far apart the last writes of one save's files are, across nodes: a collective save's ranks close their
+# files within seconds of each other; DCP's `.metadata` follows the last shard at once.
+SAVE_SPREAD_SECONDS = 10.0
+# A node's manifest keeps this many spans it did not watch (one per attempt) and folders left unfinished.
 KEEP_BLIND = 20
 KEEP_UNFINISHED = 200
-
-
-def set_of(name: str) -> str | None:
-    """The folder directly in CHECKPOINT_DIR that a manifest name belongs to; None for a file there itself."""
-    folder, _, _ = name.partition("/")
-    return folder if folder != name else None
 
 
 @dataclass(frozen=True)
@@ -47,64 +52,87 @@ class NodeWord:
     judged, whose node is not asked."""
 
     written_at: float | None = None
-    pending: frozenset[str] = frozenset()  # sets it was writing at `written_at`
-    blind: tuple[tuple[float, float], ...] = ()  # spans it did not watch its folder (between attempts)
-    unfinished: Mapping[str, float] = field(default_factory=dict)  # set -> when the attempt after it began
+    final: bool = False  # its trainer had ended when the walk began
+    pending: Mapping[str, float] = field(default_factory=dict)  # folder -> written since (its files' times)
+    blind: tuple[tuple[float, float], ...] = ()
+    unfinished: tuple[tuple[str, float, float], ...] = ()  # (folder, written since, the next attempt began)
 
-    def saw(self, at: float) -> bool:
-        """Whether this node watched its folder at `at` and said so afterwards."""
+    def doubt(self, unit: str, at: float, *, listed_its_part: bool) -> str | None:
+        """Why this node's part of `unit` is in doubt for a file listed at `at`, or None. `listed_its_part`:
+        this node listed files of the same save (its part of it is whole, folder_commit.py)."""
         if self.written_at is None:
-            return True
-        return at <= self.written_at and not any(start <= at <= end for start, end in self.blind)
+            return None
+        if unit in self.pending and at >= self.pending[unit]:
+            return "was still writing its part"
+        if any(folder == unit and since <= at <= began for folder, since, began in self.unfinished):
+            return "was still writing its part when its attempt ended"
+        if listed_its_part:
+            return None
+        if any(start <= at <= end for start, end in self.blind):
+            return "was not watching its folder then (between attempts)"
+        if at > self.written_at and not self.final:
+            return f"last spoke before it was listed (at {self.written_at:.1f})"
+        return None
 
-    def writing(self, unit: str, listed: float) -> bool:
-        """Whether this node was still writing `unit` (a set first listed at `listed`) when it last spoke."""
-        return unit in self.pending or self.unfinished.get(unit, float("-inf")) >= listed
+
+@dataclass(frozen=True)
+class LeftOut:
+    unit: str
+    names: frozenset[tuple[int, str]]  # (node, name)
+    reason: str
 
 
-def incomplete_sets(files: Mapping[int, Mapping[str, float | None]], words: Mapping[int, NodeWord]) -> dict[str, str]:
-    """The sets a restore must leave out, each with the reason (naming the node and what it said).
-    `files`: each node's manifest, name -> when it was listed (None: before sets were judged); `words`: what
+def left_out(
+    files: Mapping[int, Mapping[str, tuple[float | None, float]]], words: Mapping[int, NodeWord]
+) -> list[LeftOut]:
+    """What a restore must leave out, per folder, with the reason (naming the node and what it said).
+    `files`: each node's manifest, name -> (when it was listed, None before sets were judged; its last
+    write, the epoch seconds of its mtime); `words`: what
     each node's manifest says besides. A node with no manifest never started its copier (its first sync
     comes as the trainer starts, long before a first save), so it wrote nothing."""
-    first_listed: dict[str, float] = {}
-    writers: dict[str, set[int]] = {}
-    for node, names in files.items():
-        for name, at in names.items():
-            unit = set_of(name)
-            if unit is None:
-                continue
-            writers.setdefault(unit, set()).add(node)
-            if at is not None:
-                first_listed[unit] = min(first_listed.get(unit, at), at)
-    dropped: dict[str, str] = {}
-    everyone = sorted(words)
-    for unit, listed in sorted(first_listed.items()):
-        still = [node for node in everyone if node in words and words[node].writing(unit, listed)]
-        own = writers[unit]
-        if still and not (len(own) == 1 and set(still) <= own):
-            dropped[unit] = f"node {still[0]} was still writing its part when it last spoke"
-            continue
-        for node in everyone:
-            if node in own or node in still:
-                continue
-            word = words[node]
-            if not word.saw(listed):
-                dropped[unit] = (
-                    f"node {node} did not speak after it was first listed (at {listed:.1f}, its last word at "
-                    f"{word.written_at:.1f}), so its part of it is unknown"
-                )
+    listed: dict[str, list[tuple[float, float, int, str]]] = {}
+    for node, by_name in files.items():
+        for name, (at, written) in by_name.items():
+            if "/" in name and at is not None:
+                listed.setdefault(unit_of(name), []).append((at, written, node, name))
+    # Folder -> (the unsafe save's earliest write that counts, the node and listing that take the rest, why).
+    cuts: dict[str, tuple[float, dict[int, float], str]] = {}
+    for unit, entries in listed.items():
+        for at, written, node, _ in sorted(entries):
+            same_save = {
+                other for _, other_written, other, _ in entries if abs(other_written - written) <= SAVE_SPREAD_SECONDS
+            }
+            reason = next(
+                (f"node {other} {why}" for other, word in sorted(words.items())
+                 if other != node and (why := word.doubt(unit, at, listed_its_part=other in same_save))),
+                None,
+            )  # fmt: skip
+            if reason is not None:
+                why = f"{reason}, when node {node} listed a file of it at {at:.1f}"
+                cuts[unit] = (written - SAVE_SPREAD_SECONDS, {node: at}, why)
                 break
-    return dropped
+    # A nested folder's save takes its parent's files of the same save along (DeepSpeed's global_stepN/).
+    for unit, (since, by_node, why) in list(cuts.items()):
+        for parent in ancestors(unit):
+            if parent in listed and parent not in cuts:
+                cuts[parent] = (since, by_node, why)
+    found = []
+    for unit, (since, by_node, why) in sorted(cuts.items()):
+        cut_off = frozenset(
+            (node, name)
+            for at, written, node, name in listed[unit]
+            if written >= since or at >= by_node.get(node, float("inf"))
+        )
+        found.append(LeftOut(unit, cut_off, why))
+    return found
 
 
 def carried(previous: NodeWord, began: float) -> NodeWord:
     """The word a node's new attempt starts from, its first sync at `began`: the span since the last
-    attempt's last word is blind, and the sets it was writing then are unfinished until `began`."""
+    attempt's last word is blind (unless that word was final: its trainer had ended, nothing more came),
+    and the folders it was writing then are unfinished from when their writing began until `began`."""
     blind = previous.blind
-    if previous.written_at is not None:
+    if previous.written_at is not None and not previous.final:
         blind = (*blind, (previous.written_at, began))
-    unfinished = dict(previous.unfinished)
-    unfinished.update(dict.fromkeys(previous.pending, began))
-    newest = sorted(unfinished.items(), key=lambda item: item[1])[-KEEP_UNFINISHED:]
-    return NodeWord(None, frozenset(), blind[-KEEP_BLIND:], dict(newest))
+    unfinished = (*previous.unfinished, *((unit, since, began) for unit, since in sorted(previous.pending.items())))
+    return NodeWord(None, False, {}, blind[-KEEP_BLIND:], unfinished[-KEEP_UNFINISHED:])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -74,9 +74,10 @@ def word_of(document: dict[str, Any], where: str) -> NodeWord:
         written_at = document.get("written_at")
         return NodeWord(
             None if written_at is None else float(written_at),
-            frozenset(str(unit) for unit in document.get("pending", [])),
+            bool(document.get("final", False)),
+            {str(unit): float(since) for unit, since in document.get("pending", {}).items()},
             tuple((float(start), float(end)) for start, end in document.get("blind", [])),
-            {str(unit): float(at) for unit, at in document.get("unfinished", {}).items()},
+            tuple((str(unit), float(since), float(began)) for unit, since, began in document.get("unfinished", [])),
         )
     except (AttributeError, TypeError, ValueError) as error:
         raise ValueError(f"{where}: not a node's word this release can read ({error})") from error
@@ -111,18 +112,27 @@ class NodeStore:
         document = json.loads(body)
         if not isinstance(document, dict) or document.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"{self.manifest_key}: not a format-{MANIFEST_FORMAT} manifest")
-        return entries(document.get("files"), self.manifest_key), word_of(document, self.manifest_key)
+        files = entries(document.get("files"), self.manifest_key)
+        listed = document.get("listed", {})
+        if not isinstance(listed, dict):
+            raise ValueError(f"{self.manifest_key}: its listing times are not a map")
+        files = {name: replace(e, listed_at=listed.get(name)) for name, e in files.items()}
+        return files, word_of(document, self.manifest_key)
 
     def write_manifest(self, manifest: Manifest, word: NodeWord | None = None) -> None:
-        document: dict[str, Any] = {
-            "format": MANIFEST_FORMAT,
-            "files": {name: asdict(e) for name, e in sorted(manifest.items())},
+        # The files keep the fields every format-1 reader knows (an older release on the same lineage reads
+        # them); when each was listed, and the node's word, sit beside them, where such a reader looks not.
+        files = {
+            name: {"size": e.size, "mtime_ns": e.mtime_ns, "version_id": e.version_id} for name, e in manifest.items()
         }
+        document: dict[str, Any] = {"format": MANIFEST_FORMAT, "files": dict(sorted(files.items()))}
+        document["listed"] = {name: e.listed_at for name, e in sorted(manifest.items()) if e.listed_at is not None}
         if word is not None and word.written_at is not None:
             document["written_at"] = word.written_at
-            document["pending"] = sorted(word.pending)
+            document["final"] = word.final
+            document["pending"] = dict(sorted(word.pending.items()))
             document["blind"] = [list(span) for span in word.blind]
-            document["unfinished"] = dict(sorted(word.unfinished.items()))
+            document["unfinished"] = [list(item) for item in word.unfinished]
         self.client.put_object(Bucket=self.bucket, Key=self.manifest_key, Body=json.dumps(document, indent=1).encode())
 
     def download(self, name: str, entry: Entry, target: Path) -> None:

@@ -8,11 +8,12 @@ last complete checkpoints. Called by distributed_run.sh.
 
 Layout under the job's URI: node I keeps its files under `node-I/` and, written after them at every sync,
 the manifest `node-I.manifest.json`: every complete file with its size, mtime, S3 version id and when it
-was listed, and the node's word (when its look began, the folders it is still writing: checkpoint_sets.py).
+was listed, and the node's word (when its look began, what it is still writing, whether its trainer had
+ended: checkpoint_sets.py).
 A restore reads only manifests, and fetches exactly the versions they name, so it never brings back a file
 that was still being written or an upload that a kill cut short. Every node restores every node's files
 (ranks land on nodes in rendezvous order, so rank 0's files may be on any node and a rank may read
-another's), a folder directly in DIR only when it is complete on every node (checkpoint_sets.py), a name
+another's), a folder's files only where no node's word puts their save in doubt (checkpoint_sets.py), a name
 on several nodes from its own, else the main node's, else the lowest other index; it uploads only what
 differs from what it restored. Restored files get the mtime they had when uploaded, so an unchanged file
 is never uploaded again. Nothing in S3 is ever deleted: a file deleted locally only leaves the node's
@@ -52,10 +53,10 @@ from typing import Any
 import boto3
 from aws_region import region
 from checkpoint_commit import PARTIAL_SUFFIX, ArrivalWatch, Rule, open_for_writing, process_tree
-from checkpoint_sets import NodeWord, carried, incomplete_sets, set_of
+from checkpoint_sets import NodeWord, carried, left_out
 from checkpoint_snapshots import SNAPSHOTS, Snapshots
 from checkpoint_store import ERRORS, Entry, Manifest, NodeStore, entries, local_path, restore_order, transient
-from folder_commit import LOG_LIKE_FLOOR_SECONDS, FolderCommits
+from folder_commit import LOG_LIKE_FLOOR_SECONDS, FolderCommits, unit_of
 
 TICK_SECONDS = 0.1
 FINAL_BACKOFF_CAP_SECONDS = 10.0
@@ -66,18 +67,22 @@ RESTORED = "restored.json"  # in the state directory: what restore brought back,
 
 def restore(client: Any, uri: str, node: int, main: int, directory: Path, state_dir: Path) -> int:
     """Every node's files, each name once: this node's own version, else the main node's, else another's; a
-    folder checkpoint only when it is complete on every node that wrote to it (checkpoint_sets.py)."""
+    folder's files only where no node's word puts their save in doubt (checkpoint_sets.py)."""
     stores = restore_order(client, uri, node, main)
     documents = {store.node: store.read_document() for store in stores}
     words = {index: word for index, (_, word) in documents.items() if word is not None}
-    listed = {index: {name: e.listed_at for name, e in files.items()} for index, (files, _) in documents.items()}
-    left_out = incomplete_sets(listed, words)
-    for unit, reason in left_out.items():
-        print(f"checkpoint_sync: not restoring {unit}/: {reason}", file=sys.stderr)
+    listed = {
+        index: {name: (e.listed_at, e.mtime_ns / 1e9) for name, e in files.items()}
+        for index, (files, _) in documents.items()
+    }
+    skipped: set[tuple[int, str]] = set()
+    for item in left_out(listed, words):
+        print(f"checkpoint_sync: not restoring {len(item.names)} files of {item.unit}/: {item.reason}", file=sys.stderr)
+        skipped |= item.names
     chosen: dict[str, tuple[NodeStore, Entry]] = {}
     for store in stores:
         files = documents[store.node][0]
-        chosen.update((name, (store, e)) for name, e in files.items() if set_of(name) not in left_out)
+        chosen.update((name, (store, e)) for name, e in files.items() if (store.node, name) not in skipped)
     restored: Manifest = {}
     for name, (store, entry) in sorted(chosen.items()):
         target = local_path(directory, name)
@@ -138,9 +143,10 @@ class Watcher:
             found.extend(Path(root, name) for name in names if not name.endswith(PARTIAL_SUFFIX))
         return sorted(found)
 
-    def sync(self, rule: Rule) -> int:
+    def sync(self, rule: Rule, *, final: bool = False) -> int:
         """Upload every new or changed complete file and list it in the manifest with the rest of its folder
-        (folder_commit.py says when a folder's files may be listed). Returns the files uploaded."""
+        (folder_commit.py says when a folder's files may be listed). `final`: the trainer has ended. Returns
+        the files uploaded."""
         self.arrivals.drain()
         self.settles_at = None
         self.folders.begin()
@@ -150,6 +156,7 @@ class Watcher:
         writing = open_for_writing(process_tree(self.pid), self.directory)
         now = time.time()
         seen: set[str] = set()
+        mtimes: dict[str, float] = {}
         ready: dict[str, Entry] = {}  # uploaded, now or before: listed once their folder may be
         uploaded = 0
         try:
@@ -160,6 +167,7 @@ class Watcher:
                     stat = path.stat()
                 except FileNotFoundError:
                     continue
+                mtimes[name] = stat.st_mtime_ns / 1e9
                 if path not in writing:  # seen closed: a later close on this inode is a rewrite in place
                     self.snapshots.remember(path, stat.st_ino)
                 self.folders.saw(name, self.arrivals.created.get(path, first_seen))
@@ -210,14 +218,25 @@ class Watcher:
                 for name in [name for name in self.own if name not in seen]:
                     del self.own[name]
             self.snapshots.forget_missing(seen)
-            pending = {set_of(name) for name in self.folders.in_progress(now)}
-            self.word = NodeWord(walked_at, frozenset(u for u in pending if u), base.blind, base.unfinished)
+            self.word = NodeWord(walked_at, final, self.pending(mtimes, walked_at, now), base.blind, base.unfinished)
         finally:
             # Every sync, also after an upload failed (what did get there is kept): the word's time says up to
             # when this node saw its folder, which other nodes' folder checkpoints need (checkpoint_sets.py).
-            # A sync cut short says no more than the last one did, or, before any, that it saw nothing.
-            self.store.write_manifest(self.own, self.word or replace(base, written_at=0.0))
+            # A sync cut short says no more than the last one did, or, before any, than the last attempt's.
+            self.store.write_manifest(self.own, self.word or replace(base, written_at=self.previous.written_at or 0.0))
         return uploaded
+
+    def pending(self, mtimes: dict[str, float], walked_at: float, now: float) -> dict[str, float]:
+        """The folders with a save in progress after a sync, each with the earliest write of its files still
+        in progress, kept while the folder stays in progress (checkpoint_sets.py compares it with the times
+        other nodes listed their files)."""
+        progress: dict[str, float] = {}
+        for name in self.folders.in_progress(now):
+            if "/" in name:
+                unit = unit_of(name)
+                progress[unit] = min(progress.get(unit, walked_at), mtimes.get(name, walked_at))
+        before = self.word.pending if self.word else {}
+        return {unit: min(since, before.get(unit, since)) for unit, since in progress.items()}
 
     def has(self, name: str, size: int, mtime_ns: int) -> bool:
         """Whether this node's manifest, or what restore brought back, already holds that state of `name`."""
@@ -288,7 +307,7 @@ class Watcher:
         deadline = time.monotonic() + self.final_seconds
         pause = 1.0
         while True:
-            failure = self.report("final", lambda: self.sync(final))
+            failure = self.report("final", lambda: self.sync(final, final=status is not None))
             if failure is None:
                 return 0
             if not transient(failure) or time.monotonic() + pause > deadline:

@@ -150,13 +150,13 @@ CATALOG: tuple[Entry, ...] = (
           "folder by its number alone; the main node's host, where rank 0 saves, is lost during the saves",
           ("lose-host:0@checkpoint:2",), "succeeded",
           (attempts(2), resumed_from_newest(1), why_says("its instance was lost")), {"CHECKPOINT_SETTLE_SECONDS": "5"},
-          command=("examples/rehearsal/trainer_folders.py", "--output_dir", "${CHECKPOINT_DIR}", "--max_steps", "100",
+          command=("examples/rehearsal/trainer_folders.py", "--output_dir", "${CHECKPOINT_DIR}", "--max_steps", "70",
                    "--save_steps", "10", "--seconds_per_step", "0.2", "--megabytes_per_save", "40")),
     Entry("dcp-steps", "every rank saves its part of a PyTorch Distributed Checkpoint into step-N/ (the "
           "coordinator's .metadata last, as TorchTitan does) and a child's container is SIGKILLed while saves go "
           "on; on load ranks read each other's files, wherever the rendezvous put them", ("kill-child@checkpoint:3",),
           "succeeded", (main_line_names(1), attempts(2), resumed_dcp_step(10)), {"CHECKPOINT_SETTLE_SECONDS": "5"},
-          command=("examples/rehearsal/dcp_steps.py", "--checkpoint_folder", "${CHECKPOINT_DIR}", "--steps", "100",
+          command=("examples/rehearsal/dcp_steps.py", "--checkpoint_folder", "${CHECKPOINT_DIR}", "--steps", "70",
                    "--save_every", "10", "--seconds_per_step", "0.25")),
     Entry("attempt-timeout", "the attempt runs past its 60 s timeout", (), "failed",
           (attempts(1), last_save_uploaded(), why_says("never retries a timed-out job")),
