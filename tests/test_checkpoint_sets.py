@@ -108,6 +108,19 @@ def test_a_stopped_childs_final_word_vouches_for_what_was_listed_after_it():
     assert set(dropped(files, {0: word(126.0, final=True), 1: word(120.0)})) == {"checkpoint-20"}
 
 
+def test_a_node_that_never_wrote_a_save_of_that_kind_vouches_once_one_was_listed_before():
+    # Trainer saves checkpoint-N/ from rank 0 alone, here on node 1; node 0 was lost at 120, before
+    # checkpoint-20/ was listed. Its first save, with nothing before it to tell, is in doubt.
+    files = {1: {"checkpoint-10/model.safetensors": 60.0, "checkpoint-20/model.safetensors": 125.0}, 0: {}}
+    assert dropped(files, {1: word(130.0), 0: word(120.0)}) == {}
+    assert set(dropped({1: {"checkpoint-10/model.safetensors": 125.0}, 0: {}}, {1: word(130.0), 0: word(120.0)})) == {
+        "checkpoint-10"
+    }
+    # A node that wrote a step before, or is writing one, is asked.
+    dcp = {0: {**STEP_50, "step-60/.metadata": 131.0}, 1: {}}
+    assert set(dropped(dcp, {0: word(140.0), 1: word(95.0, pending={"step-55": 90.0})})) == {"step-60"}
+
+
 def test_a_deepspeed_folder_goes_with_its_global_step_folder():
     files = {
         0: {
@@ -142,7 +155,7 @@ def test_a_folder_a_node_left_unfinished_is_left_out_only_for_what_was_listed_wh
 def test_a_save_listed_while_a_node_was_between_attempts_is_left_out():
     after = carried(word(95.0), 200.0)
     node_1 = NodeWord(260.0, False, {}, after.blind, after.unfinished)
-    files = {0: {**STEP_50, "step-60/.metadata": 131.0}}
+    files = {0: {**STEP_50, "step-60/.metadata": 131.0}, 1: {"step-50/__1_0.distcp": 68.0}}
     assert set(dropped(files, {0: word(140.0), 1: node_1})) == {"step-60"}
     assert "node 1 was not watching its folder then" in reasons(files, {0: word(140.0), 1: node_1})["step-60"]
 

@@ -13,7 +13,10 @@ last word and the next attempt's first sync) and the folders it left unfinished 
 
 A file in a folder, listed by node A at time t, is unsafe when another node B was still writing that folder
 at t, or did not watch its own folder at t (it may have written a part of the same save and been lost
-before listing it). For each folder (the unit folder_commit.py commits: a file's own folder), the restore
+before listing it), unless B listed its part of that save, or B never wrote a save of that kind (the same
+folder name but for its numbers: `checkpoint-20/` is of the kind of `checkpoint-10/`) though one was
+listed before: a script that saves from rank 0 alone costs nothing when another node is lost.
+For each folder (the unit folder_commit.py commits: a file's own folder), the restore
 then leaves out the save that file belongs to: every file of the folder last written no earlier than
 `SAVE_SPREAD_SECONDS` before the unsafe file was (the ranks of a collective save close their files within
 seconds of each other), and every file its node listed with it or after. A folder that holds many saves (an
@@ -33,6 +36,7 @@ alone. Python 3.10, stdlib.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -59,7 +63,8 @@ class NodeWord:
 
     def doubt(self, unit: str, at: float, *, listed_its_part: bool) -> str | None:
         """Why this node's part of `unit` is in doubt for a file listed at `at`, or None. `listed_its_part`:
-        this node listed files of the same save (its part of it is whole, folder_commit.py)."""
+        this node listed files of the same save (its part of it is whole, folder_commit.py), or never wrote a
+        save of that kind though one was listed before (it writes none)."""
         if self.written_at is None:
             return None
         if unit in self.pending and at >= self.pending[unit]:
@@ -95,16 +100,28 @@ def left_out(
         for name, (at, written) in by_name.items():
             if "/" in name and at is not None:
                 listed.setdefault(unit_of(name), []).append((at, written, node, name))
+    # The kinds of save each node has written: folders it lists, is writing or left unfinished.
+    kinds = {node: {shape_of(unit_of(name)) for name in by_name if "/" in name} for node, by_name in files.items()}
+    for node, word in words.items():
+        kinds.setdefault(node, set()).update(
+            shape_of(unit) for unit in (*word.pending, *(u for u, _, _ in word.unfinished))
+        )
+    first_listed = {unit: min(at for at, _, _, _ in entries) for unit, entries in listed.items()}
     # Folder -> (the unsafe save's earliest write that counts, the node and listing that take the rest, why).
     cuts: dict[str, tuple[float, dict[int, float], str]] = {}
     for unit, entries in listed.items():
+        shape = shape_of(unit)
+        # An earlier save of this kind was listed: a node that never wrote one writes none (rank 0 alone saves).
+        known_kind = any(shape_of(o) == shape and first_listed[o] < first_listed[unit] for o in first_listed)
         for at, written, node, _ in sorted(entries):
-            same_save = {
+            vouched = {
                 other for _, other_written, other, _ in entries if abs(other_written - written) <= SAVE_SPREAD_SECONDS
             }
+            if known_kind:
+                vouched |= {other for other in words if shape not in kinds.get(other, set())}
             reason = next(
                 (f"node {other} {why}" for other, word in sorted(words.items())
-                 if other != node and (why := word.doubt(unit, at, listed_its_part=other in same_save))),
+                 if other != node and (why := word.doubt(unit, at, listed_its_part=other in vouched))),
                 None,
             )  # fmt: skip
             if reason is not None:
@@ -125,6 +142,11 @@ def left_out(
         )
         found.append(LeftOut(unit, cut_off, why))
     return found
+
+
+def shape_of(unit: str) -> str:
+    """A folder's path with its numbers taken out: the kind of save (`checkpoint-10` and `checkpoint-20`)."""
+    return re.sub(r"\d+", "#", unit)
 
 
 def carried(previous: NodeWord, began: float) -> NodeWord:
