@@ -1,7 +1,7 @@
 """A checkpoint folder written from two nodes, for bench/checkpoint_bench.py: the time from the last close of
-its files to the moment a restore would bring it back (both nodes' manifests list their part, and
-checkpoint_sets.py finds it complete), and the copier's upload rate beside boto3's transfer manager sending
-the same files to the same server with the same parallelism (one thread per node)."""
+its files to the moment a restore would bring it back (both nodes' manifests list their part, and no node's
+word puts it in doubt: checkpoint_sets.py), and the copier's upload rate beside boto3's transfer manager
+sending the same files to the same server with the same parallelism (one thread per node)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "container" / "launcher"))
 from checkpoint_commit import Rule  # noqa: E402
-from checkpoint_sets import incomplete_sets  # noqa: E402
+from checkpoint_sets import left_out  # noqa: E402
 from checkpoint_sync import NodeStore, Watcher  # noqa: E402
 
 NODES = 2
@@ -81,11 +81,12 @@ def run(client: Any, bucket: str, work: Path, *, mib_per_file: int, settle: floa
     try:
         while True:
             documents = [store.read_document() for store in stores]
-            listed = {n: {name: e.listed_at for name, e in files.items()} for n, (files, _) in enumerate(documents)}
+            listed = {
+                n: {name: (e.listed_at, e.mtime_ns / 1e9) for name, e in files.items()}
+                for n, (files, _) in enumerate(documents)
+            }
             words = {n: word for n, (_, word) in enumerate(documents) if word is not None}
-            if sum(len(files) for files in listed.values()) == NODES * FILES_PER_NODE and not incomplete_sets(
-                listed, words
-            ):
+            if sum(len(files) for files in listed.values()) == NODES * FILES_PER_NODE and not left_out(listed, words):
                 restorable = time.time() - closed
                 break
             if time.time() - closed > settle + 600:
