@@ -10,7 +10,7 @@
   every 0.1 s tick costs), and the time from a --copy-mib file's close to its trusted copy (the
   copy, then the two looks that must see no process of the trainer end).
 - a folder written from two nodes (folder_set_bench.py): --set-mib MiB in 8 files, 4 per node, from the
-  last close to restorable (both manifests list it and checkpoint_sets.py finds it complete) with
+  last close to restorable (both manifests list it and checkpoint_sets.py leaves none of it out) with
   --set-settle seconds of settle time, and the copier's rate beside boto3's transfer manager.
 """
 
