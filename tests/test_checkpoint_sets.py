@@ -149,7 +149,7 @@ def test_a_folder_a_node_left_unfinished_is_left_out_only_for_what_was_listed_wh
     node_0 = NodeWord(300.0, False, {}, after.blind, after.unfinished)
     files = {0: {"ckpt/model_1.pt": 40.0}, 1: {"ckpt/model_2.pt": 95.0, "ckpt/model_3.pt": 260.0}}
     # model_2, listed by node 1 while node 0 was writing, is left out; model_1 before it and model_3 after stay.
-    assert dropped(files, {0: node_0, 1: word(310.0)}) == {"ckpt": {"ckpt/model_2.pt", "ckpt/model_3.pt"}}
+    assert dropped(files, {0: node_0, 1: word(310.0)}) == {"ckpt": {"ckpt/model_2.pt"}}
 
 
 def test_a_save_listed_while_a_node_was_between_attempts_is_left_out():
@@ -215,3 +215,36 @@ def test_a_closed_unsettled_file_and_a_staged_upload_are_in_progress():
     folders.unsettled("ckpt-2/optimizer.pt", 10.0)
     assert folders.listable({"ckpt-2/model.pt": "entry"}, {"ckpt-2/model.pt", "ckpt-2/optimizer.pt"}, 10.0) == {}
     assert folders.in_progress(10.0) == {"ckpt-2/model.pt", "ckpt-2/optimizer.pt"}
+
+
+TRAINER_30 = {"checkpoint-30/model.safetensors": 1070.0, "checkpoint-30/trainer_state.json": 1070.0,
+              "checkpoint-30/rng_state_0.pth": 1070.0}  # fmt: skip
+
+
+def test_a_trainer_folder_every_rank_wrote_its_rng_state_into_is_one_save():
+    # Trainer: every rank writes checkpoint-N/rng_state_<R>.pth at once; rank 0 finishes the weights much
+    # later. Node 1 listed its RNG state at 1031 and was lost at 1065; node 0 listed the rest at 1070.
+    files = {0: {"checkpoint-20/model.safetensors": 700.0, **TRAINER_30}, 1: {"checkpoint-30/rng_state_1.pth": 1031.0}}
+    assert dropped(files, {0: word(1080.0), 1: word(1060.0)}) == {}
+    # Node 0 lost while still writing it: the whole folder goes, node 1's RNG state too, whenever the
+    # writing began (a folder holding one save never comes back in part).
+    files = {0: {"checkpoint-20/model.safetensors": 700.0}, 1: {"checkpoint-30/rng_state_1.pth": 1031.0}}
+    for since in (1001.0, 1050.0):
+        left = dropped(files, {0: word(1090.0, pending={"checkpoint-30": since}), 1: word(1095.0)})
+        assert left == {"checkpoint-30": {"checkpoint-30/rng_state_1.pth"}}
+
+
+def test_a_node_silent_since_before_an_earlier_save_of_the_kind_is_still_asked():
+    # Node 1's syncs failed from 50 on: it never listed a step, but was not looking when step-50 was listed.
+    files = {0: {**STEP_50, "step-60/.metadata": 131.0, "step-60/__0_0.distcp": 131.0}, 1: {}}
+    assert set(dropped(files, {0: word(140.0), 1: word(50.0)})) == {"step-50", "step-60"}
+    assert dropped(files, {0: word(140.0), 1: word(100.0)}) == {}  # looking then: it writes no step
+
+
+def test_save_folders_inside_each_other_go_together_either_way():
+    files = {
+        0: {"checkpoint-4/trainer_state.json": 131.0, "checkpoint-4/global_step4/mp_rank_00_model_states.pt": 131.0},
+        1: {"checkpoint-4/global_step4/zero_pp_rank_1_mp_rank_00_optim_states.pt": 129.0},
+    }
+    words = {0: word(140.0), 1: word(135.0, pending={"checkpoint-4/global_step4": 125.0})}
+    assert set(dropped(files, words)) == {"checkpoint-4", "checkpoint-4/global_step4"}

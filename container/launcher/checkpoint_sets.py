@@ -16,22 +16,22 @@ at t, or did not watch its own folder at t (it may have written a part of the sa
 before listing it), unless B listed its part of that save, or B never wrote a save of that kind (the same
 folder name but for its numbers: `checkpoint-20/` is of the kind of `checkpoint-10/`) though one was
 listed before: a script that saves from rank 0 alone costs nothing when another node is lost.
-For each folder (the unit folder_commit.py commits: a file's own folder), the restore
-then leaves out the save that file belongs to: every file of the folder last written no earlier than
-`SAVE_SPREAD_SECONDS` before the unsafe file was (the ranks of a collective save close their files within
-seconds of each other), and every file its node listed with it or after. A folder that holds many saves (an
-RSL-RL run folder, Lightning's `checkpoints/`) so loses only its newest ones, not the saves before. A folder
-inside a checkpoint folder (DeepSpeed's `global_stepN/`) has its parent's files of the same save left out
-with it.
+The unit is a file's own folder (what folder_commit.py commits). A folder that holds one save (its name
+carries one number: `checkpoint-20`, `step-60`, `global_step4`) comes back whole or not at all: any file a
+node listed there vouches for its part, a node still writing it takes it out, and save folders inside each
+other (DeepSpeed's `checkpoint-N/global_stepN/`) go together. A folder of many saves (an RSL-RL run folder,
+whose timestamp carries several numbers; Lightning's `checkpoints/`) loses only the saves in doubt: the
+files last written within `SAVE_SPREAD_SECONDS` of one in doubt (the ranks of a collective save close
+their files within seconds of each other) and what its node listed with it.
 
-This leans on one fact about how frameworks save: a save's files exist on every node before any node lists
-it, since a node lists a folder only once its files have been closed and unchanged for the settle time
-(30 s) and savers are collective (DCP's coordinator writes `.metadata` after every rank's write; Trainer and
-Accelerate wait on a barrier). A node that starts writing into a folder after another node listed its part
-of the same save is not seen. The times compared come from different hosts' clocks, so they need to agree to
-well within that settle time (Amazon Linux's chrony keeps them on the Amazon Time Sync Service: EC2 user
-guide, "Set the time for your Linux instance"). A file directly in CHECKPOINT_DIR is judged by its node
-alone. Python 3.10, stdlib.
+This leans on one fact about how frameworks save: a save's files exist on every node before any node lists it,
+since a node lists a folder only once its files have been closed and unchanged for the settle time (30 s) and
+savers are collective (DCP's coordinator writes `.metadata` after every rank's write; Trainer's ranks each
+write their RNG state as the save starts). A node that starts writing into a folder after another node listed
+its part of the same save, and is lost before it lists anything, is not seen. The times compared come from
+different hosts' clocks, so they need to agree to well within that settle time (Amazon Linux's chrony keeps
+them on the Amazon Time Sync Service: EC2 user guide, "Set the time for your Linux instance"). A file directly
+in CHECKPOINT_DIR is judged by its node alone. Python 3.10, stdlib.
 """
 
 from __future__ import annotations
@@ -87,14 +87,19 @@ class LeftOut:
     reason: str
 
 
+def save_folder(unit: str) -> bool:
+    """Whether a folder holds one save: its own name carries one number (`checkpoint-20`, `step-60`,
+    `global_step4`, `checkpoint_3`), where a run folder's timestamp carries several and `checkpoints/` none."""
+    return len(re.findall(r"\d+", unit.rpartition("/")[2])) == 1
+
+
 def left_out(
     files: Mapping[int, Mapping[str, tuple[float | None, float]]], words: Mapping[int, NodeWord]
 ) -> list[LeftOut]:
     """What a restore must leave out, per folder, with the reason (naming the node and what it said).
     `files`: each node's manifest, name -> (when it was listed, None before sets were judged; its last
-    write, the epoch seconds of its mtime); `words`: what
-    each node's manifest says besides. A node with no manifest never started its copier (its first sync
-    comes as the trainer starts, long before a first save), so it wrote nothing."""
+    write, the epoch seconds of its mtime); `words`: what each node's manifest says besides. A node with no
+    manifest never started its copier, so it is not asked."""
     listed: dict[str, list[tuple[float, float, int, str]]] = {}
     for node, by_name in files.items():
         for name, (at, written) in by_name.items():
@@ -107,41 +112,56 @@ def left_out(
             shape_of(unit) for unit in (*word.pending, *(u for u, _, _ in word.unfinished))
         )
     first_listed = {unit: min(at for at, _, _, _ in entries) for unit, entries in listed.items()}
-    # Folder -> (the unsafe save's earliest write that counts, the node and listing that take the rest, why).
-    cuts: dict[str, tuple[float, dict[int, float], str]] = {}
+    doubted: dict[str, list[tuple[float, float, int, str]]] = {}  # folder -> (listed, written, node, why)
     for unit, entries in listed.items():
+        whole = save_folder(unit)
+        still = sorted(node for node, word in words.items() if unit in word.pending)
+        if whole and still:  # a save folder some node was still writing, its own listed part or not
+            doubted[unit] = [
+                (entries[0][0], entries[0][1], entries[0][2], f"node {still[0]} was still writing its part")
+            ]
+            continue
         shape = shape_of(unit)
-        # An earlier save of this kind was listed: a node that never wrote one writes none (rank 0 alone saves).
-        known_kind = any(shape_of(o) == shape and first_listed[o] < first_listed[unit] for o in first_listed)
+        earlier = [at for other, at in first_listed.items() if shape_of(other) == shape and at < first_listed[unit]]
+        # Nodes that looked after an earlier save of this kind was listed and never wrote one write none.
+        bystanders = {
+            node
+            for node, word in words.items()
+            if earlier and shape not in kinds.get(node, set()) and (word.written_at or 0.0) >= min(earlier)
+        }
+        listers = {node for _, _, node, _ in entries}
         for at, written, node, _ in sorted(entries):
-            vouched = {
-                other for _, other_written, other, _ in entries if abs(other_written - written) <= SAVE_SPREAD_SECONDS
-            }
-            if known_kind:
-                vouched |= {other for other in words if shape not in kinds.get(other, set())}
+            same_save = listers if whole else {n for _, w, n, _ in entries if abs(w - written) <= SAVE_SPREAD_SECONDS}
+            vouched = same_save | bystanders
             reason = next(
                 (f"node {other} {why}" for other, word in sorted(words.items())
                  if other != node and (why := word.doubt(unit, at, listed_its_part=other in vouched))),
                 None,
             )  # fmt: skip
             if reason is not None:
-                why = f"{reason}, when node {node} listed a file of it at {at:.1f}"
-                cuts[unit] = (written - SAVE_SPREAD_SECONDS, {node: at}, why)
-                break
-    # A nested folder's save takes its parent's files of the same save along (DeepSpeed's global_stepN/).
-    for unit, (since, by_node, why) in list(cuts.items()):
-        for parent in ancestors(unit):
-            if parent in listed and parent not in cuts:
-                cuts[parent] = (since, by_node, why)
-    found = []
-    for unit, (since, by_node, why) in sorted(cuts.items()):
-        cut_off = frozenset(
-            (node, name)
-            for at, written, node, name in listed[unit]
-            if written >= since or at >= by_node.get(node, float("inf"))
-        )
-        found.append(LeftOut(unit, cut_off, why))
-    return found
+                doubted.setdefault(unit, []).append(
+                    (at, written, node, f"{reason}, when node {node} listed a file of it at {at:.1f}")
+                )
+    cut: dict[str, tuple[set[tuple[int, str]], str]] = {}
+    for unit, unsafe in doubted.items():
+        entries = listed[unit]
+        if save_folder(unit):
+            names = {(node, name) for _, _, node, name in entries}
+        else:  # a folder of many saves: the saves in doubt only
+            names = {
+                (node, name)
+                for at, written, node, name in entries
+                for u_at, u_written, u_node, _ in unsafe
+                if abs(written - u_written) <= SAVE_SPREAD_SECONDS or (node == u_node and abs(at - u_at) <= 1.0)
+            }
+        cut[unit] = (names, unsafe[0][3])
+    # Save folders inside each other are one save (DeepSpeed's checkpoint-N/global_stepN/): they go together.
+    for unit, (_, why) in list(cut.items()):
+        for other in listed:
+            nested = other in ancestors(unit) or unit in ancestors(other)
+            if nested and save_folder(other) and (save_folder(unit) or other in ancestors(unit)) and other not in cut:
+                cut[other] = ({(node, name) for _, _, node, name in listed[other]}, why)
+    return [LeftOut(unit, frozenset(names), why) for unit, (names, why) in sorted(cut.items()) if names]
 
 
 def shape_of(unit: str) -> str:

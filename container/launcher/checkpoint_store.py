@@ -71,10 +71,12 @@ def entries(files: object, where: str) -> Manifest:
 def word_of(document: dict[str, Any], where: str) -> NodeWord:
     """What a manifest says besides its files (checkpoint_sets.py); ValueError naming where it came from."""
     try:
-        written_at = document.get("written_at")
+        written_at, final = document.get("written_at"), document.get("final", False)
+        if not isinstance(final, bool):
+            raise TypeError(f"final is {final!r}, not true or false")
         return NodeWord(
             None if written_at is None else float(written_at),
-            bool(document.get("final", False)),
+            final,
             {str(unit): float(since) for unit, since in document.get("pending", {}).items()},
             tuple((float(start), float(end)) for start, end in document.get("blind", [])),
             tuple((str(unit), float(since), float(began)) for unit, since, began in document.get("unfinished", [])),
@@ -116,7 +118,11 @@ class NodeStore:
         listed = document.get("listed", {})
         if not isinstance(listed, dict):
             raise ValueError(f"{self.manifest_key}: its listing times are not a map")
-        files = {name: replace(e, listed_at=listed.get(name)) for name, e in files.items()}
+        try:
+            times = {str(name): None if at is None else float(at) for name, at in listed.items()}
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{self.manifest_key}: a listing time is not a number ({error})") from error
+        files = {name: replace(e, listed_at=times.get(name)) for name, e in files.items()}
         return files, word_of(document, self.manifest_key)
 
     def write_manifest(self, manifest: Manifest, word: NodeWord | None = None) -> None:

@@ -120,6 +120,8 @@ class Watcher:
         # The last attempt's word: the span until this attempt's first sync is blind (checkpoint_sets.py).
         self.previous = previous or NodeWord()
         self.word: NodeWord | None = None
+        self.started: dict[str, float] = {}  # files in progress -> when their writing began, at the latest
+        self.last_walk = time.time()  # what restore brought back was whole; writing began after this
         # What restore brought back (the main node's files on a child, too) is not uploaded again
         # while it is unchanged.
         try:
@@ -156,7 +158,6 @@ class Watcher:
         writing = open_for_writing(process_tree(self.pid), self.directory)
         now = time.time()
         seen: set[str] = set()
-        mtimes: dict[str, float] = {}
         ready: dict[str, Entry] = {}  # uploaded, now or before: listed once their folder may be
         uploaded = 0
         try:
@@ -167,7 +168,6 @@ class Watcher:
                     stat = path.stat()
                 except FileNotFoundError:
                     continue
-                mtimes[name] = stat.st_mtime_ns / 1e9
                 if path not in writing:  # seen closed: a later close on this inode is a rewrite in place
                     self.snapshots.remember(path, stat.st_ino)
                 self.folders.saw(name, self.arrivals.created.get(path, first_seen))
@@ -218,7 +218,7 @@ class Watcher:
                 for name in [name for name in self.own if name not in seen]:
                     del self.own[name]
             self.snapshots.forget_missing(seen)
-            self.word = NodeWord(walked_at, final, self.pending(mtimes, walked_at, now), base.blind, base.unfinished)
+            self.word = NodeWord(walked_at, final, self.pending(walked_at, now), base.blind, base.unfinished)
         finally:
             # Every sync, also after an upload failed (what did get there is kept): the word's time says up to
             # when this node saw its folder, which other nodes' folder checkpoints need (checkpoint_sets.py).
@@ -226,17 +226,17 @@ class Watcher:
             self.store.write_manifest(self.own, self.word or replace(base, written_at=self.previous.written_at or 0.0))
         return uploaded
 
-    def pending(self, mtimes: dict[str, float], walked_at: float, now: float) -> dict[str, float]:
-        """The folders with a save in progress after a sync, each with the earliest write of its files still
-        in progress, kept while the folder stays in progress (checkpoint_sets.py compares it with the times
-        other nodes listed their files)."""
-        progress: dict[str, float] = {}
-        for name in self.folders.in_progress(now):
-            if "/" in name:
-                unit = unit_of(name)
-                progress[unit] = min(progress.get(unit, walked_at), mtimes.get(name, walked_at))
-        before = self.word.pending if self.word else {}
-        return {unit: min(since, before.get(unit, since)) for unit, since in progress.items()}
+    def pending(self, walked_at: float, now: float) -> dict[str, float]:
+        """The folders with a save in progress after a sync, each with when its files' writing began at the
+        latest: for each file still in progress, the last look before the one that first found it so
+        (checkpoint_sets.py compares it with the times other nodes listed their files)."""
+        in_progress = {name for name in self.folders.in_progress(now) if "/" in name}
+        self.started = {name: self.started.get(name, self.last_walk) for name in in_progress}
+        self.last_walk = walked_at
+        since: dict[str, float] = {}
+        for name, began in self.started.items():
+            since[unit_of(name)] = min(since.get(unit_of(name), began), began)
+        return since
 
     def has(self, name: str, size: int, mtime_ns: int) -> bool:
         """Whether this node's manifest, or what restore brought back, already holds that state of `name`."""
