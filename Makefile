@@ -88,6 +88,7 @@ format: $(VENV)/.dev
 bench: bootstrap $(VENV)/.dev
 	$(BIN)/python bench/bench.py $(ARGS)
 	$(BIN)/python bench/trainctl_bench.py
+	$(BIN)/python bench/step_timing_bench.py
 
 # The checkpoint copier against a local S3 server: an idle poll over 1,000 files, a 1 GiB upload.
 bench-checkpoints: $(VENV)/.dev

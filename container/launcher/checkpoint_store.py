@@ -100,9 +100,6 @@ class NodeStore:
         self.files_prefix = f"{base}node-{node}/"
         self.manifest_key = f"{base}node-{node}.manifest.json"
 
-    def read_manifest(self) -> Manifest:
-        return self.read_document()[0]
-
     def read_document(self) -> tuple[Manifest, NodeWord | None]:
         """The node's files and its word; None for the word where it has written no manifest."""
         try:
