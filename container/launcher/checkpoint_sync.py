@@ -39,6 +39,7 @@ stdlib + boto3.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -62,6 +63,7 @@ TICK_SECONDS = 0.1
 FINAL_BACKOFF_CAP_SECONDS = 10.0
 
 
+UPLOADED = "uploaded"  # in the state directory: the time of the last sync that uploaded a file
 RESTORED = "restored.json"  # in the state directory: what restore brought back, for watch
 
 
@@ -326,6 +328,10 @@ class Watcher:
             return error
         if count or what != "periodic":
             print(f"checkpoint_sync: {what} upload: {count} files to {where}", file=sys.stderr)
+        if count:
+            # When a save last reached S3: the straggler watch replaces a node only after one (straggler_watch.py).
+            with contextlib.suppress(OSError):
+                (self.state_dir / UPLOADED).write_text(f"{time.time():.3f}\n")
         return None
 
 

@@ -11,7 +11,7 @@ their table. Batch decides a multi-node job by the main node's exit code alone (
   75   a node fault or a lost node: a failed device preflight, a trainer that died on a hardware fault,
        a child that reported one, a child that died without a word (Batch shows it FAILED, or it fell
        silent while Batch still shows it running), failures that are all a lost peer's echo, a first
-       hang; retried on fresh nodes
+       hang, a straggler replaced (STRAGGLER_ACTION=replace); retried on fresh nodes
   78   a fault every node of the fleet shares (the AMI, the image); not retried
   124  a hang seen again after its retry, with a heartbeat (without one a hang is 75); not retried
   143  stopped (SIGTERM) before training started
@@ -86,6 +86,16 @@ def for_report(report: Report) -> Ending:
         )
     said = f"ending this job with exit {report.code} (the application's, not retried)"
     return Ending(report.code, f"{report.line}; {said}")
+
+
+def for_straggler(line: str) -> Ending:
+    """This node was named the straggler to replace (straggler_watch.py) and a checkpoint is in S3: a node
+    fault, its host takes it out, and the retry resumes on fresh nodes. `line` names the node and why."""
+    return Ending(
+        NODE_FAULT_EXIT,
+        f"{line}; {TAKEN_OUT}; ending this job with exit {NODE_FAULT_EXIT} so that Batch retries it on other nodes",
+        mark=line,
+    )
 
 
 def child_code(status: int, *, training_started: bool) -> int:

@@ -61,6 +61,13 @@ def judge_failure(node: NodeState, status: int, *, reported: bool, failed_at: fl
     settings = node.settings
     verdict: Ending | None = None
     hardware_fault = ""
+    order = node.straggler_order() if reported else ""
+    if order:
+        # Named the straggler to replace: this node's own ending, whatever the others then say.
+        line = node.node_line(order)
+        if not settings.is_main:
+            node.tell_main(ending.NODE_FAULT_EXIT, f"{order}; {ending.TAKEN_OUT}")
+        return ending.for_straggler(line), ""
     hurry_node_watch(node)
     # XID_SETTLE_SECONDS (default 5): how long the host's Xid watcher may take to record a crash's Xid.
     settle = seconds(node, "XID_SETTLE_SECONDS", 5.0)

@@ -19,6 +19,13 @@ outside the group). One line per connection:
                               code 0 when its trainer succeeded, 75 a node fault, 78 a fault the fleet
                               shares, 2 bad input, else its trainer's own status (an application error)
   hang <job> <json>           a progress watch's hang report (progress_watch.py): only recorded
+  pace <job> <json>           a straggler watch's window (straggler_watch.py): {"node", "ranks", ...}, kept
+                              in CHILDREN/node-<n>.pace
+  saved <job> <json>          the child's checkpoint copier finished an upload: {"node", "at"}, kept in
+                              CHILDREN/node-<n>.saved
+
+The listener answers a line with CHILDREN/node-<n>.order when the straggler watch wrote one for the node the
+line speaks for; `beat` reads the answer and acts on it (a child's keepalive is its next line within 5 s).
 
 The listener ignores other jobs' lines and keeps each child's latest word in CHILDREN/node-<n> (the
 ending, JSON) and CHILDREN/node-<n>.alive (its mtime: the last keepalive). It reads connections side by
@@ -56,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from cold_start import alive  # beside this file in every image, like checkpoint_commit for checkpoint_sync
-from report_listener import WAITING_LINES, Connections, Line, Senders
+from report_listener import WAITING_LINES, Connections, Line, Senders, speaker
 
 NODE_STATE_DIR = "/var/lib/training-node"
 TAKE_OUT = "take-out"
@@ -72,8 +79,11 @@ REPORT_BYTES = 4096
 HANG_REPORT = "hang"  # a progress watch's report (progress_watch.py): recorded, not an exit
 ALIVE = "alive"
 END = "end"
+PACE, SAVED = "pace", "saved"  # straggler_watch.py's lines
+ORDER = "straggler"  # straggler_watch.ORDER: an answer that tells a child it is the straggler to replace
 # How often a child says it is there; the main node counts a child silent for ending.LOST_SECONDS as lost.
 ALIVE_SECONDS = 5.0
+ANSWER_SECONDS = 3.0  # the listener answers as it reads the line; it reads each connection within 2 s
 
 
 def state_dir(environ: Mapping[str, str]) -> Path:
@@ -97,7 +107,7 @@ def listen(
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("0.0.0.0", port))  # noqa: S104 - the children reach the main node on its task ENI
         server.listen(64)
-        connections = Connections(server)
+        connections = Connections(server, reply=(lambda text: order_for(children, text, job)) if children else None)
         try:
             while alive(pid):
                 ready, _, _ = select.select(connections.sockets(), [], [], poll)
@@ -116,6 +126,18 @@ def listen(
     return 0
 
 
+def order_for(children: Path, text: str, job: str) -> bytes:
+    """The answer to a line of job `job`: the straggler watch's order for the node it speaks for, or nothing.
+    An order is no secret: it only asks the node that is told to end its own attempt."""
+    node = speaker(text, job)
+    if node is None:
+        return b""
+    try:
+        return (children / f"node-{node}.order").read_bytes()[:REPORT_BYTES]
+    except OSError:
+        return b""
+
+
 def take(
     text: str, *, job: str, out: Path, pid: int, hangs: Path | None, children: Path | None, at: float | None = None
 ) -> None:
@@ -132,6 +154,14 @@ def take(
         mark.touch()
         if at is not None:  # a line that waited for its sender's address counts from when it came
             os.utime(mark, (at, at))
+    elif kind in (PACE, SAVED) and children is not None:
+        try:
+            node = int(json.loads(payload)["node"])
+        except (ValueError, TypeError, KeyError):
+            return
+        tmp = children / f".node-{node}.{kind}.tmp"
+        tmp.write_text(payload + "\n")
+        tmp.replace(children / f"node-{node}.{kind}")
     elif kind == END:
         try:
             ending = json.loads(payload)
@@ -166,32 +196,58 @@ def deliver(out: Path, pid: int, code: int, line: str) -> bool:
 def report(address: str, port: int, job: str, ending: Mapping[str, Any], within: float) -> bool:
     """Send a child's ending ("end <job> <json>") to the main node, retrying for `within` seconds."""
     fields = {**ending, "line": str(ending.get("line", ""))[:MAX_LINE]}
-    return send(address, port, f"{END} {job} {json.dumps(fields, separators=(',', ':'))}", within)
+    return bool(send(address, port, f"{END} {job} {json.dumps(fields, separators=(',', ':'))}", within))
 
 
-def beat(address: str, port: int, job: str, node: int, pid: int, every: float = ALIVE_SECONDS) -> int:
-    """Say "alive" to the main node every `every` seconds while the launcher `pid` runs."""
+def beat(
+    address: str, port: int, job: str, node: int, pid: int, every: float = ALIVE_SECONDS, order: Path | None = None
+) -> int:
+    """Say "alive" to the main node every `every` seconds while the launcher `pid` runs. An answer that names
+    this node the straggler to replace (straggler_watch.py) goes to `order`, once, and the launcher gets
+    SIGUSR1: it stops its trainer and ends as a node fault (failure_phase.py)."""
     while alive(pid):
-        send(address, port, f"{ALIVE} {job} {node}", within=0)
+        answer = send(address, port, f"{ALIVE} {job} {node}", within=0, answer=True)
+        if order is not None and isinstance(answer, str) and answer.startswith(ORDER + " ") and not order.exists():
+            tmp = order.with_name(f".{order.name}.tmp")
+            tmp.write_text(answer[len(ORDER) + 1 :][:MAX_LINE] + "\n")
+            tmp.replace(order)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGUSR1)
         deadline = time.monotonic() + every
         while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
     return 0
 
 
-def send(address: str, port: int, text: str, within: float) -> bool:
-    """Send one line (at most the listener's 4096 bytes) to the main node, retrying for `within` seconds."""
+def send(address: str, port: int, text: str, within: float, answer: bool = False) -> bool | str:
+    """Send one line (at most the listener's 4096 bytes) to the main node, retrying for `within` seconds; with
+    `answer`, the listener's answer's first line ("" for none) instead of True."""
     deadline = time.monotonic() + within
     payload = (text[: REPORT_BYTES - 1] + "\n").encode()
     while True:
         try:
             with socket.create_connection((address, port), timeout=5) as connection:
                 connection.sendall(payload)
+                if answer:
+                    return _answer(connection)
             return True
         except OSError:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.5)
+
+
+def _answer(connection: socket.socket) -> str:
+    """What the listener wrote back before it closed the connection (it closes at once when it has nothing)."""
+    connection.settimeout(ANSWER_SECONDS)
+    data = b""
+    with contextlib.suppress(OSError):
+        while len(data) < REPORT_BYTES and b"\n" not in data:
+            chunk = connection.recv(REPORT_BYTES)
+            if not chunk:
+                break
+            data += chunk
+    return data.decode(errors="replace").split("\n", 1)[0].strip()
 
 
 def _preflight() -> Any:
@@ -291,6 +347,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     p.add_argument("--node", type=int, required=True)
     p.add_argument("--pid", type=int, required=True)
     p.add_argument("--every", type=float, default=ALIVE_SECONDS)
+    p.add_argument("--order", type=Path, help="where an order to end as the straggler goes (the launcher's)")
     p = commands.add_parser("report")
     p.add_argument("--address", required=True)
     p.add_argument("--port", type=int, required=True)
@@ -313,7 +370,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
         verify = args.verify_senders
         return listen(args.port, args.pid, args.out, args.job, hangs=args.hangs, children=args.children, verify=verify)
     if args.command == "beat":
-        return beat(args.address, args.port, args.job, args.node, args.pid, args.every)
+        return beat(args.address, args.port, args.job, args.node, args.pid, args.every, args.order)
     if args.command == "report":
         ending = {"node": args.node, "code": args.code, "line": args.line, "rank": args.rank}
         ending |= {"when": args.when, "error": args.error}

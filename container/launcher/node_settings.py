@@ -50,6 +50,20 @@ class Checkpoints:
 
 
 @dataclass(frozen=True)
+class Stragglers:
+    """The straggler watch (straggler_watch.py; docs/health.md, "Slow nodes") on a multi-node job."""
+
+    window_seconds: float = 60.0  # STRAGGLER_WINDOW_SECONDS; 0 turns the watch and the ranks' timing off
+    ratio: float = 1.20  # STRAGGLER_RATIO
+    min_excess_ms: float = 10.0  # STRAGGLER_MIN_EXCESS_MS
+    windows: int = 3  # STRAGGLER_WINDOWS
+    action: str = "report"  # STRAGGLER_ACTION: report or replace
+
+
+STRAGGLER_ACTIONS = ("report", "replace")
+
+
+@dataclass(frozen=True)
 class BatchNode:
     """This node's place in a multi-node job."""
 
@@ -86,6 +100,7 @@ class Settings:
     checkpoints: Checkpoints | None
     python: Interpreters
     env: Mapping[str, str]  # the rest, read by name where a phase needs it
+    stragglers: Stragglers = Stragglers()
 
     def get(self, name: str, default: str = "") -> str:
         """A variable's value, the default when unset or empty."""
@@ -171,6 +186,29 @@ def _checkpoints(env: Mapping[str, str]) -> Checkpoints | None:
     _seconds("CHECKPOINT_FINAL_SECONDS", final)
     _seconds("CHECKPOINT_SETTLE_SECONDS", settle)
     return Checkpoints(uri=uri, sync_seconds=sync, settle_seconds=settle, final_seconds=final)
+
+
+def _stragglers(env: Mapping[str, str], checkpoints: Checkpoints | None) -> Stragglers:
+    window = _value(env, "STRAGGLER_WINDOW_SECONDS") or "60"
+    ratio = _value(env, "STRAGGLER_RATIO") or "1.2"
+    excess = _value(env, "STRAGGLER_MIN_EXCESS_MS") or "10"
+    windows = _value(env, "STRAGGLER_WINDOWS") or "3"
+    action = _value(env, "STRAGGLER_ACTION") or "report"
+    _seconds("STRAGGLER_WINDOW_SECONDS", window)
+    if not NUMBER.fullmatch(ratio) or float(ratio) <= 1:
+        raise BadInput(f"STRAGGLER_RATIO='{ratio}' is not a number above 1 (a node this many times slower counts)")
+    if not NUMBER.fullmatch(excess):
+        raise BadInput(f"STRAGGLER_MIN_EXCESS_MS='{excess}' is not a number of milliseconds (0 or more)")
+    if _uint(windows) is None or int(windows) < 1:
+        raise BadInput(f"STRAGGLER_WINDOWS='{windows}' is not a positive integer")
+    if action not in STRAGGLER_ACTIONS:
+        raise BadInput(f"STRAGGLER_ACTION='{action}' is not one of: {', '.join(STRAGGLER_ACTIONS)}")
+    if action == "replace" and checkpoints is None:
+        raise BadInput(
+            "STRAGGLER_ACTION=replace needs CHECKPOINT_URI: a replaced node's retry resumes from the checkpoint that "
+            "was uploaded before it ended"
+        )
+    return Stragglers(float(window), float(ratio), float(excess), int(windows), action)
 
 
 def _batch_node(env: Mapping[str, str], port: int, own_address: Callable[[], str]) -> BatchNode:
@@ -264,4 +302,5 @@ def read_settings(
         checkpoints=checkpoints,
         python=interpreters(env, which),
         env=dict(env),
+        stragglers=_stragglers(env, checkpoints),
     )

@@ -65,6 +65,16 @@ class NodeState:
         except OSError:
             return None
 
+    def straggler_order(self) -> str:
+        """Why the straggler watch told this node to end as the straggler to replace, or "" (straggler_watch.py:
+        node_fault.py beat writes a child's, the main node's watch its own)."""
+        if self.faults is None:
+            return ""
+        try:
+            return (self.faults / "straggler").read_text(errors="replace").strip()[:300]
+        except OSError:
+            return ""
+
     def node_line(self, text: str) -> str:
         return f"node {self.settings.index} ({hostname()}): {text}"
 

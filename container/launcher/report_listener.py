@@ -2,7 +2,9 @@
 side by side, and, on Batch, which address may speak for which node.
 
 Connections: each accepted connection gets CONNECTION_SECONDS to send its one line and close; they are read
-side by side, so a client that connects and says nothing holds no one else up.
+side by side, so a client that connects and says nothing holds no one else up. With `reply`, the answer it
+gives a completed line (the straggler watch's order, node_fault.py) is written back before the connection
+closes; a client that does not read it loses nothing else.
 
 Senders (on Batch, where the node watch runs): node_watch.py writes each child's address from DescribeJobs to
 CHILDREN/node-<n>.address (`container.networkInterfaces[].privateIpv4Address`; Batch API reference,
@@ -20,10 +22,12 @@ Stdlib only, Python 3.10.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,9 +112,11 @@ class Client:
 class Connections:
     """The listening socket and the connections it accepted, read side by side."""
 
-    def __init__(self, server: socket.socket, seconds: float = CONNECTION_SECONDS) -> None:
+    def __init__(
+        self, server: socket.socket, seconds: float = CONNECTION_SECONDS, reply: Callable[[str], bytes] | None = None
+    ) -> None:
         server.setblocking(False)
-        self.server, self.seconds = server, seconds
+        self.server, self.seconds, self.reply = server, seconds, reply
         self.clients: dict[socket.socket, Client] = {}
 
     def sockets(self) -> list[socket.socket]:
@@ -138,8 +144,12 @@ class Connections:
             client.data += data
             if data and b"\n" not in client.data and len(client.data) < LINE_BYTES:
                 continue
-            self._close(sock)
             text = client.data.decode(errors="replace").split("\n", 1)[0].strip()
+            answer = self.reply(text) if self.reply is not None and text else b""
+            if answer:
+                with contextlib.suppress(OSError):  # a few hundred bytes fit a fresh socket's buffer
+                    sock.send(answer)
+            self._close(sock)
             if text:
                 lines.append(Line(text, client.peer, time.time()))
         for sock, client in list(self.clients.items()):

@@ -29,7 +29,14 @@ from preflight_phase import PreflightResult, export_socket_interface, run_prefli
 from restore_phase import Restored, restore
 from stop_signals import StopSignals, mark_stopping
 from trainer import announce, become_trainer, command, start_trainer
-from watchers import progress_dir, start_cold_start, start_copier, start_hang_watch, start_listener
+from watchers import (
+    progress_dir,
+    start_cold_start,
+    start_copier,
+    start_hang_watch,
+    start_listener,
+    start_straggler_watch,
+)
 
 REPORT_POLL_SECONDS = 0.2
 # After a child's word or a hang verdict stopped the trainer: how long it gets before it is killed
@@ -100,8 +107,9 @@ def _wait_trainer(node: NodeState, trainer: subprocess.Popen[bytes]) -> int:
 def _train(node: NodeState, line: list[str], restored: Restored | None) -> Ending:
     settings = node.settings
     progress = progress_dir(node)
+    timing = start_straggler_watch(node, restored)
     try:
-        trainer = start_trainer(node, line, progress)
+        trainer = start_trainer(node, line, progress, timing)
     except OSError as error:
         # As a shell reports a command it cannot run (the trainer's, or its output relay's).
         say(f"cannot run {error.filename or line[0]}: {error.strerror or error}")

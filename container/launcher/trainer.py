@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ending import COMMAND_NOT_FOUND_EXIT
@@ -59,12 +59,18 @@ def _relay(node: NodeState, fd: int, progress: Path | None) -> subprocess.Popen[
     return process
 
 
-def start_trainer(node: NodeState, line: Sequence[str], progress: Path | None) -> subprocess.Popen[bytes]:
+def start_trainer(
+    node: NodeState, line: Sequence[str], progress: Path | None, extra_env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """The trainer, with `extra_env` added to this launcher's environment (the straggler watch's timing)."""
+    env = {**os.environ, **extra_env} if extra_env else None
     if progress is None and node.settings.batch is None:
-        return subprocess.Popen(list(line), stdin=subprocess.DEVNULL)
+        return subprocess.Popen(list(line), stdin=subprocess.DEVNULL, env=env)
     relays = (_relay(node, 1, progress), _relay(node, 2, progress))
     try:
-        return subprocess.Popen(list(line), stdin=subprocess.DEVNULL, stdout=relays[0].stdin, stderr=relays[1].stdin)
+        return subprocess.Popen(
+            list(line), stdin=subprocess.DEVNULL, stdout=relays[0].stdin, stderr=relays[1].stdin, env=env
+        )
     finally:
         # The relays end when the trainer and everything it started close the pipes.
         for relay in relays:

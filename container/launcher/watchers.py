@@ -15,7 +15,10 @@
   ranks' disk I/O and their helper processes' CPU (progress_signals.py); a node with none for HANG_SECONDS
   dumps its ranks' stacks and flight-recorder files and tells the main node;
 - the cold-start reporter (cold_start.py, on ECS): one metric line with where the node's first
-  minutes went.
+  minutes went;
+- the straggler watch (straggler_watch.py, every node of a multi-node job unless STRAGGLER_WINDOW_SECONDS is
+  0): the ranks' step timings (step_timing.py, which the trainer's processes load) each window, to the main
+  node, which names a node slower than the others and, with STRAGGLER_ACTION=replace, replaces it.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from pathlib import Path
 
 from node_settings import UINT
 from node_state import NodeState
-from node_tools import helper
+from node_tools import HERE, helper
 from restore_phase import Restored
 
 HEARTBEAT = "heartbeat"
+STRAGGLER_ORDER = "straggler"  # in the launcher's folder: the order to end as the straggler (node_state.py)
+STEP_TIMING = "step-timing"  # in the launcher's folder: the ranks' timing lines (step_timing.py)
 OUTPUT_MARK = "output"
 DEFAULT_PROGRESS_DIR = "/tmp/training-progress"  # noqa: S108 - the container's own scratch space
 
@@ -45,6 +50,7 @@ def start_listener(node: NodeState) -> None:
         if batch.report_to is not None:
             beat = ["--address", batch.report_to, "--port", str(batch.report_port), "--job", settings.job_id]
             beat += ["--node", str(batch.index), "--pid", str(os.getpid())]
+            beat += ["--order", str(node.folder() / STRAGGLER_ORDER)]
             node.spawn(helper(settings.python.stdlib, "node_fault.py", "beat", *beat))
         return
     node.faults = Path(tempfile.mkdtemp())
@@ -198,3 +204,34 @@ def start_hang_watch(node: NodeState, folder: Path | None, restored: Restored | 
         watching += ["--within", str(batch.report_seconds)]
     # boto3 for the upload: checkpoint_sync.py's interpreter.
     node.spawn(helper(settings.python.checkpoint, "progress_watch.py", "watch", *watching))
+
+
+def start_straggler_watch(node: NodeState, restored: Restored | None) -> dict[str, str]:
+    """On every node of a multi-node Batch job: the straggler watch; what the trainer's environment gains for
+    its processes to time their steps (step_timing.py through inject/sitecustomize.py), empty when off."""
+    settings, batch, stragglers = node.settings, node.settings.batch, node.settings.stragglers
+    if batch is None or batch.nodes <= 1 or stragglers.window_seconds <= 0:
+        return {}
+    timing = node.folder() / STEP_TIMING
+    timing.mkdir(parents=True, exist_ok=True)
+    window = format(stragglers.window_seconds, "g")
+    watching = ["--dir", str(timing), "--pid", str(os.getpid()), "--job", settings.job_id, "--node", str(batch.index)]
+    watching += ["--window", window]
+    if restored is not None:
+        watching += ["--saved", str(restored.state / "uploaded")]  # checkpoint_sync.UPLOADED
+    if batch.is_main and node.faults is not None:
+        watching += ["--children", str(node.faults / "children"), "--order", str(node.folder() / STRAGGLER_ORDER)]
+        watching += ["--out", str(node.faults / "report"), "--ratio", format(stragglers.ratio, "g")]
+        watching += ["--min-excess-ms", format(stragglers.min_excess_ms, "g"), "--windows", str(stragglers.windows)]
+        watching += ["--action", stragglers.action, "--attempt", settings.get("AWS_BATCH_JOB_ATTEMPT", "1")]
+        if restored is not None:
+            watching += ["--marker-uri", f"{restored.uri}evidence/{settings.job_id}/straggler-replaced.json"]
+        # boto3 for the replacement's record: checkpoint_sync.py's interpreter.
+        node.spawn(helper(settings.python.checkpoint, "straggler_watch.py", *watching))
+    elif batch.report_to is not None:
+        watching += ["--report-to", batch.report_to, "--report-port", str(batch.report_port)]
+        node.spawn(helper(settings.python.stdlib, "straggler_watch.py", *watching))
+    else:
+        return {}
+    path = os.pathsep.join(p for p in (str(HERE / "inject"), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "STRAGGLER_TIMING_DIR": str(timing), "STRAGGLER_WINDOW_SECONDS": window}

@@ -16,10 +16,12 @@ Options that make it behave like scripts that give recovery trouble (the fault c
 0's first save takes S seconds and prints nothing, as a large model's first save does, while the other ranks
 wait in the next collective), `--compile-seconds S` (before the first step every rank waits for a silent child
 process that burns CPU for S seconds, as neuronx-cc's or torch.compile's workers do; a whole core, or the
-share `--compile-share F` gives). `--gradients allreduce` does DDP's and torch.optim's work by hand (an
-all-reduce per gradient, then the SGD step): the same collectives, without the first DistributedDataParallel
-and optimizer importing torch._dynamo (about 3 s of CPU per rank on torch 2.x, measured with cProfile), which
-the fault catalog pays on every attempt on a two-core machine. Scripts of your own use DDP.
+share `--compile-share F` gives). `--compute-seconds S` spends S seconds of CPU per step between the
+forward and the backward (a bigger model; the straggler entries time it). `--gradients allreduce` does DDP's
+and torch.optim's work by hand (an all-reduce per gradient, then the SGD step): the same collectives, without
+the first DistributedDataParallel and optimizer importing torch._dynamo (about 3 s of CPU per rank on torch
+2.x, measured with cProfile), which the fault catalog pays on every attempt on a two-core machine. Scripts
+of your own use DDP.
 
 Rehearsal only: `trainctl rehearse` sets REHEARSAL_STALL_FILE on every node, and its stall-rank fault
 creates that file with a local rank in it; that rank then sleeps at its next step, silent and runnable (not
@@ -111,6 +113,14 @@ def compile_workers(seconds: float, share: float = 1.0) -> None:
     )
 
 
+def compute(seconds: float) -> None:
+    """`seconds` of this thread's CPU time, as a bigger model's forward and backward take: a rank that gets
+    less of a core (a slow or shared node) takes longer in wall time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
 def stalled(environ: Mapping[str, str] = os.environ) -> bool:
     """Rehearsal only: this rank is the one the stall file names (its LOCAL_RANK; empty names rank 0)."""
     path = environ.get(STALL_VARIABLE)
@@ -147,6 +157,9 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--silent-save-seconds", type=float, default=0.0, help="rank 0's first save takes this long")
     parser.add_argument("--compile-seconds", type=float, default=0.0, help="a silent CPU-bound child before step 1")
     parser.add_argument("--compile-share", type=float, default=1.0, help="the share of a core that child burns")
+    parser.add_argument(
+        "--compute-seconds", type=float, default=0.0, help="CPU time each step's forward and backward take"
+    )
     parser.add_argument(
         "--gradients",
         choices=("ddp", "allreduce"),
@@ -202,6 +215,7 @@ def main() -> int:
         check_batch(step, args.fail_at_step)
         inputs = torch.randn(32, 16, device=device)
         loss = ((forward(inputs).squeeze(1) - inputs @ target) ** 2).mean()
+        compute(args.compute_seconds)
         if optimizer:
             optimizer.zero_grad()
             loss.backward()

@@ -23,7 +23,7 @@ from trainctl.display import human_size, parse_since, styled_state, when
 from trainctl.errors import ExitCode
 from trainctl.fleet.compute import fleet_compute
 from trainctl.fleet.cost import price_per_hour, usage_of
-from trainctl.inspecting import listing
+from trainctl.inspecting import listing, stragglers
 from trainctl.inspecting.checkpoints import checkpoint_location, lineage_id, list_checkpoints, ready_folder
 from trainctl.inspecting.checkpoints import download as download_checkpoints
 from trainctl.inspecting.following import LogFollower, follow_to_end, new_stream_line, stopped_following
@@ -31,10 +31,10 @@ from trainctl.inspecting.handles import JOB_HELP, owned
 from trainctl.inspecting.lineage import follow, lineage_lines
 from trainctl.inspecting.listing import COLUMN_NAMES, JobFilter, list_jobs, parse_columns, parse_states, table_lines
 from trainctl.inspecting.logs import LogLine, parse_nodes
-from trainctl.inspecting.recovery import log_tail
+from trainctl.inspecting.recovery import log_group, log_tail
 from trainctl.inspecting.showing import node_rows
 from trainctl.inspecting.why import explain
-from trainctl.jobs import DONE, num_nodes
+from trainctl.jobs import DONE, describe_jobs, main_node, node_job_id, num_nodes
 
 # `jobs` lists jobs created this recently unless --since says otherwise.
 DEFAULT_SINCE = timedelta(days=7)
@@ -104,6 +104,7 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
     compute = fleet_compute(state.batch, fleet)
     cluster = (compute.environment or {}).get("ecsClusterArn")
     nodes = node_rows(state.batch, state.aws.client("ecs"), job, cluster, note)
+    slow = straggler_notes(state, job)
     usage = usage_of(job, fleet=fleet.name, instance_type=compute.instance_type or "unknown")
     price = price_per_hour(usage.instance_type, {}) if usage else None
     bucket, prefix = checkpoint_location(job, fleet, deployment)
@@ -122,6 +123,7 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
         "stoppedAt": job.get("stoppedAt"),
         "numNodes": num_nodes(job),
         "nodes": nodes,
+        "stragglers": slow,
         "checkpoints": {"uri": f"s3://{bucket}/{prefix}", "files": len(files), "bytes": sum(f.size for f in files)},
         "lineage": {"id": lineage_id(job), "jobs": lineage.summary(), "latest": lineage.latest.get("jobId")},
         "nodeHours": round(usage.node_hours, 4) if usage else None,
@@ -158,6 +160,8 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
                 str(attempt.get("logStream") or "-"),
             )
     out.print(table)
+    for line in slow:
+        out.print(f"straggler: {line}")
     checkpoints = result["checkpoints"]
     out.print(f"checkpoints: {checkpoints['files']} files, {human_size(checkpoints['bytes'])} in {checkpoints['uri']}")
     if usage is not None:
@@ -284,6 +288,7 @@ def why_answer(state: State, job_id: str, job: dict[str, Any], fleet: Fleet) -> 
         now=datetime.now(UTC),
         # Each failed attempt's node line, read from the end of its log stream (trainctl/inspecting/recovery.py).
         tail=log_tail(state.aws.client("logs")),
+        stragglers=straggler_notes(state, job),
     )
     lineage = follow(state.batch, job)
     return {
@@ -293,6 +298,18 @@ def why_answer(state: State, job_id: str, job: dict[str, Any], fleet: Fleet) -> 
         "reasons": lineage_lines(lineage, job_id) + explanation.reasons,
         "lineage": lineage.summary(),
     }
+
+
+def straggler_notes(state: State, job: dict[str, Any]) -> list[str]:
+    """The slow nodes the job's straggler watch named, from the main node's log stream of each attempt."""
+    group = log_group(job)
+    if group is None or job.get("status") not in ("RUNNING", "SUCCEEDED", "FAILED"):
+        return []
+    main = None
+    if "nodeProperties" in job:
+        found = describe_jobs(state.batch, [node_job_id(str(job["jobId"]), main_node(job))])
+        main = found[0] if found else None
+    return stragglers.notes(stragglers.main_streams(job, main), group, stragglers.log_finder(state.aws.client("logs")))
 
 
 def why_lines(answer: dict[str, Any], job: dict[str, Any]) -> list[str]:

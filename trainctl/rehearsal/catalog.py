@@ -43,11 +43,14 @@ from trainctl.rehearsal.catalog_checks import (
     last_save_uploaded,
     main_line_names,
     no_host_taken_out,
+    no_straggler_named,
     resubmitted,
     resumed_dcp_step,
     resumed_from_newest,
     resumed_from_snapshot_epoch,
     s3_throttled,
+    straggler_found_within,
+    straggler_named,
     why_says,
 )
 from trainctl.rehearsal.session import Options, checkout, rehearse
@@ -77,6 +80,12 @@ class Entry:
 
 
 STEPS = 60
+SLOW_NODE = "slow-node:1=0.5@checkpoint:1"
+STRAGGLER_ENV = {"STRAGGLER_WINDOW_SECONDS": "3"}
+STRAGGLER_ARGS = ("--compute-seconds", "0.04")
+STRAGGLER_STEPS = 200
+# Three windows of 3 s, the window the slowdown began in, and a child's pace a window late.
+STRAGGLER_FOUND_SECONDS = 20.0
 CATALOG: tuple[Entry, ...] = (
     Entry("no-fault", "two nodes train with DistributedDataParallel, checkpoint and finish", (), "succeeded",
           (attempts(1), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY), why_says("SUCCEEDED")), ddp=True),
@@ -171,6 +180,21 @@ CATALOG: tuple[Entry, ...] = (
           ("never-start:0@start",), "succeeded", (attempts(2), checkpoints_in_s3(STEPS // CHECKPOINT_EVERY))),
     Entry("main-preflight-fails", "the main node's host lost a device: its preflight fails",
           ("preflight-fail:0@start",), "succeeded", (attempts(2), first_exit(75), host_taken_out(0))),
+    # Slow nodes (docs/health.md, "Slow nodes"): 40 ms of CPU per step, windows of 3 s so that three fit the run.
+    Entry("slow-node", "a child's ranks run at half speed from checkpoint 1 (stopped 50 ms of every 100 ms): the "
+          "straggler watch names it and the job trains on (STRAGGLER_ACTION=report)", (SLOW_NODE,), "succeeded",
+          (attempts(1), straggler_named(1), straggler_found_within(SLOW_NODE, STRAGGLER_FOUND_SECONDS),
+           no_host_taken_out(), why_says("node 1 was named a straggler")),
+          STRAGGLER_ENV, ddp=True, steps=STRAGGLER_STEPS, args=STRAGGLER_ARGS),
+    Entry("slow-node-replaced", "the same half-speed child with STRAGGLER_ACTION=replace: after the next "
+          "checkpoint it ends the attempt as a node fault, its host is taken out and the retry resumes from that "
+          "checkpoint on a fresh host", (SLOW_NODE,), "succeeded",
+          (attempts(2), straggler_named(1), main_line_names(1), host_taken_out(1), resumed_from_newest(2),
+           why_says("straggler")),
+          {**STRAGGLER_ENV, "STRAGGLER_ACTION": "replace"}, ddp=True, steps=STRAGGLER_STEPS, args=STRAGGLER_ARGS),
+    Entry("no-straggler", "two healthy nodes train with the straggler watch's windows of 3 s: it names no node",
+          (), "succeeded", (attempts(1), no_straggler_named(), no_host_taken_out()),
+          STRAGGLER_ENV, ddp=True, steps=STRAGGLER_STEPS, args=STRAGGLER_ARGS),
 )  # fmt: skip
 
 

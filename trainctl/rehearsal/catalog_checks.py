@@ -202,3 +202,35 @@ def last_save_uploaded() -> Check:
 
 def evidence_uploaded() -> Check:
     return Check("the hang's evidence (stacks) was uploaded beside the checkpoints", lambda r: bool(r.get("evidence")))
+
+
+def _straggler_lines(report: Report) -> list[dict[str, Any]]:
+    return [said for a in _attempts(report) for n in a["nodes"] if n["main"] for said in n.get("stragglers", [])]
+
+
+def straggler_named(node: int) -> Check:
+    """The main node's straggler watch named `node`, and only it."""
+
+    def test(report: Report) -> bool:
+        named = {m.group(1) for s in _straggler_lines(report) if (m := re.match(r"straggler: node (\d+) ", s["what"]))}
+        return named == {str(node)}
+
+    return Check(f"the straggler watch named node {node}, and no other", test)
+
+
+def no_straggler_named() -> Check:
+    return Check(
+        "the straggler watch named no node",
+        lambda r: not any(s["what"].startswith("straggler: ") for s in _straggler_lines(r)),
+    )
+
+
+def straggler_found_within(fault: str, seconds: float) -> Check:
+    """The straggler was named within `seconds` of the slowdown's start (the fault's event)."""
+
+    def test(report: Report) -> bool:
+        at = next(e["at_s"] for e in report["fault_events"] if e["what"].startswith(f"fault {fault}"))
+        named = [s["at_s"] for s in _straggler_lines(report) if s["what"].startswith("straggler: ")]
+        return bool(named) and named[0] is not None and named[0] - at <= seconds
+
+    return Check(f"the straggler was named within {seconds:.0f} s of the slowdown", test)

@@ -24,7 +24,9 @@ from trainctl.rehearsal.records import Attempt, JobRun, Lag
 Event = Callable[[Attempt | None, str], None]
 # Faults that act on the running attempt, whatever their trigger (see on_progress).
 ON_RUNNING = ("kill-child", "kill-main", "stop-rank", "stall-rank", "lose-host", "kill-upload", "never-start",
-              *TERMINATING)  # fmt: skip
+              "slow-node", *TERMINATING)  # fmt: skip
+# slow-node: the ranks are stopped for a share of every period.
+SLOW_PERIOD_SECONDS = 0.1
 
 
 class FaultPlayer:
@@ -107,7 +109,7 @@ class FaultPlayer:
             run = attempt.nodes[node] if node is not None else None
             if run is not None and not run.running:
                 continue  # wait until the node runs
-            if fault.kind == "stop-rank" and run is not None and not run.ranks():
+            if fault.kind in ("stop-rank", "slow-node") and run is not None and not run.ranks():
                 continue  # wait until torchrun has started the ranks
             self.pending.remove(fault)
             if fault.kind in ("kill-child", "kill-main") and run is not None:
@@ -123,6 +125,11 @@ class FaultPlayer:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGSTOP)
                 self._event(attempt, f"fault {fault.spec}: SIGSTOP node {node}'s ranks (pids {ranks})")
+            elif fault.kind == "slow-node" and run is not None:
+                share = fault.value or 0.5
+                threading.Thread(target=slow_down, args=(run, share), daemon=True).start()
+                self._event(attempt, f"fault {fault.spec}: node {node}'s ranks stopped {share:.0%} of every "
+                            f"{SLOW_PERIOD_SECONDS * 1000:.0f} ms (pids {run.ranks()})")  # fmt: skip
             elif fault.kind == "stall-rank" and run is not None:
                 # The first rank of the node (LOCAL_RANK 0) sleeps at its next step: the script reads the file.
                 run.stall_file.write_text("0\n")
@@ -157,3 +164,26 @@ class FaultPlayer:
 
         self.s3.hooks.append(hook)
         self._event(attempt, f"{fault.spec} armed: the next checkpoint upload loses its host")
+
+
+def slow_down(run: NodeRun, share: float, period: float = SLOW_PERIOD_SECONDS) -> None:
+    """Stop `run`'s training ranks for `share` of every `period` while its container runs (the ranks are
+    looked up again every second: a restarted rank is slowed too); they are left running at the end."""
+    ranks: list[int] = []
+    looked = 0.0
+    try:
+        while run.running:
+            if time.monotonic() - looked >= 1.0:
+                ranks, looked = run.ranks(), time.monotonic()
+            _signal(ranks, signal.SIGSTOP)
+            time.sleep(period * share)
+            _signal(ranks, signal.SIGCONT)
+            time.sleep(period * (1 - share))
+    finally:
+        _signal(ranks, signal.SIGCONT)
+
+
+def _signal(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)

@@ -47,6 +47,11 @@ KINDS: dict[str, tuple[str, str | None]] = {
         "itself does not lag",
         None,
     ),
+    "slow-node": (
+        "the node's training ranks are stopped (SIGSTOP, then SIGCONT) for the share VALUE (default 0.5) of every "
+        "100 ms from then on: a node that trains at half speed or slower",
+        "child",
+    ),
     "cancel": ("the user cancels the running job (`trainctl cancel`: TerminateJob): FAILED, not retried", None),
     "budget-stop": ("the team's budget is spent: the budget enforcement terminates the job, not retried", None),
 }
@@ -57,7 +62,7 @@ _SPEC = re.compile(
     r"^(?P<kind>[a-z0-9-]+)(?::(?P<node>\d+))?(?:=(?P<value>\d+(?:\.\d+)?))?"
     r"(?:@(?P<trigger>start|attempt|seconds|checkpoint)(?::(?P<at>\d+(?:\.\d+)?))?)?$"
 )
-_VALUE_KINDS = {"xid": 79.0, "s3-slowdown": 20.0, "slow-preflight": 20.0, "batch-lag": 45.0}
+_VALUE_KINDS = {"xid": 79.0, "s3-slowdown": 20.0, "slow-preflight": 20.0, "batch-lag": 45.0, "slow-node": 0.5}
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,8 @@ def parse_fault(spec: str) -> Fault:
     value = float(match["value"]) if match["value"] is not None else _VALUE_KINDS.get(kind)
     if kind == "xid" and value is not None and (value != int(value) or value < 1):
         raise TrainctlError(f"--fault {spec!r}: an Xid is a whole number from 1 (the NVIDIA Xid catalog)")
+    if kind == "slow-node" and value is not None and not 0 < value < 1:
+        raise TrainctlError(f"--fault {spec!r}: slow-node's VALUE is the share of time stopped, above 0 and below 1")
     node = int(match["node"]) if match["node"] is not None else None
     return Fault(spec=spec, kind=kind, node=node, value=value, trigger=trigger, at=at)
 

@@ -6,9 +6,11 @@ took to end the attempt and training to resume, and the verdict `trainctl why` g
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 from typing import Any
 
+from trainctl.inspecting import stragglers
 from trainctl.inspecting.why import explain
 from trainctl.rehearsal.nodes import NodeRun
 from trainctl.rehearsal.progress import plural
@@ -22,6 +24,10 @@ RESTORED_LINE = re.compile(r"checkpoint_sync: restored (\d+) files")
 RESUMED_LINE = re.compile(r"(resumed from \S+.*|no checkpoint on any node.*|Resuming training from snapshot at .*)$")
 # The reference script's line for a checkpoint file renamed into place (examples/rehearsal/train.py).
 SAVED_LINE = re.compile(r"\bsaved (checkpoint-\d+\.pt)$")
+# The main node's straggler watch (container/launcher/straggler_watch.py): a node named or back in line, and
+# the metric line of each slow window (its Timestamp, epoch milliseconds, dates the window).
+STRAGGLER_LINE = re.compile(r"^straggler_watch\.py: ((?:straggler: |node \d+ is back in line).*)$")
+SLOW_WINDOW = re.compile(r'^\{"_aws":\{"Timestamp":(\d+).*"StragglerWindows":1,')
 LOG_GROUP = "rehearsal"
 
 
@@ -66,7 +72,23 @@ def node_entry(rehearsal: Rehearsal, run: NodeRun) -> dict[str, Any]:
         "status_reason": run.status_reason,
         "launcher": _launcher_said(run),
         "log": str(run.log_path),
+        "stragglers": _stragglers(rehearsal, run),
     }
+
+
+def _stragglers(rehearsal: Rehearsal, run: NodeRun) -> list[dict[str, Any]]:
+    """What the node's straggler watch said, each with the time of the slow window just before it (when the
+    node was named)."""
+    said: list[dict[str, Any]] = []
+    window: float | None = None
+    # The metric's Timestamp is wall time; the rehearsal's clock is the monotonic one.
+    wall_to_monotonic = time.monotonic() - time.time()
+    for line in run.last_lines(20000):
+        if match := SLOW_WINDOW.match(line):
+            window = int(match.group(1)) / 1000 + wall_to_monotonic
+        elif match := STRAGGLER_LINE.match(line):
+            said.append({"at_s": _offset(rehearsal, window), "what": match.group(1)[:400]})
+    return said
 
 
 def attempt_entry(rehearsal: Rehearsal, job: JobRun, attempt: Attempt) -> dict[str, Any]:
@@ -141,8 +163,17 @@ def verdict(job: JobRun) -> list[str]:
         except OSError:
             return []
 
-    return explain(described(job), queue=None, environment=None, instance=None,
-                   now=datetime.now(UTC), tail=tail).reasons  # fmt: skip
+    def find(group: str, stream: str) -> list[str]:
+        try:
+            with open(stream, errors="replace") as log:
+                return [line for line in log.read().splitlines() if stragglers.WATCH in line]
+        except OSError:
+            return []
+
+    job_view = described(job)
+    slow = stragglers.notes(stragglers.main_streams(job_view, None), LOG_GROUP, find)
+    return explain(job_view, queue=None, environment=None, instance=None,
+                   now=datetime.now(UTC), tail=tail, stragglers=slow).reasons  # fmt: skip
 
 
 def detect_and_recover(rehearsal: Rehearsal) -> dict[str, float | None]:

@@ -68,6 +68,7 @@ FAULT_DIMENSION = "Fault"  # config/metrics.py FAULT_DIMENSION
 NODE, SHARED, NONE = "node", "shared", "none"  # config/metrics.py BOOT_FAULTS
 # Read by the job preflight through the job containers' mount of its directory (user data makes it).
 SHARED_FAULT_FILE = "/var/lib/training-node/shared-fault"
+INSTANCE_FILE = "instance"  # beside it: container/launcher/straggler_watch.py INSTANCE_FILE
 # The boot check's arguments, for `confirm`: /run is the host's tmpfs (gone at the next boot), never mounted by a job.
 ARGS_FILE = "/run/training-boot-check.args"
 # The ECS AL2023 GPU AMI builds and loads the NVIDIA kernel module at boot in this oneshot unit,
@@ -246,6 +247,16 @@ def write_shared(path: Path, text: str) -> None:
         out.write(text)
 
 
+def write_instance(path: Path, base: str = IMDS) -> None:
+    """ "<instance id> <AZ>" where jobs read it (their containers run with IMDS blocked): the launcher's
+    straggler watch names a slow node by them (container/launcher/straggler_watch.py)."""
+    try:
+        found = imds("meta-data/instance-id", base), imds("meta-data/placement/availability-zone", base)
+        write_shared(path, " ".join(found) + "\n")
+    except (OSError, ValueError, IndexError) as error:
+        print(f"boot check: {path} not written ({error}); jobs name this node by its host name", file=sys.stderr)
+
+
 def imds(path: str, base: str = IMDS) -> str:
     """IMDSv2: a session token, then the path (EC2 user guide, "Use IMDSv2")."""
     put = urllib.request.Request(
@@ -406,6 +417,7 @@ def main(argv: list[str]) -> int:
             creds = instance_credentials(args.imds)
         except (OSError, ValueError, IndexError) as error:
             print(f"boot check: instance metadata unreachable ({error}); result on the console only", file=sys.stderr)
+        write_instance(marker.with_name(INSTANCE_FILE), args.imds)
     result = report(args.fleet, instance, checks, monotonic() - started, waited)
     line = json.dumps(result, separators=(",", ":"))
     print(line, flush=True)
