@@ -73,6 +73,10 @@ JOBS_RESUMED = "JobsResumed"
 # (node_scripts/boot_check.py confirm) to the fleet's boot-check log group, which jobs cannot write. The
 # circuit breaker counts these with boot-check node faults.
 TAKE_OUT_CONFIRMED = "TakeOutConfirmed"
+# A window in which the straggler watch found a node slower than the others (issue 54), dimension Fleet, one
+# per slow window with the job, node, rank, instance, AZ and ratio as properties; printed by
+# container/launcher/straggler_watch.py in the job's own log, so graphed and alarmed on, never acted on.
+STRAGGLER_WINDOWS = "StragglerWindows"
 
 # Capacity fallback (training_constructs/jobs/capacity_fallback): jobs a placement's queue cancelled for
 # lack of capacity (dimensions Fleet and Placement: 0 is the fleet's own, 1.. its fallback ones), and

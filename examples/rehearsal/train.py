@@ -16,8 +16,8 @@ Options that make it behave like scripts that give recovery trouble (the fault c
 0's first save takes S seconds and prints nothing, as a large model's first save does, while the other ranks
 wait in the next collective), `--compile-seconds S` (before the first step every rank waits for a silent child
 process that burns CPU for S seconds, as neuronx-cc's or torch.compile's workers do; a whole core, or the
-share `--compile-share F` gives). `--compute-seconds S` spends S seconds of CPU per step between the
-forward and the backward (a bigger model; the straggler entries time it). `--gradients allreduce` does DDP's
+share `--compile-share F` gives). `--compute-seconds S` waits S seconds per step between the forward and
+the backward in 1 ms slices, as a GPU rank waits on its kernels (the straggler entries time it). `--gradients allreduce` does DDP's
 and torch.optim's work by hand (an all-reduce per gradient, then the SGD step): the same collectives, without
 the first DistributedDataParallel and optimizer importing torch._dynamo (about 3 s of CPU per rank on torch
 2.x, measured with cProfile), which the fault catalog pays on every attempt on a two-core machine. Scripts
@@ -113,12 +113,12 @@ def compile_workers(seconds: float, share: float = 1.0) -> None:
     )
 
 
-def compute(seconds: float) -> None:
-    """`seconds` of this thread's CPU time, as a bigger model's forward and backward take: a rank that gets
-    less of a core (a slow or shared node) takes longer in wall time."""
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
+def compute(seconds: float, slice_seconds: float = 0.001) -> None:
+    """`seconds` of work in slices of 1 ms, each a sleep, as a GPU rank waits on its kernels: it needs no
+    CPU, so ranks side by side on a small machine do not slow each other, but a rank that is stopped part
+    of the time (a slow node) gets through its slices only while it runs."""
+    for _ in range(round(seconds / slice_seconds)):
+        time.sleep(slice_seconds)
 
 
 def stalled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -158,7 +158,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile-seconds", type=float, default=0.0, help="a silent CPU-bound child before step 1")
     parser.add_argument("--compile-share", type=float, default=1.0, help="the share of a core that child burns")
     parser.add_argument(
-        "--compute-seconds", type=float, default=0.0, help="CPU time each step's forward and backward take"
+        "--compute-seconds", type=float, default=0.0, help="seconds each step's kernels take (1 ms sleeps)"
     )
     parser.add_argument(
         "--gradients",

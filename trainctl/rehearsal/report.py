@@ -72,23 +72,25 @@ def node_entry(rehearsal: Rehearsal, run: NodeRun) -> dict[str, Any]:
         "status_reason": run.status_reason,
         "launcher": _launcher_said(run),
         "log": str(run.log_path),
-        "stragglers": _stragglers(rehearsal, run),
+        **_stragglers(rehearsal, run),
     }
 
 
-def _stragglers(rehearsal: Rehearsal, run: NodeRun) -> list[dict[str, Any]]:
+def _stragglers(rehearsal: Rehearsal, run: NodeRun) -> dict[str, Any]:
     """What the node's straggler watch said, each with the time of the slow window just before it (when the
-    node was named)."""
+    node was named), and how many windows found a node slow (a straggler needs several in a row)."""
     said: list[dict[str, Any]] = []
     window: float | None = None
+    slow = 0
     # The metric's Timestamp is wall time; the rehearsal's clock is the monotonic one.
     wall_to_monotonic = time.monotonic() - time.time()
     for line in run.last_lines(20000):
         if match := SLOW_WINDOW.match(line):
             window = int(match.group(1)) / 1000 + wall_to_monotonic
+            slow += 1
         elif match := STRAGGLER_LINE.match(line):
             said.append({"at_s": _offset(rehearsal, window), "what": match.group(1)[:400]})
-    return said
+    return {"stragglers": said, "slow_windows": slow}
 
 
 def attempt_entry(rehearsal: Rehearsal, job: JobRun, attempt: Attempt) -> dict[str, Any]:

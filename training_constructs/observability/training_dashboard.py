@@ -27,6 +27,7 @@ from config.metrics import (
     NAMESPACE,
     NODE_HEARTBEAT,
     NODES_TAKEN_OUT,
+    STRAGGLER_WINDOWS,
     TAKE_OUT_CONFIRMED,
     XID_ERRORS,
 )
@@ -218,7 +219,7 @@ class TrainingDashboard(Construct):
                 width=5,
             ),
             cw.GraphWidget(
-                title=f"{name}: self-healing (nodes taken out, jobs resumed, per hour)",
+                title=f"{name}: self-healing (nodes taken out, jobs resumed, slow-node windows, per hour)",
                 # The breaker counts the host-confirmed series; the job-reported one is what jobs printed.
                 left=[
                     cw.Metric(
@@ -233,6 +234,7 @@ class TrainingDashboard(Construct):
                         (NODES_TAKEN_OUT, "nodes taken out (job-reported)"),
                         (TAKE_OUT_CONFIRMED, "take-outs the host confirmed"),
                         (JOBS_RESUMED, "jobs resumed"),
+                        (STRAGGLER_WINDOWS, "windows with a slow node (job-reported)"),
                     )
                 ],
                 left_y_axis=cw.YAxisProps(min=0),
