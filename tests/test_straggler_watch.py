@@ -7,6 +7,7 @@ path runs in the fault catalog (slow-node, slow-node-replaced, no-straggler)."""
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import signal
 import socket
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import boto3
 import pytest
@@ -25,13 +27,17 @@ from tests.harness import ROOT
 from trainctl.errors import TrainctlError
 from trainctl.inspecting import stragglers
 from trainctl.rehearsal.faults import parse_fault
+from training_constructs.health.node_scripts import boot_check
 
 sys.path.insert(0, str(ROOT / "container" / "launcher"))
 import ending
 import node_fault
 import straggler_watch
+import watchers
 from node_settings import BadInput, read_settings
+from node_state import NodeState
 from report_listener import Connections
+from stop_signals import StopSignals
 from straggler_score import StragglerWatch, Thresholds
 
 
@@ -300,3 +306,69 @@ def test_why_tells_each_attempts_straggler_and_whether_it_came_back():
     said = stragglers.notes(streams, "g", lambda group, stream: lines[stream])
     assert said[0].startswith("attempt 1: node 1 was named a straggler") and "back in line" not in said[0]
     assert said[1].startswith("attempt 2: node 2 was named") and said[1].endswith("it was back in line later")
+
+
+TOKEN = "imds-session-1"  # noqa: S105 - a stand-in IMDS session token
+
+
+class Imds(http.server.BaseHTTPRequestHandler):
+    """IMDSv2 as the boot check asks it: a token, then the instance id and the AZ with that token."""
+
+    answers: ClassVar[dict[str, str]] = {
+        "/latest/meta-data/instance-id": "i-0fedcba987654321",
+        "/latest/meta-data/placement/availability-zone": "eu-west-1c",
+    }
+
+    def do_PUT(self) -> None:
+        self._answer(TOKEN if self.path == "/latest/api/token" else None)
+
+    def do_GET(self) -> None:
+        token = self.headers.get("X-aws-ec2-metadata-token")
+        self._answer(self.answers.get(self.path) if token == TOKEN else None)
+
+    def _answer(self, body: str | None) -> None:
+        self.send_response(200 if body else 404)
+        self.end_headers()
+        self.wfile.write((body or "").encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_boot_check_writes_what_the_watch_reads(tmp_path):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Imds)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        boot_check.write_instance(tmp_path / boot_check.INSTANCE_FILE, f"http://127.0.0.1:{httpd.server_address[1]}")
+    finally:
+        httpd.shutdown()
+    assert boot_check.INSTANCE_FILE == straggler_watch.INSTANCE_FILE
+    assert straggler_watch.where({"NODE_STATE_DIR": str(tmp_path)}) == ("i-0fedcba987654321", "eu-west-1c")
+
+
+# ------------------------------------------------------------------------------------------- the launcher
+def started_watch(**env: str) -> tuple[dict[str, str], list[list[str]]]:
+    node = NodeState(settings=settings(**env), signals=StopSignals(), started=time.time())
+    spawned: list[list[str]] = []
+    node.spawn = lambda command, **options: spawned.append(command)  # type: ignore[method-assign]
+    if node.settings.is_main and node.settings.batch is not None:
+        node.faults = node.folder()
+    return watchers.start_straggler_watch(node, None), spawned
+
+
+def test_the_trainer_of_a_multi_node_job_loads_the_timing_and_each_node_runs_its_watch(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/opt/image/lib")
+    nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_ID": "j#0", "MASTER_ADDR": "10.0.0.1"}
+    env, (command,) = started_watch(**nodes, AWS_BATCH_JOB_NODE_INDEX="0", STRAGGLER_WINDOW_SECONDS="30")
+    inject = str(ROOT / "container" / "launcher" / "inject")
+    assert env["PYTHONPATH"] == f"{inject}:/opt/image/lib" and env["STRAGGLER_WINDOW_SECONDS"] == "30"
+    assert Path(env["STRAGGLER_TIMING_DIR"]).is_dir() and command[1].endswith("straggler_watch.py")
+    assert "--children" in command and command[command.index("--action") + 1] == "report"
+    env, (command,) = started_watch(**nodes, AWS_BATCH_JOB_NODE_INDEX="1")
+    assert "--report-to" in command and "--children" not in command and "STRAGGLER_TIMING_DIR" in env
+
+
+def test_one_node_or_a_window_of_0_times_nothing():
+    assert started_watch(AWS_BATCH_JOB_NUM_NODES="1", AWS_BATCH_JOB_NODE_INDEX="0") == ({}, [])
+    two = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "10.0.0.1"}
+    assert started_watch(**two, STRAGGLER_WINDOW_SECONDS="0") == ({}, [])
