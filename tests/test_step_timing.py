@@ -44,6 +44,49 @@ def test_a_step_runs_from_its_first_forward_to_its_first_collective_and_a_window
     assert count == "4" and float(middle) >= 0 and clock.samples == []
 
 
+class FakeEvent:
+    """torch.cuda.Event as the clock uses it: record() marks the stream, query() says whether the GPU got
+    there, elapsed_time() is in milliseconds. Here the GPU reaches an event when `done` says so."""
+
+    gpu_time = 0.0  # the stream's clock, seconds
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.done = False
+
+    def record(self) -> None:
+        self.at = FakeEvent.gpu_time
+
+    def query(self) -> bool:
+        return self.done
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.done and end.done, "read before the GPU completed it: that would wait"
+        return (end.at - self.at) * 1000
+
+
+def test_on_a_gpu_a_step_is_the_streams_time_read_without_waiting(tmp_path):
+    events: list[FakeEvent] = []
+
+    def event() -> FakeEvent:
+        events.append(FakeEvent())
+        return events[-1]
+
+    clock = StepClock(str(tmp_path / "rank-0.txt"), 60.0, clock=Ticks(), gpu_event=event)
+    FakeEvent.gpu_time = 1.0
+    clock.forward(on_gpu=True)
+    FakeEvent.gpu_time = 1.25  # the GPU's work up to the first bucket: 250 ms, whatever the CPU did meanwhile
+    clock.collective()
+    clock.forward(on_gpu=True)  # the next step: its events are queued, the first pair not complete yet
+    assert clock.samples == [] and len(clock.queued) == 1
+    clock.collective()
+    events[0].done = events[1].done = True
+    clock.forward(on_gpu=True)
+    assert clock.samples == [0.25] and len(clock.queued) == 1  # the second step waits for its end event
+    clock.forward(on_gpu=True)  # a second micro-batch: the step has begun already
+    assert len(events) == 5
+
+
 class FakeDDP:
     """What patch() relies on in torch's DistributedDataParallel."""
 

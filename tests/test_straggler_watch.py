@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import http.server
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -31,12 +32,13 @@ from training_constructs.health.node_scripts import boot_check
 
 sys.path.insert(0, str(ROOT / "container" / "launcher"))
 import ending
+import failure_phase
 import node_fault
 import straggler_watch
 import watchers
 from node_settings import BadInput, read_settings
 from node_state import NodeState
-from report_listener import Connections
+from report_listener import Connections, Line, Senders
 from stop_signals import StopSignals
 from straggler_score import StragglerWatch, Thresholds
 
@@ -160,25 +162,28 @@ def main_watch(tmp_path: Path, action: str = "report", pid: int = 1) -> straggle
     args = argparse.Namespace(
         dir=tmp_path / "timing", children=tmp_path / "children", node=0, window=60.0, fleet="gpu", job="j",
         action=action, saved=tmp_path / "uploaded", order=tmp_path / "own-order", out=tmp_path / "report",
-        pid=pid, marker_uri="", attempt=1,
+        pid=pid, marker_uri="", attempt=1, nodes=2, verified=True, log_windows=False,
     )  # fmt: skip
     thresholds = Thresholds()
     return straggler_watch.MainWatch(args, thresholds, straggler_watch.RankLines(args.dir), StragglerWatch(thresholds))
 
 
 def one_window(watch: straggler_watch.MainWatch, tmp_path: Path, own: float, child: float, at: float) -> None:
+    """One window: a line from the main node's rank 0, a pace from node 1 (the listener writes a new file each
+    time; its mtime says it is new), then the main node's tick."""
     with (tmp_path / "timing" / "rank-0.txt").open("a") as out:
         out.write(f"{at} {own} 40 {own}\n")
     pace = {"node": 1, "ranks": {"1": child}, "instance": "i-0123456789abcdef0", "az": "us-east-1b"}
-    (tmp_path / "children" / "node-1.pace").write_text(json.dumps(pace))
-    watch.tick(time.time() + 1)  # the pace file is older than this tick: each window reads what came before it
+    path = tmp_path / "children" / "node-1.pace"
+    path.write_text(json.dumps(pace))
+    os.utime(path, ns=(int(at * 1e9), int(at * 1e9)))
+    watch.tick()
 
 
 def test_a_child_twice_as_slow_is_named_once_with_its_instance_and_az(tmp_path, capsys):
     watch = main_watch(tmp_path)
     for k in range(4):
         one_window(watch, tmp_path, own=0.040, child=0.085, at=100 + k)
-        watch.last_tick = 0  # each pace counts as new
     out = capsys.readouterr().out.splitlines()
     metrics_lines = [json.loads(line) for line in out if line.startswith("{")]
     named = [line for line in out if "straggler: node" in line]
@@ -196,11 +201,9 @@ def test_a_healthy_pair_is_left_alone_and_a_recovered_node_is_said_back(tmp_path
     watch = main_watch(tmp_path)
     for k in range(5):
         one_window(watch, tmp_path, own=0.040, child=0.044, at=100 + k)  # 1.1x: within the ratio
-        watch.last_tick = 0
     assert capsys.readouterr().out == ""
     for k in range(3):
         one_window(watch, tmp_path, own=0.040, child=0.080, at=200 + k)
-        watch.last_tick = 0
     one_window(watch, tmp_path, own=0.040, child=0.041, at=300)
     out = capsys.readouterr().out
     assert out.count("straggler: node 1") == 1 and "node 1 is back in line: 1.02x" in out
@@ -210,7 +213,6 @@ def test_replace_waits_for_a_checkpoint_then_orders_the_child(tmp_path, capsys):
     watch = main_watch(tmp_path, action="replace")
     for k in range(3):
         one_window(watch, tmp_path, own=0.040, child=0.085, at=100 + k)
-        watch.last_tick = 0
     assert watch.pending is not None and "replacing it after the next checkpoint" in capsys.readouterr().out
     since = watch.pending[1]
     (tmp_path / "uploaded").write_text(f"{since - 5}\n")  # an upload before the node was named does not count
@@ -230,7 +232,6 @@ def test_the_main_node_named_orders_itself_and_signals_its_launcher(tmp_path, ca
         watch = main_watch(tmp_path, action="replace", pid=launcher.pid)
         for k in range(3):
             one_window(watch, tmp_path, own=0.090, child=0.040, at=100 + k)
-            watch.last_tick = 0
         watch.replace()
         assert launcher.wait(timeout=10) == -signal.SIGUSR1
         assert (tmp_path / "own-order").read_text().startswith("straggler: rank 0 2.25x")
@@ -238,18 +239,17 @@ def test_the_main_node_named_orders_itself_and_signals_its_launcher(tmp_path, ca
         launcher.kill()
 
 
-def test_a_child_that_does_not_end_is_ended_from_the_main_node_without_a_take_out(tmp_path, monkeypatch):
+def test_a_child_that_does_not_end_is_ended_from_the_main_node(tmp_path, monkeypatch):
     monkeypatch.setattr(straggler_watch, "ORDER_SECONDS", 0.5)
     launcher = subprocess.Popen(["sleep", "30"])
     try:
         watch = main_watch(tmp_path, action="replace", pid=launcher.pid)
         for k in range(3):
             one_window(watch, tmp_path, own=0.040, child=0.085, at=100 + k)
-            watch.last_tick = 0
         watch.replace()
         code, line = (tmp_path / "report").read_text().split(" ", 1)
         assert int(code) == ending.NODE_FAULT_EXIT and line.startswith("node 1: a straggler")
-        assert "its host is not taken out" in line and ending.TAKEN_OUT not in line
+        assert "ending the attempt from the main node" in line and ending.TAKEN_OUT not in line
     finally:
         launcher.kill()
 
@@ -372,3 +372,74 @@ def test_one_node_or_a_window_of_0_times_nothing():
     assert started_watch(AWS_BATCH_JOB_NUM_NODES="1", AWS_BATCH_JOB_NODE_INDEX="0") == ({}, [])
     two = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "0", "MASTER_ADDR": "10.0.0.1"}
     assert started_watch(**two, STRAGGLER_WINDOW_SECONDS="0") == ({}, [])
+
+
+def test_a_pace_is_scored_once_and_a_node_outside_the_job_never(tmp_path, capsys):
+    watch = main_watch(tmp_path)
+    one_window(watch, tmp_path, own=0.040, child=0.085, at=100)
+    for _ in range(3):  # no new pace from node 1: its one slow window is not counted again
+        with (tmp_path / "timing" / "rank-0.txt").open("a") as out:
+            out.write("1 0.040 40 0.04\n")
+        watch.tick()
+    assert watch.watch.streaks.get(1) == 1
+    ghost = {"node": 7, "ranks": {"7": 9.0}}
+    (tmp_path / "children" / "node-7.pace").write_text(json.dumps(ghost))
+    watch.tick()
+    assert 7 not in watch.watch.streaks and "straggler" not in capsys.readouterr().out
+
+
+def named_for_replace(tmp_path: Path, **args: object) -> straggler_watch.MainWatch:
+    watch = main_watch(tmp_path, action="replace")
+    vars(watch.args).update(args)
+    for k in range(3):
+        one_window(watch, tmp_path, own=0.040, child=0.085, at=100 + k)
+    return watch
+
+
+def test_replace_is_refused_where_the_listener_cannot_check_senders(tmp_path, capsys):
+    (tmp_path / "children").mkdir()
+    (tmp_path / "children" / "addresses.unknown").touch()  # the node watch could not ask Batch
+    watch = named_for_replace(tmp_path)
+    assert watch.pending is None and "not replaced: the listener takes the paces unchecked" in capsys.readouterr().out
+
+
+def test_replace_is_dropped_once_the_attempt_is_ending(tmp_path, capsys):
+    watch = named_for_replace(tmp_path)
+    assert watch.pending is not None and not watch.ending()
+    (tmp_path / "stopping").write_text("1\n")  # the copier's state folder: the trainer was stopped or failed
+    assert watch.ending()
+
+
+def test_forged_or_malformed_lines_speak_for_no_node_and_stop_nothing(tmp_path):
+    senders = Senders(tmp_path, "j")
+    (tmp_path / "node-1.address").write_text("10.0.0.5")
+    forged = [
+        'pace j {"node":"1","ranks":{"1":9}}',
+        'pace j {"node":1.0,"ranks":{"1":9}}',
+        'saved j {"node":true,"at":1e12}',
+        'end j {"node":1e999,"code":75,"line":"x"}',
+        "pace j " + "[" * 5000,
+    ]
+    for text in forged:
+        assert senders.judge(Line(text, "10.9.9.9", 0.0)) == "drop"
+        node_fault.take(text, job="j", out=tmp_path / "report", pid=1, hangs=None, children=tmp_path)
+    assert not any((tmp_path / name).exists() for name in ("node-1.pace", "node-1.saved", "node-1", "report"))
+    assert senders.judge(Line('pace j {"node":1,"ranks":{"1":9}}', "10.9.9.9", 0.0)) == "drop"  # wrong address
+    assert senders.judge(Line('pace j {"node":1,"ranks":{"1":9}}', "10.0.0.5", 0.0)) == "take"
+    assert senders.judge(Line('pace other {"node":"1"}', "10.9.9.9", 0.0)) == "take"  # another job's: ignored later
+    assert node_fault.order_for(tmp_path, "pace j " + "[" * 5000, "j") == b""
+
+
+def test_a_child_named_ends_as_a_node_fault_and_tells_the_main_node(tmp_path):
+    two = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1", "MASTER_ADDR": "10.0.0.1"}
+    node = NodeState(settings=settings(**two), signals=StopSignals(), started=time.time())
+    told: list[tuple[int, str]] = []
+    node.tell_main = lambda code, text, *rest, **options: told.append((code, text))  # type: ignore[method-assign]
+    (node.folder() / watchers.STRAGGLER_ORDER).write_text("straggler: rank 1 2.19x the other nodes' median\n")
+    verdict, fault = failure_phase.judge_failure(node, 143, reported=True, failed_at=time.monotonic())
+    assert verdict is not None and verdict.code == ending.NODE_FAULT_EXIT and fault == ""
+    assert verdict.mark is not None and verdict.mark.endswith("straggler: rank 1 2.19x the other nodes' median")
+    assert told == [(75, f"straggler: rank 1 2.19x the other nodes' median; {ending.TAKEN_OUT}")]
+    # Without the order, a child stopped by a report is judged as before: no straggler ending.
+    (node.folder() / watchers.STRAGGLER_ORDER).unlink()
+    assert node.straggler_order() == ""

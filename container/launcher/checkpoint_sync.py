@@ -211,6 +211,7 @@ class Watcher:
                     self.folders.unsettled(name, now)
             listed_at = time.time()
             listed = self.folders.listable(ready, seen, now)
+            newly = [name for name, e in listed.items() if not self.has(name, e.size, e.mtime_ns)]
             self.own.update((name, replace(e, listed_at=listed_at)) for name, e in listed.items())
             # A file removed here leaves the manifest (its object versions stay in S3) only with a sync that
             # commits every closed file and holds no folder back: a rotation that removes the last checkpoint
@@ -226,6 +227,11 @@ class Watcher:
             # when this node saw its folder, which other nodes' folder checkpoints need (checkpoint_sets.py).
             # A sync cut short says no more than the last one did, or, before any, than the last attempt's.
             self.store.write_manifest(self.own, self.word or replace(base, written_at=self.previous.written_at or 0.0))
+        if newly:
+            # A save's files are in this node's manifest: restorable. The straggler watch replaces a node only after
+            # one (straggler_watch.py).
+            with contextlib.suppress(OSError):
+                (self.state_dir / UPLOADED).write_text(f"{time.time():.3f}\n")
         return uploaded
 
     def pending(self, walked_at: float, now: float) -> dict[str, float]:
@@ -328,10 +334,6 @@ class Watcher:
             return error
         if count or what != "periodic":
             print(f"checkpoint_sync: {what} upload: {count} files to {where}", file=sys.stderr)
-        if count:
-            # When a save last reached S3: the straggler watch replaces a node only after one (straggler_watch.py).
-            with contextlib.suppress(OSError):
-                (self.state_dir / UPLOADED).write_text(f"{time.time():.3f}\n")
         return None
 
 

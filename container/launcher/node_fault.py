@@ -117,7 +117,10 @@ def listen(
                 for line in waiting:
                     verdict = senders.judge(line) if senders is not None else "take"
                     if verdict == "take":
-                        take(line.text, job=job, out=out, pid=pid, hangs=hangs, children=children, at=line.at)
+                        try:
+                            take(line.text, job=job, out=out, pid=pid, hangs=hangs, children=children, at=line.at)
+                        except Exception as error:
+                            print(f"node_fault.py: a line from {line.peer} not taken: {error!r:.120}", file=sys.stderr)
                     elif verdict == "wait":
                         still.append(line)
                 waiting = still[-WAITING_LINES:]
@@ -155,18 +158,20 @@ def take(
         if at is not None:  # a line that waited for its sender's address counts from when it came
             os.utime(mark, (at, at))
     elif kind in (PACE, SAVED) and children is not None:
-        try:
-            node = int(json.loads(payload)["node"])
-        except (ValueError, TypeError, KeyError):
+        node = speaker(text, job)  # the node the sender check judged the line by, and no other
+        if node is None:
             return
         tmp = children / f".node-{node}.{kind}.tmp"
         tmp.write_text(payload + "\n")
         tmp.replace(children / f"node-{node}.{kind}")
     elif kind == END:
+        node = speaker(text, job)
         try:
             ending = json.loads(payload)
-            node, code, line = int(ending["node"]), int(ending["code"]), str(ending["line"])
-        except (ValueError, TypeError, KeyError):
+            code, line = int(ending["code"]), str(ending["line"])
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError):
+            return
+        if node is None:
             return
         if children is not None:
             tmp = children / f".node-{node}.tmp"

@@ -56,13 +56,17 @@ def speaker(text: str, job: str) -> int | None:
     reported_job, _, payload = rest.partition(" ")
     if reported_job != job:
         return None
-    if payload.isdigit():
+    if payload.isdigit() and len(payload) <= 6:
         return int(payload)
     try:
         node = json.loads(payload).get("node")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # a line nested past the parser's depth: no node
         return None
-    return node if isinstance(node, int) and not isinstance(node, bool) else None
+    return node if isinstance(node, int) and not isinstance(node, bool) and 0 <= node < 1 << 20 else None
+
+
+def of_job(text: str, job: str) -> bool:
+    return text.partition(" ")[2].partition(" ")[0] == job
 
 
 def say(text: str) -> None:
@@ -82,7 +86,9 @@ class Senders:
         """ "take", "wait" (the node's address is not known yet) or "drop"."""
         node = speaker(line.text, self.job)
         if node is None:
-            return "take"  # another job's line, or one naming no node: node_fault.take ignores it
+            # Another job's line (node_fault.take ignores it), or one of this job that names no node as an
+            # int: never taken unchecked, or a "1" or a 1.0 would speak for node 1 from any address.
+            return "drop" if of_job(line.text, self.job) else "take"
         try:
             known = address_file(self.children, node).read_text().strip()
         except OSError:
@@ -145,7 +151,12 @@ class Connections:
             if data and b"\n" not in client.data and len(client.data) < LINE_BYTES:
                 continue
             text = client.data.decode(errors="replace").split("\n", 1)[0].strip()
-            answer = self.reply(text) if self.reply is not None and text else b""
+            answer = b""
+            if self.reply is not None and text:
+                try:
+                    answer = self.reply(text)
+                except Exception as error:
+                    say(f"no answer to a line from {client.peer}: {error.__class__.__name__}")
             if answer:
                 with contextlib.suppress(OSError):  # a few hundred bytes fit a fresh socket's buffer
                     sock.send(answer)

@@ -11,13 +11,15 @@ PYTHONPATH and names STRAGGLER_TIMING_DIR). It imports nothing: it waits for the
   last layers' gradients are ready) stops it. A model without a hook of the script's gets PyTorch's default
   all-reduce hook, wrapped; a hook the script registers is wrapped instead, and called as it was.
 
-Every `STRAGGLER_WINDOW_SECONDS` (60) a rank appends one line to `rank-<RANK>.txt` in that folder: the
-wall time, the window's median, its sample count and its largest sample. What it cannot see: FSDP and
-other wrappers that are not DDP, DDP under `torch.compile` (the wrapped forward breaks the graph there),
-and DDP with a built-in C++ hook (`_register_builtin_comm_hook`); those ranks write nothing. A script that
-registers its hook only after the model's first forward gets DDP's "can only be called once" error, as it
-would after registering any hook. Python 3.10,
-stdlib (torch only through the script's own import).
+On a GPU (the model's DDP `device_type` is "cuda") the two ends are CUDA events on the rank's stream, read
+without waiting once they completed: the GPU's time for the work, not the CPU's time to queue it. On a CPU,
+the process's clock. Every `STRAGGLER_WINDOW_SECONDS` (60) a rank appends one line to `rank-<RANK>.txt` in
+that folder: the wall time, the window's median, its sample count and its largest sample. What it cannot
+see: FSDP and other wrappers that are not DDP, DDP under `torch.compile` (the wrapped forward breaks the
+graph there), and DDP with a built-in C++ hook (`_register_builtin_comm_hook`); those ranks write nothing.
+A script that registers its hook only after the model's first forward gets DDP's "can only be called once"
+error, as it would after registering any hook. Python 3.10, stdlib (torch only through the script's own
+import).
 """
 
 from __future__ import annotations
@@ -35,32 +37,66 @@ from types import ModuleType
 from typing import Any
 
 TARGET = "torch.nn.parallel.distributed"
+MAX_QUEUED = 64  # steps whose GPU events are not read yet: a stream this far behind its CPU is not timed
 
 
 class StepClock:
-    """One rank's samples, written out a window at a time."""
+    """One rank's samples, written out a window at a time. On a GPU (`gpu_event`, torch.cuda.Event's
+    constructor) a step is timed between two events recorded on the rank's stream, read once the second has
+    completed (a later step's forward asks, never waiting): kernels run after the CPU has queued them, so
+    the CPU's own clock would time the queueing, and a rank that waits for its GPU in between (rank 0 printing
+    `loss.item()`) would look slower than it is."""
 
-    def __init__(self, path: str, window_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        path: str,
+        window_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        gpu_event: Callable[[], Any] | None = None,
+    ) -> None:
         self.path = path
         self.window_seconds = window_seconds
         self.clock = clock
-        self.started: float | None = None  # this step's first forward, not yet matched by a collective
+        self.gpu_event = gpu_event
+        self.started: Any = None  # this step's start (perf_counter, or an event), not yet matched by a collective
+        self.queued: list[tuple[Any, Any]] = []  # (start, end) events whose end has not completed yet
         self.samples: list[float] = []
         self.window_began = clock()
 
-    def forward(self) -> None:
-        if self.started is None:
+    def forward(self, on_gpu: bool = False) -> None:
+        if self.started is not None:
+            return
+        if on_gpu and self.gpu_event is not None:
+            self._collect()
+            self.started = self.gpu_event()
+            self.started.record()
+        else:
             self.started = time.perf_counter()
 
     def collective(self) -> None:
         if self.started is None:
             return  # a later bucket of the same step
-        self.samples.append(time.perf_counter() - self.started)
+        if isinstance(self.started, float):
+            self.samples.append(time.perf_counter() - self.started)
+        elif self.gpu_event is not None:
+            end = self.gpu_event()
+            end.record()
+            self.queued = [*self.queued[-MAX_QUEUED + 1 :], (self.started, end)]
         self.started = None
         if self.clock() - self.window_began >= self.window_seconds:
             self.flush()
 
+    def _collect(self) -> None:
+        """The queued steps whose end event has completed, as samples (elapsed_time is in milliseconds)."""
+        try:
+            while self.queued and self.queued[0][1].query():
+                start, end = self.queued.pop(0)
+                self.samples.append(start.elapsed_time(end) / 1000)
+        except RuntimeError:  # the CUDA context is going away (at exit): these steps are not timed
+            self.queued = []
+
     def flush(self) -> None:
+        self._collect()
         if self.samples:
             line = f"{time.time():.3f} {median(self.samples):.6f} {len(self.samples)} {max(self.samples):.6f}\n"
             with open(self.path, "a", encoding="utf-8") as out:
@@ -97,7 +133,7 @@ def patch(module: ModuleType, clock: StepClock) -> None:
 
             register_comm_hook(self, self.process_group, allreduce_hook)
         if module.torch.is_grad_enabled():  # an evaluation under no_grad starts no step
-            clock.forward()
+            clock.forward(on_gpu=getattr(self, "device_type", "") == "cuda")
         return forward(self, *inputs, **kwargs)
 
     builtin = ddp._register_builtin_comm_hook
@@ -128,6 +164,12 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _cuda_event() -> Any:
+    import torch  # imported by the script already: a DDP model on a GPU is running
+
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+
 def install(environ: dict[str, str] | None = None) -> bool:
     """Time DDP steps in this process when STRAGGLER_TIMING_DIR is set; whether it will."""
     env = os.environ if environ is None else environ
@@ -138,6 +180,7 @@ def install(environ: dict[str, str] | None = None) -> bool:
     clock = StepClock(
         os.path.join(folder, f"rank-{env.get('RANK', os.getpid())}.txt"),
         float(env.get("STRAGGLER_WINDOW_SECONDS", "60")),
+        gpu_event=_cuda_event,
     )
     atexit.register(clock.flush)  # the last part of a window, when the script ends
     if TARGET in sys.modules:

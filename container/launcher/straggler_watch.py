@@ -4,7 +4,7 @@ the others (straggler_score.py says how it is judged; step_timing.py, loaded int
     straggler_watch.py --dir TIMING --pid LAUNCHER --job J --node I --window S --saved FILE
         --report-to ADDRESS --report-port P                                        # a child
         --children DIR --order FILE [--ratio R --min-excess-ms M --windows K
-        --action report|replace --out REPORT --marker-uri URI --attempt A]        # the main node
+        --action report|replace --out REPORT --marker-uri URI --attempt A --log-windows]  # the main node
 
 Every window each rank's step_timing.py appends a line to TIMING/rank-<RANK>.txt; a node's watch takes each
 rank's newest line. A child sends its ranks' medians to the main node's listener (node_fault.py) as
@@ -43,6 +43,7 @@ from typing import Any
 import node_fault  # beside this file in every image
 from cold_start import alive
 from ending import NODE_FAULT_EXIT
+from report_listener import ADDRESS_UNKNOWN
 from straggler_score import NodeScore, StragglerWatch, Thresholds
 
 PACE = "pace"
@@ -50,7 +51,9 @@ SAVED = "saved"
 ORDER = "straggler"  # the first word of an order (node_fault.py beat acts on it)
 STRAGGLER_WINDOWS = "StragglerWindows"  # config/metrics.py (a test keeps them equal)
 INSTANCE_FILE = "instance"  # in NODE_STATE_DIR: "<instance id> <AZ>", written by the host's boot check
-ORDER_SECONDS = 30.0
+# A child hears its order with its next keepalive (5 s), stops its trainer (up to TRAINER_STOP_SECONDS, 20 s)
+# and reports (seconds): past this the main node ends the attempt itself.
+ORDER_SECONDS = 60.0
 TICK_SECONDS = 1.0
 
 
@@ -181,33 +184,39 @@ class MainWatch:
     named: dict[int, NodeScore] = field(default_factory=dict)  # stragglers now
     pending: tuple[NodeScore, float] | None = None  # the straggler to replace, and since when
     replace_off: str | None = None  # why this attempt does not replace
-    last_tick: float = 0.0
+    scored: dict[Path, int] = field(default_factory=dict)  # each child's pace file, as of the pace last scored
     timed: bool = False
 
-    def window(self, now: float) -> dict[int, dict[int, list[float]]]:
+    def window(self) -> dict[int, dict[int, list[float]]]:
         window: dict[int, dict[int, list[float]]] = {}
         own = self.own.newest()
         if own:
             window[self.args.node] = {rank: [value] for rank, value in own.items()}
         for path in self.args.children.glob("node-*.pace"):
             try:
-                if path.stat().st_mtime <= self.last_tick:
-                    continue  # received before the last window: scored then
+                written = path.stat().st_mtime_ns
+                if self.scored.get(path) == written:
+                    continue  # scored in an earlier window: no new pace since
                 pace = json.loads(path.read_text())
                 node = int(pace["node"])
                 ranks = {int(rank): [float(value)] for rank, value in dict(pace["ranks"]).items()}
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
                 continue
-            if node != self.args.node and ranks:
+            self.scored[path] = written
+            if node != self.args.node and 0 <= node < self.args.nodes and ranks:
                 window[node] = ranks
                 self.places[node] = (str(pace.get("instance", "?"))[:40], str(pace.get("az", "?"))[:40])
-        self.last_tick = now
         return window
 
-    def tick(self, now: float) -> None:
-        window = self.window(now)
+    def tick(self) -> None:
+        window = self.window()
         self.timed = self.timed or bool(window)
         scores, found = self.watch.add(window)
+        if self.args.log_windows and scores:
+            said = (
+                f"node {n} rank {r.rank} {r.seconds * 1000:.1f} ms {r.ratio:.2f}x" for n, r in sorted(scores.items())
+            )
+            say(f"window: {'; '.join(said)}")
         for node, result in scores.items():
             instance, az = self.places.get(node, ("?", "?"))
             if result.slow:
@@ -224,6 +233,8 @@ class MainWatch:
             self.named[result.node] = result
             instance, az = self.places.get(result.node, ("?", "?"))
             text = describe(result, instance, az, self.thresholds, self.args.window)
+            if self.replace_off is None and (self.args.children / ADDRESS_UNKNOWN).exists():
+                self.replace_off = "the listener takes the paces unchecked (no batch:DescribeJobs for the node watch)"
             if self.args.action != "replace":
                 say(f"straggler: {text}; reporting only (STRAGGLER_ACTION=report)")
             elif self.replace_off is not None:
@@ -233,6 +244,13 @@ class MainWatch:
                 self.pending = (result, time.time())
             else:
                 say(f"straggler: {text}; one straggler is replaced at a time (node {self.pending[0].node} first)")
+
+    def ending(self) -> bool:
+        """The attempt is ending already (the trainer stopped or failed, or a report came): a replacement now
+        would turn another ending into a node fault."""
+        state = self.args.saved.parent if self.args.saved is not None else None
+        stopping = state is not None and any((state / name).exists() for name in ("stopping", "status"))
+        return stopping or (self.args.out is not None and self.args.out.exists())
 
     def saved_since(self, since: float) -> bool:
         if saved_at(self.args.saved) > since:
@@ -279,7 +297,7 @@ class MainWatch:
             node_fault.deliver(
                 self.args.out, self.args.pid, NODE_FAULT_EXIT,
                 f"node {result.node}: a straggler ({order.removeprefix(ORDER + ' straggler: ')}) that did not end "
-                f"within {ORDER_SECONDS:.0f} s of its order; its host is not taken out",
+                f"within {ORDER_SECONDS:.0f} s of its order; ending the attempt from the main node",
             )  # fmt: skip
 
 
@@ -293,7 +311,9 @@ def run_main(args: argparse.Namespace) -> int:
     thresholds = Thresholds(args.ratio, args.min_excess_ms / 1000, args.windows)
     main = MainWatch(args, thresholds, RankLines(args.dir), StragglerWatch(thresholds))
     main.places[args.node] = where()
-    if args.action == "replace" and args.marker_uri:
+    if args.action == "replace" and not args.verified:
+        main.replace_off = "the listener cannot check who sends the paces here (not on Batch)"
+    if args.action == "replace" and args.marker_uri and main.replace_off is None:
         main.replace_off = previous_replacement(args.marker_uri, args.attempt)
         if main.replace_off is not None:
             say(f"STRAGGLER_ACTION=replace: {main.replace_off}; a node is not replaced twice in a row without a "
@@ -305,12 +325,15 @@ def run_main(args: argparse.Namespace) -> int:
         now = time.monotonic()
         if now >= next_window:
             next_window = now + args.window
-            main.tick(time.time())
+            main.tick()
             if not main.timed and now - started >= 3 * args.window:
                 main.timed = True  # said once
                 say(f"no step timings from any node after {3 * args.window:g} s: the training processes use no "
                     "DistributedDataParallel the launcher can time (docs/health.md, \"Slow nodes\")")  # fmt: skip
-        if main.pending is not None and main.saved_since(main.pending[1]):
+        if main.pending is not None and main.ending():
+            say(f"node {main.pending[0].node} is not replaced: this attempt is ending already")
+            main.pending = None
+        elif main.pending is not None and main.saved_since(main.pending[1]):
             main.replace()
     return 0
 
@@ -350,6 +373,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--children", type=Path, help="the listener's folder (the main node)")
     parser.add_argument("--order", type=Path, help="this node's order file (the launcher reads it)")
     parser.add_argument("--out", type=Path, help="the main node's report file")
+    parser.add_argument("--nodes", type=int, default=1 << 20, help="the job's node count")
+    parser.add_argument("--verified", action="store_true", help="the listener checks each line's sender (Batch)")
     parser.add_argument("--ratio", type=float, default=Thresholds.ratio)
     parser.add_argument("--min-excess-ms", type=float, default=Thresholds.min_excess_seconds * 1000)
     parser.add_argument("--windows", type=int, default=Thresholds.windows)
@@ -357,6 +382,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--marker-uri", default="")
     parser.add_argument("--attempt", type=int, default=1)
     parser.add_argument("--fleet", default=os.environ.get(node_fault.FLEET_ENV, "unknown"))
+    parser.add_argument("--log-windows", action="store_true", help="a line per window with every node's score")
     return parser.parse_args(argv)
 
 

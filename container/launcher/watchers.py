@@ -224,6 +224,12 @@ def start_straggler_watch(node: NodeState, restored: Restored | None) -> dict[st
         watching += ["--out", str(node.faults / "report"), "--ratio", format(stragglers.ratio, "g")]
         watching += ["--min-excess-ms", format(stragglers.min_excess_ms, "g"), "--windows", str(stragglers.windows)]
         watching += ["--action", stragglers.action, "--attempt", settings.get("AWS_BATCH_JOB_ATTEMPT", "1")]
+        watching += ["--nodes", str(batch.nodes)]
+        # On Batch the listener takes a line only from its node's address (report_listener.py): only there may a
+        # pace end a node's attempt.
+        watching += ["--verified"] if settings.get("AWS_BATCH_JQ_NAME") else []
+        if settings.get("STRAGGLER_LOG_WINDOWS") == "1":
+            watching.append("--log-windows")
         if restored is not None:
             watching += ["--marker-uri", f"{restored.uri}evidence/{settings.job_id}/straggler-replaced.json"]
         # boto3 for the replacement's record: checkpoint_sync.py's interpreter.

@@ -20,7 +20,7 @@ from trainctl.commands import base
 from trainctl.commands.base import POLL_SECONDS, PollOption, State, app, console, note, reports_errors, state_of
 from trainctl.deployment import Fleet
 from trainctl.display import human_size, parse_since, styled_state, when
-from trainctl.errors import ExitCode
+from trainctl.errors import ExitCode, TrainctlError
 from trainctl.fleet.compute import fleet_compute
 from trainctl.fleet.cost import price_per_hour, usage_of
 from trainctl.inspecting import listing, stragglers
@@ -307,7 +307,11 @@ def straggler_notes(state: State, job: dict[str, Any]) -> list[str]:
         return []
     main = None
     if "nodeProperties" in job:
-        found = describe_jobs(state.batch, [node_job_id(str(job["jobId"]), main_node(job))])
+        try:
+            found = describe_jobs(state.batch, [node_job_id(str(job["jobId"]), main_node(job))])
+        except TrainctlError as error:  # the rest of the answer stands without the running attempt's stream
+            note(f"the running attempt's log is not searched for stragglers: {error.message}")
+            found = []
         main = found[0] if found else None
     return stragglers.notes(stragglers.main_streams(job, main), group, stragglers.log_finder(state.aws.client("logs")))
 

@@ -11,14 +11,16 @@ so the main node's streams (one per attempt, and the running one) are searched f
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 WATCH = "straggler_watch.py: "
 NAMED = re.compile(r"straggler_watch\.py: straggler: node (\d+) (.*)$")
 BACK = re.compile(r"straggler_watch\.py: node (\d+) is back in line")
-# Pages of FilterLogEvents read per stream: a watch says a few lines per straggler, not one per window.
-MAX_PAGES = 5
+# FilterLogEvents may answer a page with no events and a token for the next one (it scans the stream a piece at a
+# time): pages are read until the stream's end, within this many seconds per stream.
+SECONDS_PER_STREAM = 15.0
 
 # (log group, log stream) -> the stream's lines that hold WATCH, oldest first.
 Find = Callable[[str, str], Sequence[str]]
@@ -64,8 +66,9 @@ def log_finder(logs: Any) -> Find:
     def find(group: str, stream: str) -> list[str]:
         lines: list[str] = []
         options: dict[str, Any] = {"logGroupName": group, "logStreamNames": [stream], "filterPattern": f'"{WATCH}"'}
+        deadline = time.monotonic() + SECONDS_PER_STREAM
         try:
-            for _ in range(MAX_PAGES):
+            while time.monotonic() < deadline:
                 page = logs.filter_log_events(**options)
                 lines += [str(event.get("message", "")) for event in page.get("events", [])]
                 if not page.get("nextToken"):

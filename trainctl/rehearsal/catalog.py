@@ -81,7 +81,7 @@ class Entry:
 
 STEPS = 60
 SLOW_NODE = "slow-node:1=0.5@checkpoint:1"
-STRAGGLER_ENV = {"STRAGGLER_WINDOW_SECONDS": "3"}
+STRAGGLER_ENV = {"STRAGGLER_WINDOW_SECONDS": "3", "STRAGGLER_LOG_WINDOWS": "1"}
 STRAGGLER_ARGS = ("--compute-seconds", "0.04")
 STRAGGLER_STEPS = 200
 # Three windows of 3 s, the window the slowdown began in, and a child's pace a window late.

@@ -27,6 +27,7 @@ SAVED_LINE = re.compile(r"\bsaved (checkpoint-\d+\.pt)$")
 # The main node's straggler watch (container/launcher/straggler_watch.py): a node named or back in line, and
 # the metric line of each slow window (its Timestamp, epoch milliseconds, dates the window).
 STRAGGLER_LINE = re.compile(r"^straggler_watch\.py: ((?:straggler: |node \d+ is back in line).*)$")
+WINDOW_LINE = re.compile(r"^straggler_watch\.py: window: (.*)$")  # with STRAGGLER_LOG_WINDOWS=1
 SLOW_WINDOW = re.compile(r'^\{"_aws":\{"Timestamp":(\d+).*"StragglerWindows":1,')
 LOG_GROUP = "rehearsal"
 
@@ -82,6 +83,7 @@ def _stragglers(rehearsal: Rehearsal, run: NodeRun) -> dict[str, Any]:
     said: list[dict[str, Any]] = []
     window: float | None = None
     slow = 0
+    ratios: list[float] = []  # each logged window's largest ratio
     # The metric's Timestamp is wall time; the rehearsal's clock is the monotonic one.
     wall_to_monotonic = time.monotonic() - time.time()
     for line in run.last_lines(20000):
@@ -90,7 +92,9 @@ def _stragglers(rehearsal: Rehearsal, run: NodeRun) -> dict[str, Any]:
             slow += 1
         elif match := STRAGGLER_LINE.match(line):
             said.append({"at_s": _offset(rehearsal, window), "what": match.group(1)[:400]})
-    return {"stragglers": said, "slow_windows": slow}
+        elif match := WINDOW_LINE.match(line):
+            ratios.append(max(float(x) for x in re.findall(r" ([0-9.]+)x", match.group(1))))
+    return {"stragglers": said, "slow_windows": slow, "window_ratios": ratios}
 
 
 def attempt_entry(rehearsal: Rehearsal, job: JobRun, attempt: Attempt) -> dict[str, Any]:
