@@ -1,7 +1,9 @@
 """The per-step timing the launcher installs in training processes (container/launcher/step_timing.py,
-inject/sitecustomize.py): a step runs from its first forward to its first gradient collective; a hook the
-script registers is wrapped and still called; nothing is timed without the folder; and under torchrun a
-plain DDP script with no line about timing reports the rank whose forward is slower."""
+inject/sitecustomize.py): a step runs from its first forward to its first gradient; after the warm steps only
+the parameters whose gradient came first keep a hook; a script's communication hook is left alone; on a GPU
+the stream's time is read without waiting; nothing is timed without the folder; and under torchrun a plain
+DDP script with no line about timing reports the rank whose forward is slower, its own hook called as
+often as without the timing."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any
 from tests.harness import ROOT
 
 sys.path.insert(0, str(ROOT / "container" / "launcher"))
-from step_timing import StepClock, install, patch
+from step_timing import WARM_STEPS, StepClock, install, patch
 
 PLAIN_DDP = ROOT / "tests" / "fixtures" / "ddp_plain.py"
 
@@ -87,20 +89,31 @@ def test_on_a_gpu_a_step_is_the_streams_time_read_without_waiting(tmp_path):
     assert len(events) == 5
 
 
-class FakeDDP:
-    """What patch() relies on in torch's DistributedDataParallel."""
+class FakeParameter:
+    """What the watch uses of a parameter: requires_grad and register_hook, whose handle removes the hook."""
 
-    def __init__(self) -> None:
-        self.process_group = "group"
-        self.hooks: list[tuple[Any, Any]] = []
+    def __init__(self, requires_grad: bool = True) -> None:
+        self.requires_grad = requires_grad
+        self.hooks: list[Any] = []
+
+    def register_hook(self, hook: Any) -> Any:
+        self.hooks.append(hook)
+        return types.SimpleNamespace(remove=lambda: self.hooks.remove(hook))
+
+    def gradient(self) -> None:
+        for hook in list(self.hooks):
+            assert hook("gradient") is None  # the gradient is left as it is
+
+
+class FakeDDP:
+    """What patch() relies on in torch's DistributedDataParallel: forward, and the wrapped module."""
+
+    def __init__(self, parameters: list[FakeParameter]) -> None:
+        self.module = types.SimpleNamespace(parameters=lambda: iter(parameters))
+        self.comm_hooks: list[Any] = []
 
     def register_comm_hook(self, state: Any, hook: Any) -> None:
-        if self.hooks:
-            raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be called once")
-        self.hooks.append((state, hook))
-
-    def _register_builtin_comm_hook(self, comm_hook_type: Any) -> None:
-        self.hooks.append((None, comm_hook_type))  # straight to the C++ reducer, as torch does
+        self.comm_hooks.append((state, hook))
 
     def forward(self, value: int) -> int:
         return value + 1
@@ -115,35 +128,30 @@ def fake_torch(tmp_path: Path) -> tuple[type[FakeDDP], StepClock]:
     return module.DistributedDataParallel, clock  # type: ignore[attr-defined]
 
 
-def test_a_hook_the_script_registers_is_wrapped_and_still_called(tmp_path):
+def test_the_first_gradient_ends_a_step_and_only_the_first_parameters_keep_their_hooks(tmp_path):
     ddp_class, clock = fake_torch(tmp_path)
-    model = ddp_class()
-    called: list[Any] = []
+    first, second, frozen = FakeParameter(), FakeParameter(), FakeParameter(requires_grad=False)
+    model = ddp_class([second, first, frozen])
+    for step in range(WARM_STEPS + 5):
+        assert model.forward(step) == step + 1
+        first.gradient()  # the last layer's gradient comes first in the backward
+        second.gradient()
+    assert len(clock.samples) == WARM_STEPS + 5  # one sample a step, not one per gradient
+    assert len(first.hooks) == 1 and second.hooks == [] and frozen.hooks == []
+
+
+def test_a_communication_hook_of_the_scripts_is_left_alone(tmp_path):
+    ddp_class, clock = fake_torch(tmp_path)
+    parameter = FakeParameter()
+    model = ddp_class([parameter])
 
     def own(state: Any, bucket: Any) -> str:
-        called.append((state, bucket))
         return "future"
 
     model.register_comm_hook("mine", own)
-    assert model.forward(1) == 2 and len(model.hooks) == 1  # no second hook at the first forward
-    state, hook = model.hooks[0]
-    assert hook.__name__ == "own" and hook(state, "bucket") == "future" and called == [("mine", "bucket")]
-    assert len(clock.samples) == 1
-
-
-def test_a_model_without_a_hook_gets_the_default_all_reduce_and_a_builtin_hook_is_left_untimed(tmp_path, monkeypatch):
-    defaults = types.ModuleType("torch.distributed.algorithms.ddp_comm_hooks.default_hooks")
-    defaults.allreduce_hook = lambda group, bucket: ("all-reduced", group, bucket)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, defaults.__name__, defaults)
-    ddp_class, clock = fake_torch(tmp_path)
-    plain = ddp_class()
-    plain.forward(1)
-    state, hook = plain.hooks[0]
-    assert hook(state, "bucket") == ("all-reduced", "group", "bucket") and len(clock.samples) == 1
-    builtin = ddp_class()
-    builtin._register_builtin_comm_hook("FP16_COMPRESS")
-    builtin.forward(1)
-    assert builtin.hooks == [(None, "FP16_COMPRESS")]
+    model.forward(1)
+    parameter.gradient()
+    assert model.comm_hooks == [("mine", own)] and len(clock.samples) == 1
 
 
 def test_nothing_is_timed_without_the_folder():
@@ -151,7 +159,7 @@ def test_nothing_is_timed_without_the_folder():
     assert install({}) is False and sys.meta_path == before
 
 
-def test_a_plain_ddp_script_reports_the_rank_whose_forward_is_slower(tmp_path):
+def test_a_plain_ddp_script_reports_the_rank_whose_forward_is_slower_and_keeps_its_own_hook(tmp_path):
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT / "container" / "launcher" / "inject"),
@@ -160,9 +168,11 @@ def test_a_plain_ddp_script_reports_the_rank_whose_forward_is_slower(tmp_path):
         "OMP_NUM_THREADS": "1",
     }
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(PLAIN_DDP)]
-    done = subprocess.run([*command, "--delay", "0.05", "--steps", "20"], env=env, capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
+    done = subprocess.run([*command, "--delay", "0.05", "--steps", "20", "--own-hook"], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
+    # The script's own communication hook runs as it would without the timing: once a step (one bucket).
+    assert "rank 0: own hook called 20 times" in done.stdout and "rank 1: own hook called 20 times" in done.stdout
     medians = {}
     for rank in (0, 1):
         lines = [line.split() for line in (tmp_path / f"rank-{rank}.txt").read_text().splitlines()]

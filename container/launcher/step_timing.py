@@ -1,31 +1,29 @@
-"""Each DDP rank's compute time before its first gradient collective of every step, measured without a line
-of the training script: the straggler watch's signal (straggler_score.py says how it is judged).
+"""Each DDP rank's compute time before its first gradient of every step, measured without a line of the
+training script: the straggler watch's signal (straggler_score.py says how it is judged).
 
 `install()` runs in every training process (the launcher puts inject/sitecustomize.py first on its
 PYTHONPATH and names STRAGGLER_TIMING_DIR). It imports nothing: it waits for the script to import
-`torch.nn.parallel.distributed`, then wraps `DistributedDataParallel`:
+`torch.nn.parallel.distributed`, then wraps `DistributedDataParallel.forward`:
 
-- the first `forward` after the previous step's first collective starts the step's clock (with gradient
-  accumulation under `no_sync()`, that is the first micro-batch's);
-- the first communication hook call of the step (DDP calls a hook per gradient bucket, the first once the
-  last layers' gradients are ready) stops it. A model without a hook of the script's gets PyTorch's default
-  all-reduce hook, wrapped; a hook the script registers is wrapped instead, and called as it was.
+- a forward with gradients enabled starts the step's clock, unless one is running (a second forward before
+  the backward belongs to the same step);
+- the first gradient the backward computes stops it: at the model's first forward each parameter that
+  needs a gradient gets a hook on it (`Tensor.register_hook`); after 20 steps only those that came first
+  keep theirs (the parameters of DDP's first bucket, whose all-reduce starts right after). DDP's own
+  all-reduce, and any communication hook of the script's, are left as they are.
 
-On a GPU (the model's DDP `device_type` is "cuda") the two ends are CUDA events on the rank's stream, read
-without waiting once they completed: the GPU's time for the work, not the CPU's time to queue it. On a CPU,
-the process's clock. Every `STRAGGLER_WINDOW_SECONDS` (60) a rank appends one line to `rank-<RANK>.txt` in
-that folder: the wall time, the window's median, its sample count and its largest sample. What it cannot
-see: FSDP and other wrappers that are not DDP, DDP under `torch.compile` (the wrapped forward breaks the
-graph there), and DDP with a built-in C++ hook (`_register_builtin_comm_hook`); those ranks write nothing.
-A script that registers its hook only after the model's first forward gets DDP's "can only be called once"
-error, as it would after registering any hook. Python 3.10, stdlib (torch only through the script's own
-import).
+With gradient accumulation under `no_sync()` each micro-batch is a step. On a GPU (the model's DDP
+`device_type` is "cuda") the two ends are CUDA events on the rank's stream, read without waiting once they
+completed: the GPU's time for the work, not the CPU's time to queue it. On a CPU, the process's clock.
+Every `STRAGGLER_WINDOW_SECONDS` (60) a rank appends one line to `rank-<RANK>.txt` in that folder: the
+wall time, the window's median, its sample count and its largest sample. What it cannot see: FSDP and
+other wrappers that are not DDP, and DDP under `torch.compile` (the wrapped forward breaks the graph
+there); those ranks write nothing. Python 3.10, stdlib (torch only through the script's own import).
 """
 
 from __future__ import annotations
 
 import atexit
-import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -37,6 +35,7 @@ from types import ModuleType
 from typing import Any
 
 TARGET = "torch.nn.parallel.distributed"
+WARM_STEPS = 20  # steps after which only the parameters whose gradient came first keep their hooks
 MAX_QUEUED = 64  # steps whose GPU events are not read yet: a stream this far behind its CPU is not timed
 
 
@@ -73,9 +72,10 @@ class StepClock:
         else:
             self.started = time.perf_counter()
 
-    def collective(self) -> None:
+    def collective(self) -> bool:
+        """The step's first gradient: close the step (True); False when none is open."""
         if self.started is None:
-            return  # a later bucket of the same step
+            return False  # a later gradient of the same step
         if isinstance(self.started, float):
             self.samples.append(time.perf_counter() - self.started)
         elif self.gpu_event is not None:
@@ -85,6 +85,7 @@ class StepClock:
         self.started = None
         if self.clock() - self.window_began >= self.window_seconds:
             self.flush()
+        return True
 
     def _collect(self) -> None:
         """The queued steps whose end event has completed, as samples (elapsed_time is in milliseconds)."""
@@ -105,40 +106,45 @@ class StepClock:
         self.window_began = self.clock()
 
 
-def timed(hook: Callable[[Any, Any], Any], clock: StepClock) -> Callable[[Any, Any], Any]:
-    @functools.wraps(hook)  # keeps the name DDP logs and checks, and the signature it validates
-    def timed_hook(state: Any, bucket: Any) -> Any:
-        clock.collective()
-        return hook(state, bucket)
+class GradientWatch:
+    """One DDP model's parameters, each with a hook on its gradient: the first gradient of a step stops the
+    step's clock. After WARM_STEPS steps only the hooks of the parameters that came first in one of them are
+    kept (in practice those of DDP's first bucket): a step then costs one or two Python calls."""
 
-    return timed_hook
+    def __init__(self, parameters: list[Any], clock: StepClock) -> None:
+        self.clock = clock
+        self.firsts: set[int] = set()
+        self.steps = 0
+        self.handles = [parameter.register_hook(self._on_gradient(i)) for i, parameter in enumerate(parameters)]
+
+    def _on_gradient(self, index: int) -> Callable[[Any], None]:
+        def on_gradient(gradient: Any) -> None:
+            if not self.clock.collective():
+                return  # a later gradient of the same step
+            self.firsts.add(index)
+            self.steps += 1
+            if self.steps == WARM_STEPS:
+                for i, handle in enumerate(self.handles):
+                    if i not in self.firsts:
+                        handle.remove()
+
+        return on_gradient
 
 
 def patch(module: ModuleType, clock: StepClock) -> None:
-    """Wrap `module.DistributedDataParallel` (torch.nn.parallel.distributed) to feed `clock`."""
+    """Wrap `module.DistributedDataParallel` (torch.nn.parallel.distributed) to feed `clock`: its forward starts
+    a step, and at the first forward its parameters' gradients get the watch's hooks."""
     ddp = module.DistributedDataParallel
-    register, forward = ddp.register_comm_hook, ddp.forward
-
-    def register_comm_hook(self: Any, state: Any, hook: Callable[[Any, Any], Any]) -> None:
-        self._step_timing_hooked = True
-        register(self, state, timed(hook, clock))
-
-    def register_builtin_comm_hook(self: Any, comm_hook_type: Any) -> None:
-        self._step_timing_hooked = True  # a C++ hook: nothing to wrap, so this model is not timed
-        builtin(self, comm_hook_type)
+    forward = ddp.forward
 
     def timed_forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
-        if not getattr(self, "_step_timing_hooked", False):
-            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-            register_comm_hook(self, self.process_group, allreduce_hook)
+        if getattr(self, "_step_timing_watch", None) is None:
+            parameters = [p for p in self.module.parameters() if p.requires_grad]
+            self._step_timing_watch = GradientWatch(parameters, clock)
         if module.torch.is_grad_enabled():  # an evaluation under no_grad starts no step
             clock.forward(on_gpu=getattr(self, "device_type", "") == "cuda")
         return forward(self, *inputs, **kwargs)
 
-    builtin = ddp._register_builtin_comm_hook
-    ddp.register_comm_hook = register_comm_hook
-    ddp._register_builtin_comm_hook = register_builtin_comm_hook
     ddp.forward = timed_forward
 
 
