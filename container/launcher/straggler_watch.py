@@ -185,7 +185,9 @@ class MainWatch:
     pending: tuple[NodeScore, float] | None = None  # the straggler to replace, and since when
     replace_off: str | None = None  # why this attempt does not replace
     scored: dict[Path, int] = field(default_factory=dict)  # each child's pace file, as of the pace last scored
-    timed: bool = False
+    seen: set[int] = field(default_factory=set)  # the nodes whose timings came in
+    scored_windows: int = 0
+    said_quiet: bool = False
 
     def window(self) -> dict[int, dict[int, list[float]]]:
         window: dict[int, dict[int, list[float]]] = {}
@@ -210,8 +212,9 @@ class MainWatch:
 
     def tick(self) -> None:
         window = self.window()
-        self.timed = self.timed or bool(window)
+        self.seen |= set(window)
         scores, found = self.watch.add(window)
+        self.scored_windows += bool(scores)
         if self.args.log_windows and scores:
             said = (
                 f"node {n} rank {r.rank} {r.seconds * 1000:.1f} ms {r.ratio:.2f}x" for n, r in sorted(scores.items())
@@ -325,11 +328,19 @@ def run_main(args: argparse.Namespace) -> int:
         now = time.monotonic()
         if now >= next_window:
             next_window = now + args.window
-            main.tick()
-            if not main.timed and now - started >= 3 * args.window:
-                main.timed = True  # said once
-                say(f"no step timings from any node after {3 * args.window:g} s: the training processes use no "
-                    "DistributedDataParallel the launcher can time (docs/health.md, \"Slow nodes\")")  # fmt: skip
+            try:
+                main.tick()
+            except Exception as error:  # a window that cannot be scored must not end the watch: said, then on
+                say(f"a window not scored: {error!r:.200}")
+            if not main.said_quiet and not main.scored_windows and now - started >= 3 * args.window:
+                main.said_quiet = True  # said once
+                if not main.seen:
+                    say(f"no step timings from any node after {3 * args.window:g} s: the training processes use no "
+                        "DistributedDataParallel the launcher can time (docs/health.md, \"Slow nodes\")")  # fmt: skip
+                else:
+                    nodes = ", ".join(map(str, sorted(main.seen)))
+                    say(f"after {3 * args.window:g} s step timings from node {nodes} only: no window scored (a node "
+                        "compares with the others; their watches send to the listener's port)")  # fmt: skip
         if main.pending is not None and main.ending():
             say(f"node {main.pending[0].node} is not replaced: this attempt is ending already")
             main.pending = None

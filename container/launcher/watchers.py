@@ -232,8 +232,9 @@ def start_straggler_watch(node: NodeState, restored: Restored | None) -> dict[st
             watching.append("--log-windows")
         if restored is not None:
             watching += ["--marker-uri", f"{restored.uri}evidence/{settings.job_id}/straggler-replaced.json"]
-        # boto3 for the replacement's record: checkpoint_sync.py's interpreter.
-        node.spawn(helper(settings.python.checkpoint, "straggler_watch.py", *watching))
+        # boto3 for a replacement's record: then checkpoint_sync.py's interpreter; else the quickest plain one.
+        python = settings.python.checkpoint if stragglers.action == "replace" else settings.python.stdlib
+        node.spawn(helper(python, "straggler_watch.py", *watching))
     elif batch.report_to is not None:
         watching += ["--report-to", batch.report_to, "--report-port", str(batch.report_port)]
         node.spawn(helper(settings.python.stdlib, "straggler_watch.py", *watching))

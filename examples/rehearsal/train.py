@@ -17,11 +17,11 @@ Options that make it behave like scripts that give recovery trouble (the fault c
 wait in the next collective), `--compile-seconds S` (before the first step every rank waits for a silent child
 process that burns CPU for S seconds, as neuronx-cc's or torch.compile's workers do; a whole core, or the
 share `--compile-share F` gives). `--compute-seconds S` waits S seconds per step between the forward and
-the backward in 1 ms slices, as a GPU rank waits on its kernels (the straggler entries time it). `--gradients allreduce` does DDP's
-and torch.optim's work by hand (an all-reduce per gradient, then the SGD step): the same collectives, without
-the first DistributedDataParallel and optimizer importing torch._dynamo (about 3 s of CPU per rank on torch
-2.x, measured with cProfile), which the fault catalog pays on every attempt on a two-core machine. Scripts
-of your own use DDP.
+the backward in 1 ms slices, as a GPU rank waits on its kernels (the straggler entries time it).
+`--gradients allreduce` does DDP's and torch.optim's work by hand (an all-reduce per gradient, then the SGD
+step): the same collectives, without the first DistributedDataParallel and optimizer importing
+torch._dynamo (about 3 s of CPU per rank on torch 2.x, measured with cProfile), which the fault catalog pays
+on every attempt on a two-core machine. Scripts of your own use DDP.
 
 Rehearsal only: `trainctl rehearse` sets REHEARSAL_STALL_FILE on every node, and its stall-rank fault
 creates that file with a local rank in it; that rank then sleeps at its next step, silent and runnable (not
