@@ -443,3 +443,21 @@ def test_a_child_named_ends_as_a_node_fault_and_tells_the_main_node(tmp_path):
     # Without the order, a child stopped by a report is judged as before: no straggler ending.
     (node.folder() / watchers.STRAGGLER_ORDER).unlink()
     assert node.straggler_order() == ""
+
+
+def test_a_watch_that_cannot_score_says_why_once(tmp_path):
+    watch = main_watch(tmp_path)
+    assert watch.quiet(100.0) is None  # under three windows of 60 s
+    said = watch.quiet(190.0)
+    assert said is not None and said.startswith("no step timings from any node after 190 s")
+    assert watch.quiet(400.0) is None  # once
+    for name in ("lonely", "scored"):
+        (tmp_path / name).mkdir()
+    lonely = main_watch(tmp_path / "lonely")
+    with (tmp_path / "lonely" / "timing" / "rank-0.txt").open("a") as out:
+        out.write("1 0.040 40 0.04\n")
+    lonely.tick()  # the main node's own ranks, and no child's pace
+    assert "step timings from node 0 only: no window scored" in (lonely.quiet(190.0) or "")
+    scored = main_watch(tmp_path / "scored")
+    one_window(scored, tmp_path / "scored", own=0.040, child=0.041, at=100)
+    assert scored.quiet(190.0) is None

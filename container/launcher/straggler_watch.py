@@ -248,6 +248,23 @@ class MainWatch:
             else:
                 say(f"straggler: {text}; one straggler is replaced at a time (node {self.pending[0].node} first)")
 
+    def quiet(self, watched: float) -> str | None:
+        """Once, after three windows without a score: why none was scored (no timings at all, or from one
+        node only), so that a watch that cannot work says so instead of looking like a healthy job."""
+        if self.said_quiet or self.scored_windows or watched < 3 * self.args.window:
+            return None
+        self.said_quiet = True
+        if not self.seen:
+            return (
+                f"no step timings from any node after {watched:.0f} s: the training processes use no "
+                'DistributedDataParallel the launcher can time (docs/health.md, "Slow nodes")'
+            )
+        nodes = ", ".join(map(str, sorted(self.seen)))
+        return (
+            f"after {watched:.0f} s step timings from node {nodes} only: no window scored (a node compares with "
+            "the others; their watches send to the listener's port)"
+        )
+
     def ending(self) -> bool:
         """The attempt is ending already (the trainer stopped or failed, or a report came): a replacement now
         would turn another ending into a node fault."""
@@ -332,15 +349,9 @@ def run_main(args: argparse.Namespace) -> int:
                 main.tick()
             except Exception as error:  # a window that cannot be scored must not end the watch: said, then on
                 say(f"a window not scored: {error!r:.200}")
-            if not main.said_quiet and not main.scored_windows and now - started >= 3 * args.window:
-                main.said_quiet = True  # said once
-                if not main.seen:
-                    say(f"no step timings from any node after {3 * args.window:g} s: the training processes use no "
-                        "DistributedDataParallel the launcher can time (docs/health.md, \"Slow nodes\")")  # fmt: skip
-                else:
-                    nodes = ", ".join(map(str, sorted(main.seen)))
-                    say(f"after {3 * args.window:g} s step timings from node {nodes} only: no window scored (a node "
-                        "compares with the others; their watches send to the listener's port)")  # fmt: skip
+            quiet = main.quiet(now - started)
+            if quiet:
+                say(quiet)
         if main.pending is not None and main.ending():
             say(f"node {main.pending[0].node} is not replaced: this attempt is ending already")
             main.pending = None
