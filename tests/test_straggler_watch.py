@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "container" / "launcher"))
 import ending
 import failure_phase
 import node_fault
+import straggler_record
 import straggler_watch
 import watchers
 from node_settings import BadInput, read_settings
@@ -226,13 +227,19 @@ def test_replace_waits_for_a_checkpoint_then_orders_the_child(tmp_path, capsys):
     assert not (tmp_path / "report").exists()  # the child ends itself: the main node reports nothing of its own
 
 
-def test_the_main_node_named_orders_itself_and_signals_its_launcher(tmp_path, capsys):
+def replaced_with_a_launcher(tmp_path: Path, own: float, child: float) -> subprocess.Popen[bytes]:
+    """A stand-in launcher (sleep: SIGUSR1 ends it), and the main watch with `replace` after three windows."""
     launcher = subprocess.Popen(["sleep", "30"])
+    watch = main_watch(tmp_path, action="replace", pid=launcher.pid)
+    for k in range(3):
+        one_window(watch, tmp_path, own=own, child=child, at=100 + k)
+    watch.replace()
+    return launcher
+
+
+def test_the_main_node_named_orders_itself_and_signals_its_launcher(tmp_path):
+    launcher = replaced_with_a_launcher(tmp_path, own=0.090, child=0.040)
     try:
-        watch = main_watch(tmp_path, action="replace", pid=launcher.pid)
-        for k in range(3):
-            one_window(watch, tmp_path, own=0.090, child=0.040, at=100 + k)
-        watch.replace()
         assert launcher.wait(timeout=10) == -signal.SIGUSR1
         assert (tmp_path / "own-order").read_text().startswith("straggler: rank 0 2.25x")
     finally:
@@ -241,12 +248,8 @@ def test_the_main_node_named_orders_itself_and_signals_its_launcher(tmp_path, ca
 
 def test_a_child_that_does_not_end_is_ended_from_the_main_node(tmp_path, monkeypatch):
     monkeypatch.setattr(straggler_watch, "ORDER_SECONDS", 0.5)
-    launcher = subprocess.Popen(["sleep", "30"])
+    launcher = replaced_with_a_launcher(tmp_path, own=0.040, child=0.085)
     try:
-        watch = main_watch(tmp_path, action="replace", pid=launcher.pid)
-        for k in range(3):
-            one_window(watch, tmp_path, own=0.040, child=0.085, at=100 + k)
-        watch.replace()
         code, line = (tmp_path / "report").read_text().split(" ", 1)
         assert int(code) == ending.NODE_FAULT_EXIT and line.startswith("node 1: a straggler")
         assert "ending the attempt from the main node" in line and ending.TAKEN_OUT not in line
@@ -259,11 +262,11 @@ def test_a_job_that_replaced_a_node_in_its_last_attempt_does_not_replace_again(m
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="ckpt-straggler")
     uri = "s3://ckpt-straggler/lineage/evidence/job-1/straggler-replaced.json"
-    assert straggler_watch.previous_replacement(uri, attempt=2) is None  # nothing replaced yet
-    assert straggler_watch.write_marker(uri, {"attempt": 1, "node": 1, "instance": "i-1"}) is None
-    said = straggler_watch.previous_replacement(uri, attempt=2)
+    assert straggler_record.previous_replacement(uri, attempt=2) is None  # nothing replaced yet
+    assert straggler_record.write_marker(uri, {"attempt": 1, "node": 1, "instance": "i-1"}) is None
+    said = straggler_record.previous_replacement(uri, attempt=2)
     assert said is not None and "attempt 1 replaced node 1 (i-1)" in said
-    assert straggler_watch.previous_replacement(uri, attempt=3) is None  # not in a row: the next may replace
+    assert straggler_record.previous_replacement(uri, attempt=3) is None  # not in a row: the next may replace
 
 
 def test_a_node_fault_that_takes_the_straggler_out():
@@ -275,13 +278,13 @@ def test_a_node_fault_that_takes_the_straggler_out():
 
 
 def test_the_metric_name_is_the_dashboards():
-    assert straggler_watch.STRAGGLER_WINDOWS == metrics.STRAGGLER_WINDOWS
+    assert straggler_record.STRAGGLER_WINDOWS == metrics.STRAGGLER_WINDOWS
 
 
 def test_where_reads_the_boot_checks_file_else_says_unknown(tmp_path):
     (tmp_path / "instance").write_text("i-0abc us-west-2c\n")
-    assert straggler_watch.where({"NODE_STATE_DIR": str(tmp_path)}) == ("i-0abc", "us-west-2c")
-    assert straggler_watch.where({"NODE_STATE_DIR": str(tmp_path / "none")}) == (socket.gethostname(), "unknown")
+    assert straggler_record.where({"NODE_STATE_DIR": str(tmp_path)}) == ("i-0abc", "us-west-2c")
+    assert straggler_record.where({"NODE_STATE_DIR": str(tmp_path / "none")}) == (socket.gethostname(), "unknown")
 
 
 # ------------------------------------------------------------------------------------------- the fault and why
@@ -342,8 +345,8 @@ def test_the_boot_check_writes_what_the_watch_reads(tmp_path):
         boot_check.write_instance(tmp_path / boot_check.INSTANCE_FILE, f"http://127.0.0.1:{httpd.server_address[1]}")
     finally:
         httpd.shutdown()
-    assert boot_check.INSTANCE_FILE == straggler_watch.INSTANCE_FILE
-    assert straggler_watch.where({"NODE_STATE_DIR": str(tmp_path)}) == ("i-0fedcba987654321", "eu-west-1c")
+    assert boot_check.INSTANCE_FILE == straggler_record.INSTANCE_FILE
+    assert straggler_record.where({"NODE_STATE_DIR": str(tmp_path)}) == ("i-0fedcba987654321", "eu-west-1c")
 
 
 # ------------------------------------------------------------------------------------------- the launcher
@@ -461,3 +464,35 @@ def test_a_watch_that_cannot_score_says_why_once(tmp_path):
     scored = main_watch(tmp_path / "scored")
     one_window(scored, tmp_path / "scored", own=0.040, child=0.041, at=100)
     assert scored.quiet(190.0) is None
+
+
+class PagedLogs:
+    """FilterLogEvents as CloudWatch Logs may answer it: pages without events that still carry a token."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, object]] = []
+        self.pages = [
+            {"events": [], "nextToken": "a"},
+            {"events": [{"message": "straggler_watch.py: straggler: node 1 (...)"}], "nextToken": "b"},
+            {"events": []},
+        ]
+
+    def filter_log_events(self, **options: object) -> dict[str, object]:
+        self.calls.append(options)
+        return self.pages[len(self.calls) - 1]
+
+
+def test_why_reads_every_page_of_the_watchs_lines_and_survives_a_refusal():
+    logs = PagedLogs()
+    found = stragglers.log_finder(logs)("group", "stream-1")
+    assert found == ["straggler_watch.py: straggler: node 1 (...)"]
+    assert [call.get("nextToken") for call in logs.calls] == [None, "a", "b"]
+    assert logs.calls[0]["filterPattern"] == '"straggler_watch.py: "' and logs.calls[0]["logStreamNames"] == [
+        "stream-1"
+    ]
+
+    class Refusing:
+        def filter_log_events(self, **options: object) -> dict[str, object]:
+            raise RuntimeError("AccessDeniedException")
+
+    assert stragglers.log_finder(Refusing())("group", "stream-1") == []

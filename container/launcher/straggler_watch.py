@@ -32,39 +32,25 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import node_fault  # beside this file in every image
 from cold_start import alive
 from ending import NODE_FAULT_EXIT
 from report_listener import ADDRESS_UNKNOWN
+from straggler_record import describe, emf_line, previous_replacement, where, write_marker
 from straggler_score import NodeScore, StragglerWatch, Thresholds
 
 PACE = "pace"
 SAVED = "saved"
 ORDER = "straggler"  # the first word of an order (node_fault.py beat acts on it)
-STRAGGLER_WINDOWS = "StragglerWindows"  # config/metrics.py (a test keeps them equal)
-INSTANCE_FILE = "instance"  # in NODE_STATE_DIR: "<instance id> <AZ>", written by the host's boot check
 # A child hears its order with its next keepalive (5 s), stops its trainer (up to TRAINER_STOP_SECONDS, 20 s)
 # and reports (seconds): past this the main node ends the attempt itself.
 ORDER_SECONDS = 60.0
 TICK_SECONDS = 1.0
-
-
-def where(environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
-    """This node's instance id and AZ as its host's boot check wrote them (jobs run with IMDS blocked), else
-    the host name and "unknown"."""
-    with contextlib.suppress(OSError, ValueError):
-        text = (node_fault.state_dir(environ) / INSTANCE_FILE).read_text()[:200].split()
-        if len(text) == 2:
-            return text[0], text[1]
-    return socket.gethostname(), "unknown"
 
 
 @dataclass
@@ -102,76 +88,8 @@ def saved_at(path: Path | None) -> float:
         return 0.0
 
 
-def emf_line(fleet: str, job: str, result: NodeScore, instance: str, az: str) -> str:
-    """StragglerWindows as an embedded-metric-format line (CloudWatch user guide, "Specification: Embedded
-    metric format"), the node's particulars as properties: the Fleet dimension alone keeps the count bounded."""
-    document = {
-        "_aws": {
-            "Timestamp": int(time.time() * 1000),
-            "CloudWatchMetrics": [
-                {
-                    "Namespace": node_fault.NAMESPACE,
-                    "Dimensions": [[node_fault.FLEET_DIMENSION]],
-                    "Metrics": [{"Name": STRAGGLER_WINDOWS}],
-                }
-            ],
-        },
-        node_fault.FLEET_DIMENSION: fleet,
-        STRAGGLER_WINDOWS: 1,
-        "JobId": job,
-        "Node": result.node,
-        "Rank": result.rank,
-        "Instance": instance,
-        "AvailabilityZone": az,
-        "Ratio": round(result.ratio, 3),
-    }
-    return json.dumps(document, separators=(",", ":"))
-
-
-def describe(result: NodeScore, instance: str, az: str, thresholds: Thresholds, window: float) -> str:
-    return (
-        f"node {result.node} (instance {instance}, AZ {az}), rank {result.rank}: {result.seconds * 1000:.1f} ms of "
-        f"work before its first gradient collective per step, {result.ratio:.2f}x the other nodes' "
-        f"{result.others * 1000:.1f} ms, for {thresholds.windows} windows of {window:g} s"
-    )
-
-
 def say(text: str) -> None:
     print(f"straggler_watch.py: {text}", flush=True)
-
-
-def previous_replacement(uri: str, attempt: int) -> str | None:
-    """What MARKER_URI says when the attempt before this one replaced a node; None otherwise (or unreadable,
-    said once: the watch then reports only, as if it had)."""
-    if attempt <= 1:
-        return None
-    try:
-        import boto3
-        from aws_region import region
-
-        bucket, _, key = uri.removeprefix("s3://").partition("/")
-        body = boto3.client("s3", region_name=region(os.environ)).get_object(Bucket=bucket, Key=key)["Body"].read()
-        record = json.loads(body)
-    except Exception as error:
-        if "NoSuchKey" in str(error) or "404" in str(error):
-            return None
-        return f"cannot read {uri} ({error.__class__.__name__}), so cannot tell whether the last attempt replaced one"
-    if int(record.get("attempt", 0)) == attempt - 1:
-        return f"this job's attempt {attempt - 1} replaced node {record.get('node')} ({record.get('instance')})"
-    return None
-
-
-def write_marker(uri: str, record: dict[str, Any]) -> str | None:
-    try:
-        import boto3
-        from aws_region import region
-
-        bucket, _, key = uri.removeprefix("s3://").partition("/")
-        client = boto3.client("s3", region_name=region(os.environ))
-        client.put_object(Bucket=bucket, Key=key, Body=json.dumps(record).encode())
-    except Exception as error:
-        return f"{error.__class__.__name__}: {str(error)[:160]}"
-    return None
 
 
 @dataclass

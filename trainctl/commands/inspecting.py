@@ -288,14 +288,14 @@ def why_answer(state: State, job_id: str, job: dict[str, Any], fleet: Fleet) -> 
         now=datetime.now(UTC),
         # Each failed attempt's node line, read from the end of its log stream (trainctl/inspecting/recovery.py).
         tail=log_tail(state.aws.client("logs")),
-        stragglers=straggler_notes(state, job),
     )
     lineage = follow(state.batch, job)
     return {
         "jobId": job_id,
         "fleet": fleet.name,
         "status": explanation.status,
-        "reasons": lineage_lines(lineage, job_id) + explanation.reasons,
+        # Last: the slow nodes its straggler watch named (trainctl/inspecting/stragglers.py).
+        "reasons": lineage_lines(lineage, job_id) + explanation.reasons + straggler_notes(state, job),
         "lineage": lineage.summary(),
     }
 

@@ -4,7 +4,6 @@ environment can hold, the environment's and the queue's state, and the RUNNABLE 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -62,22 +61,6 @@ def explain(
     instance: InstanceSpec | None,
     now: datetime,
     tail: Tail | None = None,
-    stragglers: Sequence[str] = (),
-) -> Explanation:
-    """The job's status and the reasons, most important first; `stragglers`, the slow nodes its straggler watch
-    named (trainctl/inspecting/stragglers.py), come last."""
-    found = _explain(job, queue=queue, environment=environment, instance=instance, now=now, tail=tail)
-    return Explanation(found.status, found.reasons + list(stragglers))
-
-
-def _explain(
-    job: dict[str, Any],
-    *,
-    queue: dict[str, Any] | None,
-    environment: dict[str, Any] | None,
-    instance: InstanceSpec | None,
-    now: datetime,
-    tail: Tail | None,
 ) -> Explanation:
     status = str(job.get("status", "UNKNOWN"))
     # Every attempt so far: which node failed, what it found, how long the resume took (recovery.py);

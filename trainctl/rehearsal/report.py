@@ -179,7 +179,7 @@ def verdict(job: JobRun) -> list[str]:
     job_view = described(job)
     slow = stragglers.notes(stragglers.main_streams(job_view, None), LOG_GROUP, find)
     return explain(job_view, queue=None, environment=None, instance=None,
-                   now=datetime.now(UTC), tail=tail, stragglers=slow).reasons  # fmt: skip
+                   now=datetime.now(UTC), tail=tail).reasons + slow  # fmt: skip
 
 
 def detect_and_recover(rehearsal: Rehearsal) -> dict[str, float | None]:

@@ -68,7 +68,7 @@ FAULT_DIMENSION = "Fault"  # config/metrics.py FAULT_DIMENSION
 NODE, SHARED, NONE = "node", "shared", "none"  # config/metrics.py BOOT_FAULTS
 # Read by the job preflight through the job containers' mount of its directory (user data makes it).
 SHARED_FAULT_FILE = "/var/lib/training-node/shared-fault"
-INSTANCE_FILE = "instance"  # beside it: container/launcher/straggler_watch.py INSTANCE_FILE
+INSTANCE_FILE = "instance"  # beside it: container/launcher/straggler_record.py INSTANCE_FILE
 # The boot check's arguments, for `confirm`: /run is the host's tmpfs (gone at the next boot), never mounted by a job.
 ARGS_FILE = "/run/training-boot-check.args"
 # The ECS AL2023 GPU AMI builds and loads the NVIDIA kernel module at boot in this oneshot unit,
@@ -249,7 +249,9 @@ def write_shared(path: Path, text: str) -> None:
 
 def write_instance(path: Path, base: str = IMDS) -> None:
     """ "<instance id> <AZ>" where jobs read it (their containers run with IMDS blocked): the launcher's
-    straggler watch names a slow node by them (container/launcher/straggler_watch.py)."""
+    straggler watch names a slow node by them (container/launcher/straggler_record.py). Both are instance
+    metadata categories (EC2 user guide, "Instance metadata categories": instance-id,
+    placement/availability-zone); ECS's task metadata documents an AvailabilityZone for Fargate tasks only."""
     try:
         found = imds("meta-data/instance-id", base), imds("meta-data/placement/availability-zone", base)
         write_shared(path, " ".join(found) + "\n")
